@@ -1,0 +1,1 @@
+//! NVMe and NVMe-oF wire format. (Being built.)

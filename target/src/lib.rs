@@ -1,0 +1,1 @@
+//! rdmablk target daemon library.

@@ -1,0 +1,1 @@
+//! Fabric conformance suite.
