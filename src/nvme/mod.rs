@@ -12,20 +12,28 @@
 //! - [`sgl`]: the SGL descriptor in the SQE's data pointer.
 //! - [`status`]: completion status codes and their names.
 //! - [`opcodes`]: admin, I/O and Fabrics opcodes.
+//! - [`fabrics`]: Connect (command, data, Invalid Parameters response), Property Get/Set,
+//!   Disconnect; [`nqn`]: NQN fields; [`properties`]: CAP, VS, CC, CSTS.
 //! - [`rdma_cm`]: RDMA CM private data (request, accept, reject) and rdmablk's push-write
 //!   extension.
 
 pub mod cqe;
 mod error;
+pub mod fabrics;
 mod le;
+pub mod nqn;
 pub mod opcodes;
+pub mod properties;
 pub mod sgl;
 pub mod sqe;
 pub mod status;
 
 pub use cqe::{Cqe, CQE_LEN};
 pub use error::WireError;
+pub use fabrics::{Connect, ConnectData, ConnectFailure, Disconnect, PropertyGet, PropertySet};
 pub use le::{ascii_padded, ascii_trimmed};
+pub use nqn::Nqn;
+pub use properties::{Cap, Cc, Csts, PropertySize, Vs};
 pub use sgl::{InCapsuleSgl, KeyedSgl, Sgl, SglLimits};
 pub use sqe::{Sqe, SQE_LEN};
 pub use status::{CommandKind, Sct, Status};
