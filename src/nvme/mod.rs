@@ -24,6 +24,7 @@ mod le;
 pub mod nqn;
 pub mod opcodes;
 pub mod properties;
+pub mod rdma_cm;
 pub mod sgl;
 pub mod sqe;
 pub mod status;
@@ -34,6 +35,9 @@ pub use fabrics::{Connect, ConnectData, ConnectFailure, Disconnect, PropertyGet,
 pub use le::{ascii_padded, ascii_trimmed};
 pub use nqn::Nqn;
 pub use properties::{Cap, Cc, Csts, PropertySize, Vs};
+pub use rdma_cm::{
+    CmAccept, CmReject, CmRejectStatus, CmRequest, PushAnswer, PushRequest, PushWindow,
+};
 pub use sgl::{InCapsuleSgl, KeyedSgl, Sgl, SglLimits};
 pub use sqe::{Sqe, SQE_LEN};
 pub use status::{CommandKind, Sct, Status};
