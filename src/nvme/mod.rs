@@ -20,6 +20,7 @@
 pub mod cqe;
 mod error;
 pub mod fabrics;
+pub mod identify;
 mod le;
 pub mod nqn;
 pub mod opcodes;
@@ -32,6 +33,7 @@ pub mod status;
 pub use cqe::{Cqe, CQE_LEN};
 pub use error::WireError;
 pub use fabrics::{Connect, ConnectData, ConnectFailure, Disconnect, PropertyGet, PropertySet};
+pub use identify::{IdentifyCmd, IdentifyController, IdentifyNamespace, Lbaf, NsDescriptor};
 pub use le::{ascii_padded, ascii_trimmed};
 pub use nqn::Nqn;
 pub use properties::{Cap, Cc, Csts, PropertySize, Vs};
