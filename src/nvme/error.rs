@@ -27,17 +27,4 @@ impl WireError {
             detail: detail.into(),
         }
     }
-
-    /// Checks `len == expected`.
-    pub(crate) fn check_len(what: &'static str, len: usize, expected: usize) -> Result<(), Self> {
-        if len == expected {
-            Ok(())
-        } else {
-            Err(WireError::Length {
-                what,
-                len,
-                expected,
-            })
-        }
-    }
 }

@@ -960,9 +960,11 @@ mod tests {
         let s = c.to_sqe(4);
         assert_eq!((s.opcode, s.nsid, s.cdw10), (0x06, 1, 3));
         assert_eq!(IdentifyCmd::from_sqe(&s), c);
-        let mut s = Sqe::default();
-        s.cdw10 = 0x0007_0005;
-        s.cdw11 = 0x0200_0000;
+        let s = Sqe {
+            cdw10: 0x0007_0005,
+            cdw11: 0x0200_0000,
+            ..Sqe::default()
+        };
         let c = IdentifyCmd::from_sqe(&s);
         assert_eq!((c.cns, c.cntid, c.csi), (5, 7, 2));
     }

@@ -14,14 +14,23 @@
 //! - [`opcodes`]: admin, I/O and Fabrics opcodes.
 //! - [`fabrics`]: Connect (command, data, Invalid Parameters response), Property Get/Set,
 //!   Disconnect; [`nqn`]: NQN fields; [`properties`]: CAP, VS, CC, CSTS.
+//! - [`identify`]: Identify command and data (controller, namespace, NS list, descriptors).
+//! - [`features`]: Get/Set Features and feature values; [`log_page`]: Get Log Page and the
+//!   error, SMART, firmware slot, changed NS and command effects pages.
+//! - [`admin`]: Abort, Asynchronous Event completions, Keep Alive.
+//! - [`io`]: Read, Write, Flush, Write Zeroes, Dataset Management.
 //! - [`rdma_cm`]: RDMA CM private data (request, accept, reject) and rdmablk's push-write
 //!   extension.
 
+pub mod admin;
 pub mod cqe;
 mod error;
 pub mod fabrics;
+pub mod features;
 pub mod identify;
+pub mod io;
 mod le;
+pub mod log_page;
 pub mod nqn;
 pub mod opcodes;
 pub mod properties;
@@ -33,8 +42,11 @@ pub mod status;
 pub use cqe::{Cqe, CQE_LEN};
 pub use error::WireError;
 pub use fabrics::{Connect, ConnectData, ConnectFailure, Disconnect, PropertyGet, PropertySet};
+pub use features::{GetFeatures, NumQueues, SetFeatures};
 pub use identify::{IdentifyCmd, IdentifyController, IdentifyNamespace, Lbaf, NsDescriptor};
+pub use io::{Dsm, DsmRange, ReadWrite, WriteZeroes};
 pub use le::{ascii_padded, ascii_trimmed};
+pub use log_page::GetLogPage;
 pub use nqn::Nqn;
 pub use properties::{Cap, Cc, Csts, PropertySize, Vs};
 pub use rdma_cm::{
