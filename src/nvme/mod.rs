@@ -35,6 +35,8 @@ pub mod nqn;
 pub mod opcodes;
 pub mod properties;
 pub mod rdma_cm;
+#[cfg(test)]
+mod robustness;
 pub mod sgl;
 pub mod sqe;
 pub mod status;
