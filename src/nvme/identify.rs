@@ -412,7 +412,8 @@ impl IdentifyController {
     }
 
     /// Checks what the Linux host (and so our initiator) enforces of a fabrics controller
-    /// answering a Connect that returned `connect_cntlid`.
+    /// answering a Connect that returned `connect_cntlid`: cntlid, MAXCMD, KAS, IOCCSZ, IORCSZ,
+    /// ICDOFF, keyed SGLs; and, our own addition, that SQES/CQES allow 64/16-byte entries.
     pub fn check_fabrics(&self, connect_cntlid: u16) -> Result<(), WireError> {
         let bad = |d: String| Err(WireError::field("Identify Controller", d));
         if self.cntlid != connect_cntlid {
@@ -420,6 +421,9 @@ impl IdentifyController {
                 "cntlid {} differs from Connect's {connect_cntlid}",
                 self.cntlid
             ));
+        }
+        if self.maxcmd == 0 {
+            return bad("MAXCMD is 0; the Linux host refuses such a controller".into());
         }
         if self.kas == 0 {
             return bad("KAS is 0; fabrics controllers must support keep alive".into());
@@ -859,6 +863,9 @@ mod tests {
     #[test]
     fn controller_checks() {
         assert!(ctrl().check_fabrics(2).is_err());
+        let mut c = ctrl();
+        c.maxcmd = 0;
+        assert!(c.check_fabrics(1).is_err());
         let mut c = ctrl();
         c.kas = 0;
         assert!(c.check_fabrics(1).is_err());
