@@ -15,6 +15,7 @@ use std::time::Duration;
 use crate::fabric::{Access, FabricError, MemBuf, Result, WcStatus};
 
 use super::device::{DeviceInner, Pd};
+use super::queue::BindArgs;
 
 /// Largest key index (24 bits).
 pub(super) const KEY_INDEX_MAX: u32 = (1 << 24) - 1;
@@ -323,31 +324,23 @@ pub(super) fn resolve_local(
 }
 
 /// Executes a bind posted on QP `qpn` of PD `pd_id`.
-pub(super) fn bind(
-    mw: &MwInner,
-    mr: &Arc<MrInner>,
-    key: u32,
-    addr: u64,
-    len: u64,
-    access: Access,
-    pd_id: u32,
-    qpn: u32,
-) -> WcStatus {
+pub(super) fn bind(b: &BindArgs, pd_id: u32, qpn: u32) -> WcStatus {
+    let (mw, mr) = (&b.mw, &b.mr);
     let ok = mr.access.contains(Access::MW_BIND)
         && mr.pd_id == pd_id
         && mw.pd_id == pd_id
-        && mr.contains(addr, len)
+        && mr.contains(b.addr, b.len)
         && mr.valid.load(Ordering::SeqCst)
-        && (!access.contains(Access::REMOTE_WRITE) || mr.access.contains(Access::LOCAL_WRITE));
+        && (!b.access.contains(Access::REMOTE_WRITE) || mr.access.contains(Access::LOCAL_WRITE));
     if !ok {
         return WcStatus::MwBindErr;
     }
     *mw.binding.lock().unwrap() = Some(MwBinding {
-        key,
+        key: b.key,
         mr: mr.clone(),
-        addr,
-        len,
-        access,
+        addr: b.addr,
+        len: b.len,
+        access: b.access,
         qpn,
     });
     WcStatus::Success
@@ -362,7 +355,7 @@ pub(super) fn invalidate(dev: &DeviceInner, rkey: u32, pd_id: u32, qpn: Option<u
     let mut b = mw.binding.lock().unwrap();
     let ok = mw.pd_id == pd_id
         && b.as_ref()
-            .is_some_and(|b| b.key == rkey && qpn.is_none_or(|q| q == b.qpn));
+            .is_some_and(|b| b.key == rkey && qpn.map_or(true, |q| q == b.qpn));
     if ok {
         *b = None;
     }

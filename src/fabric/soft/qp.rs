@@ -23,7 +23,7 @@ use super::cq::CqInner;
 use super::device::{DeviceInner, Pd, MAX_INLINE, MAX_QP_WR, MAX_RD_ATOM, MAX_SGE};
 use super::event::EventQueue;
 use super::mr::inc_key;
-use super::queue::{BindArgs, RecvQueue, SendQueue, SqOp, SqParams};
+use super::queue::{BindArgs, InlineFill, RecvQueue, SendQueue, SqOp, SqParams};
 use super::wire::{CmBody, Opcode};
 use super::{rx, tx};
 
@@ -299,7 +299,7 @@ impl Qp {
                 wr.wr_id,
                 op,
                 sgl,
-                inline.then_some(&mut gather as &mut dyn FnMut(&mut [u8]) -> u32),
+                inline.then_some(&mut gather as InlineFill<'_>),
                 wr.flags.contains(SendFlags::SIGNALED),
                 wr.flags.contains(SendFlags::FENCE),
                 wr.flags.contains(SendFlags::SOLICITED),

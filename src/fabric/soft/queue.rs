@@ -114,6 +114,9 @@ pub(super) enum Next {
     Idle,
 }
 
+/// Copies an inline payload into the slot's buffer; returns its length.
+pub(super) type InlineFill<'a> = &'a mut dyn FnMut(&mut [u8]) -> u32;
+
 /// Static parameters of a send queue.
 pub(super) struct SqParams {
     pub qpn: u32,
@@ -218,7 +221,7 @@ impl SendQueue {
         wr_id: u64,
         op: SqOp,
         sgl: &[Sge],
-        inline: Option<&mut dyn FnMut(&mut [u8]) -> u32>,
+        inline: Option<InlineFill<'_>>,
         signaled: bool,
         fence: bool,
         solicited: bool,
@@ -363,7 +366,7 @@ impl SendQueue {
     fn execute_local(&mut self, idx: u64) {
         let (pd_id, qpn) = (self.p.pd_id, self.p.qpn);
         let status = match &self.slot(idx).op {
-            SqOp::Bind(b) => mr::bind(&b.mw, &b.mr, b.key, b.addr, b.len, b.access, pd_id, qpn),
+            SqOp::Bind(b) => mr::bind(b, pd_id, qpn),
             SqOp::LocalInv(rkey) => {
                 if mr::invalidate(&self.p.dev, *rkey, pd_id, None) {
                     WcStatus::Success

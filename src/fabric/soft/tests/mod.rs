@@ -666,3 +666,7 @@ fn sixty_four_qps_share_cqs() {
         assert_eq!(ev, Some(CmEvent::Disconnected));
     }
 }
+
+mod malformed;
+mod throughput;
+mod windows;
