@@ -137,7 +137,7 @@ impl Listener {
         let (q, s) = (requests.clone(), stop.clone());
         let backlog = backlog.max(1) as usize;
         let thread = std::thread::Builder::new()
-            .name(format!("soft-listen-{}", local.port()))
+            .name(format!("soft-lsn-{}", local.port()))
             .spawn(move || accept_loop(dev, l, q, s, backlog))
             .map_err(|e| FabricError::os("spawn soft listener thread", e))?;
         Ok(Listener {

@@ -667,6 +667,7 @@ fn sixty_four_qps_share_cqs() {
     }
 }
 
+mod lifecycle;
 mod malformed;
 mod throughput;
 mod windows;
