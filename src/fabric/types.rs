@@ -319,7 +319,9 @@ pub struct ConnParam {
     pub initiator_depth: u8,
     /// Transport retries before RETRY_EXC_ERR (0..=7).
     pub retry_count: u8,
-    /// RNR retries before RNR_RETRY_EXC_ERR (0..=7; 7 means retry forever).
+    /// RNR retries before RNR_RETRY_EXC_ERR (0..=7; 7 means retry forever). RDMA CM carries
+    /// this value in the connection exchange and its effect on which side's SENDs differs
+    /// between CM versions, so set the same value on connect and on accept (NVMe-oF uses 7).
     pub rnr_retry_count: u8,
 }
 
