@@ -90,6 +90,22 @@ fn dio_align(file: &File) -> Option<(u32, u32)> {
         .then_some((stx.stx_dio_mem_align, stx.stx_dio_offset_align))
 }
 
+/// Decides whether a file opened with O_DIRECT can serve `block_size`-byte blocks, from its
+/// statx direct-I/O alignments: the buffer alignment to use, or why not (buffered fallback).
+/// Without statx information (kernels before 6.1) O_DIRECT is assumed to need 512 bytes.
+fn direct_io_alignment(dio: Option<(u32, u32)>, block_size: u32) -> Result<usize, String> {
+    match dio {
+        None => Ok(512),
+        Some((0, _)) | Some((_, 0)) => {
+            Err("the filesystem does not support O_DIRECT for this file".into())
+        }
+        Some((_, off)) if block_size % off != 0 => Err(format!(
+            "O_DIRECT needs {off}-byte offset alignment, more than block_size {block_size}"
+        )),
+        Some((mem, _)) => Ok(mem as usize),
+    }
+}
+
 impl UringFile {
     /// Opens (or creates, with `create_size`) a regular file.
     pub fn open_file(
@@ -140,20 +156,9 @@ impl UringFile {
     ) -> Result<(File, bool, usize), BackendError> {
         if want_direct {
             match open_with(path, read_only, true) {
-                Ok(f) => match dio_align(&f) {
-                    None => return Ok((f, true, 512)),
-                    Some((mem, off)) if mem > 0 && off > 0 && block_size % off == 0 => {
-                        return Ok((f, true, mem as usize))
-                    }
-                    Some((0, _)) => tracing::warn!(
-                        path = %path.display(),
-                        "the filesystem does not support O_DIRECT here: using buffered I/O"
-                    ),
-                    Some((_, off)) => tracing::warn!(
-                        path = %path.display(),
-                        "O_DIRECT needs {off}-byte alignment, more than block_size {block_size}: \
-                         using buffered I/O"
-                    ),
+                Ok(f) => match direct_io_alignment(dio_align(&f), block_size) {
+                    Ok(mem_align) => return Ok((f, true, mem_align)),
+                    Err(why) => tracing::warn!(path = %path.display(), "{why}: using buffered I/O"),
                 },
                 Err(e) if e.raw_os_error() == Some(libc::EINVAL) => tracing::warn!(
                     path = %path.display(),
@@ -463,5 +468,21 @@ impl BackendQueue for UringQueue {
 
     fn in_flight(&self) -> u32 {
         self.in_flight
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::direct_io_alignment;
+
+    #[test]
+    fn buffered_fallback_when_direct_io_is_unsupported_or_too_coarse() {
+        // tmpfs before Linux 6.6 and FUSE report no direct-I/O alignment.
+        assert!(direct_io_alignment(Some((0, 0)), 4096).is_err());
+        // A 4Kn device under a 512-byte namespace.
+        assert!(direct_io_alignment(Some((512, 4096)), 512).is_err());
+        assert_eq!(direct_io_alignment(Some((4, 512)), 512), Ok(4));
+        assert_eq!(direct_io_alignment(Some((512, 512)), 4096), Ok(512));
+        assert_eq!(direct_io_alignment(None, 4096), Ok(512));
     }
 }

@@ -130,6 +130,12 @@ impl Ring {
         }
     }
 
+    /// Makes `eventfd` readable whenever an operation completes, so an interrupt-mode worker
+    /// can sleep in epoll on its RDMA completion channels and this fd together.
+    pub fn register_eventfd(&self, eventfd: std::os::fd::RawFd) -> io::Result<()> {
+        self.uring.submitter().register_eventfd(eventfd)
+    }
+
     /// A new completion list for a queue of `depth` requests.
     pub fn add_route(&mut self, depth: u32) -> RouteId {
         self.routes.push(VecDeque::with_capacity(depth as usize));
