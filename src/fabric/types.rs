@@ -79,7 +79,9 @@ flag_set! {
         SIGNALED = 2,
         /// Set the solicited-event bit (wakes an armed solicited-only CQ at the peer).
         SOLICITED = 4,
-        /// Copy the payload at post time; the SGEs' lkeys are not checked.
+        /// Copy the payload at post time (the buffers may be reused as soon as the post
+        /// returns). Unlike raw verbs, the SGEs must still name registered memory of the QP's
+        /// PD, checked at post time (`BadWr` otherwise): that keeps `post_send` safe.
         INLINE = 8,
     }
 }
