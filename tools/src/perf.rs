@@ -76,6 +76,7 @@ pub fn plan(cfg: &Config) -> anyhow::Result<Plan> {
     let opts = OpenOptions {
         queue_depth: cfg.iodepth,
         write: cfg.rw.writes(),
+        direct: cfg.direct,
         min_file_len: if cfg.verify_only {
             None
         } else {

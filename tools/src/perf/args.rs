@@ -73,6 +73,16 @@ pub struct Args {
     #[arg(long, default_value = "0")]
     pub offset: ByteSize,
 
+    /// 1: O_DIRECT (falls back to buffered with a warning where the file system refuses it);
+    /// 0: buffered I/O through the page cache. Local engine only.
+    #[arg(
+        long,
+        default_value = "1",
+        action = clap::ArgAction::Set,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub direct: bool,
+
     /// Check data: writes carry a self-describing header and a crc32c, reads are checked.
     #[arg(long, value_enum)]
     pub verify: Option<VerifyKind>,
@@ -365,6 +375,8 @@ pub struct Config {
     pub size: Option<u64>,
     /// Start of job 0's working set.
     pub offset: u64,
+    /// O_DIRECT for the local engine.
+    pub direct: bool,
     /// Check data on reads (and stamp it on writes).
     pub verify: bool,
     /// Only check data an earlier run wrote.
@@ -465,6 +477,7 @@ impl Args {
             ramp_ms,
             size: self.size.map(|s| s.0),
             offset: self.offset.0,
+            direct: self.direct,
             verify: self.verify.is_some() || self.verify_only,
             verify_only: self.verify_only,
             seed: self.seed,
@@ -622,7 +635,8 @@ mod tests {
             (c.bs.min, c.runtime_ms, c.size, c.offset),
             (4096, None, None, 0)
         );
-        assert!(!c.verify && !c.verify_only && c.seed == DEFAULT_SEED);
+        assert!(!c.verify && !c.verify_only && c.seed == DEFAULT_SEED && c.direct);
+        assert!(!parse(&["file:/tmp/f", "--direct", "0"]).unwrap().direct);
 
         let c = parse(&[
             "file:/tmp/f",

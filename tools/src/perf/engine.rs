@@ -128,33 +128,25 @@ pub enum EngineError {
         hint: &'static str,
     },
     /// Opening the file or device failed.
-    #[error("{}: {source}{}", path.display(), hint_suffix(hint))]
+    #[error("{}: {err}{}", path.display(), hint_suffix(hint))]
     Open {
         /// The path.
         path: PathBuf,
         /// The OS error.
-        source: std::io::Error,
+        err: std::io::Error,
         /// What to do about it, if we know.
         hint: Option<String>,
     },
-    /// The device or file cannot hold the working set.
-    #[error("{path}: {msg}")]
-    Geometry {
-        /// The target.
-        path: String,
-        /// What does not fit and what to do.
-        msg: String,
-    },
     /// Setting up the io_uring instance failed.
     #[error(
-        "io_uring {op}: {source} (io_uring may be disabled: check \
+        "io_uring {op}: {err} (io_uring may be disabled: check \
              /proc/sys/kernel/io_uring_disabled and the container's seccomp profile)"
     )]
     Ring {
         /// The failing step.
         op: &'static str,
         /// The OS error.
-        source: std::io::Error,
+        err: std::io::Error,
     },
     /// Allocating I/O buffers failed.
     #[error("cannot allocate {count} I/O buffers of {len} bytes")]
@@ -213,6 +205,8 @@ pub struct OpenOptions {
     pub queue_depth: u32,
     /// Whether the job writes (open read-write).
     pub write: bool,
+    /// Open with `O_DIRECT` (falling back to buffered where refused); `false`: buffered.
+    pub direct: bool,
     /// Grow a regular file to at least this many bytes (creating it if missing); `None`: the
     /// file must exist.
     pub min_file_len: Option<u64>,
@@ -397,6 +391,7 @@ mod tests {
         let opts = OpenOptions {
             queue_depth: 1,
             write: false,
+            direct: true,
             min_file_len: None,
         };
         for t in ["rdma://1.2.3.4:4420/nqn.a", "soft://h:4420/nqn.a"] {

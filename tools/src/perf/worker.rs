@@ -314,12 +314,13 @@ impl<'a> Worker<'a> {
         let ok = c.result.is_ok();
         if let Err(e) = &c.result {
             self.stats.op_mut(c.op).errors += 1;
-            self.print_error(format_args!(
+            let msg = format_args!(
                 "{} at offset {} ({} bytes): {e}",
                 c.op.as_str(),
                 c.offset,
                 c.len
-            ));
+            );
+            note_error(&mut self.printed_errors, self.index, "I/O error", &msg);
         }
         if main_phase {
             self.live.add(c.op, if ok { u64::from(c.len) } else { 0 });
@@ -369,10 +370,7 @@ impl<'a> Worker<'a> {
                     checked += 1;
                     if let Err(e) = verify::check(block, expected) {
                         failures += 1;
-                        if self.printed_errors < MAX_PRINTED_ERRORS {
-                            eprintln!("verify failure: job {}: {e}", self.index);
-                        }
-                        self.printed_errors += 1;
+                        note_error(&mut self.printed_errors, self.index, "verify failure", &e);
                     }
                 }
                 self.stats.verify.blocks_checked += checked;
@@ -382,18 +380,6 @@ impl<'a> Worker<'a> {
         }
     }
 
-    fn print_error(&mut self, msg: std::fmt::Arguments<'_>) {
-        if self.printed_errors < MAX_PRINTED_ERRORS {
-            eprintln!("I/O error: job {}: {msg}", self.index);
-        } else if self.printed_errors == MAX_PRINTED_ERRORS {
-            eprintln!(
-                "job {}: further errors are counted but not printed",
-                self.index
-            );
-        }
-        self.printed_errors += 1;
-    }
-
     fn finish_measuring(&mut self) {
         if let Some((t0, cpu0)) = self.measuring.take() {
             let end = self.last_completion.unwrap_or(t0).max(t0);
@@ -401,6 +387,17 @@ impl<'a> Worker<'a> {
             self.stats.cpu = CpuUsage::thread().since(&cpu0);
         }
     }
+}
+
+/// Prints the first [`MAX_PRINTED_ERRORS`] errors of a job, then says the rest are only
+/// counted.
+fn note_error(printed: &mut u64, job: u32, what: &str, msg: &dyn std::fmt::Display) {
+    if *printed < MAX_PRINTED_ERRORS {
+        eprintln!("{what}: job {job}: {msg}");
+    } else if *printed == MAX_PRINTED_ERRORS {
+        eprintln!("job {job}: further errors are counted but not printed");
+    }
+    *printed += 1;
 }
 
 /// How long until `t`, zero if past.

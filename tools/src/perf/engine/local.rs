@@ -69,9 +69,9 @@ impl LocalEngine {
     /// ring of `opts.queue_depth` entries.
     pub fn open(path: &Path, opts: &OpenOptions) -> Result<Self, EngineError> {
         let (file, direct) = open_file(path, opts)?;
-        let open_err = |source: io::Error, hint: Option<String>| EngineError::Open {
+        let open_err = |err: io::Error, hint: Option<String>| EngineError::Open {
             path: path.to_path_buf(),
-            source,
+            err,
             hint,
         };
         let meta = file.metadata().map_err(|e| open_err(e, None))?;
@@ -91,15 +91,12 @@ impl LocalEngine {
         let ring = IoUring::builder()
             .setup_cqsize(opts.queue_depth.saturating_mul(2))
             .build(opts.queue_depth)
-            .map_err(|source| EngineError::Ring {
-                op: "setup",
-                source,
-            })?;
+            .map_err(|err| EngineError::Ring { op: "setup", err })?;
         ring.submitter()
             .register_files(&[file.as_raw_fd()])
-            .map_err(|source| EngineError::Ring {
+            .map_err(|err| EngineError::Ring {
                 op: "register_files",
-                source,
+                err,
             })?;
         let depth = opts.queue_depth;
         Ok(Self {
@@ -174,13 +171,22 @@ fn open_file(path: &Path, opts: &OpenOptions) -> Result<(File, bool), EngineErro
         }
         _ => None,
     };
+    if !opts.direct {
+        return open(false)
+            .map(|f| (f, false))
+            .map_err(|e| EngineError::Open {
+                path: path.to_path_buf(),
+                hint: hint(&e),
+                err: e,
+            });
+    }
     match open(true) {
         Ok(f) => Ok((f, true)),
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
             let f = open(false).map_err(|e| EngineError::Open {
                 path: path.to_path_buf(),
                 hint: hint(&e),
-                source: e,
+                err: e,
             })?;
             if !WARNED_BUFFERED.swap(true, Ordering::Relaxed) {
                 eprintln!(
@@ -194,7 +200,7 @@ fn open_file(path: &Path, opts: &OpenOptions) -> Result<(File, bool), EngineErro
         Err(e) => Err(EngineError::Open {
             path: path.to_path_buf(),
             hint: hint(&e),
-            source: e,
+            err: e,
         }),
     }
 }
@@ -350,6 +356,7 @@ mod tests {
         let opts = OpenOptions {
             queue_depth: 4,
             write: true,
+            direct: true,
             min_file_len: Some(len),
         };
         LocalEngine::open(path, &opts).unwrap()
@@ -447,6 +454,7 @@ mod tests {
         let opts = OpenOptions {
             queue_depth: 1,
             write: false,
+            direct: true,
             min_file_len: None,
         };
         let e = LocalEngine::open(Path::new("/nonexistent/rdmablk"), &opts).unwrap_err();
