@@ -11,6 +11,17 @@ fn main() {
         )
         .with_writer(std::io::stderr)
         .init();
-    let args = Args::parse();
+    let args = match Args::try_parse() {
+        Ok(a) => a,
+        Err(e) => {
+            // clap exits 2 on bad flags, but 2 means "verify failed" here: usage errors are 1.
+            let _ = e.print();
+            std::process::exit(if e.use_stderr() {
+                perf::EXIT_USAGE
+            } else {
+                perf::EXIT_OK
+            });
+        }
+    };
     std::process::exit(perf::main(&args));
 }
