@@ -148,6 +148,14 @@ pub enum EngineError {
         /// The OS error.
         err: std::io::Error,
     },
+    /// Connecting to a remote target (or starting the embedded one) failed.
+    #[error("{target}: {err}")]
+    Connect {
+        /// The target, as given.
+        target: String,
+        /// Why.
+        err: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// Allocating I/O buffers failed.
     #[error("cannot allocate {count} I/O buffers of {len} bytes")]
     Alloc {

@@ -151,6 +151,35 @@ impl LocalEngine {
     }
 }
 
+impl Drop for LocalEngine {
+    /// Reaps whatever is still in flight before the ring closes and the buffers can be freed:
+    /// the kernel may still be filling them. If that fails, the buffers are leaked, loudly.
+    fn drop(&mut self) {
+        while self.in_flight() > 0 {
+            if let Err(e) = self.ring.submit_and_wait(self.in_flight()) {
+                if e.raw_os_error() == Some(libc::EINTR) {
+                    continue;
+                }
+                eprintln!(
+                    "rdmablk-perf: io_uring teardown: {e}: leaking {} in-flight buffers",
+                    self.in_flight()
+                );
+                for slot in self.slots.iter_mut() {
+                    std::mem::forget(slot.take());
+                }
+                std::mem::forget(self.fixed.take());
+                return;
+            }
+            loop {
+                let Some(cqe) = self.ring.completion().next() else {
+                    break;
+                };
+                drop(self.complete(cqe.user_data(), cqe.result()));
+            }
+        }
+    }
+}
+
 fn open_file(path: &Path, opts: &OpenOptions) -> Result<(File, bool), EngineError> {
     let open = |direct: bool| {
         let mut o = FsOpenOptions::new();
