@@ -216,11 +216,6 @@ impl<'a> Worker<'a> {
         let mut exhausted = false;
         loop {
             let now = Instant::now();
-            if let Some(s) = sched {
-                if self.measuring.is_none() && now >= s.measure_from {
-                    self.measuring = Some((now, CpuUsage::thread()));
-                }
-            }
             let stop = exhausted || deadline.is_some_and(|d| now >= d);
             if !stop {
                 while let Some(&slot) = self.free.last() {
@@ -252,6 +247,12 @@ impl<'a> Worker<'a> {
             }
             self.engine.poll(&mut self.completions, 1)?;
             let now = Instant::now();
+            if let Some(s) = sched {
+                // The window starts at the ramp's end exactly, whenever the job notices.
+                if self.measuring.is_none() && now >= s.measure_from {
+                    self.measuring = Some((s.measure_from, CpuUsage::thread()));
+                }
+            }
             let mut done = std::mem::take(&mut self.completions);
             for c in done.drain(..) {
                 self.complete(c, now, sched.is_some());
