@@ -23,7 +23,12 @@ pub const MIN_BS_BYTES: u64 = 512;
 /// `rdmablk-perf`: a fio-like throughput and latency tool for local files and block devices
 /// (io_uring) and NVMe-oF namespaces (the rdmablk initiator).
 #[derive(Debug, Clone, Parser)]
-#[command(name = "rdmablk-perf", version, about, long_about = None)]
+#[command(
+    name = "rdmablk-perf",
+    version,
+    about = "fio-like throughput and latency tool: local io_uring baseline and NVMe-oF targets",
+    long_about = None
+)]
 pub struct Args {
     /// What to drive: `file:/path` or `/dev/...` (local io_uring engine), `rdma://IP:PORT/NQN`
     /// or `soft://HOST:PORT/NQN` (NVMe-oF initiator). Omit it with --embedded.
