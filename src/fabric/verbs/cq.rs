@@ -22,6 +22,8 @@ struct CqInner {
     cq: *mut sys::ibv_cq,
     channel: *mut sys::ibv_comp_channel,
     device: Device,
+    /// The wc_flags bit that means "the SEND_WITH_INV invalidated an rkey" on this device.
+    with_inv_flag: u32,
 }
 
 // SAFETY: ibv_poll_cq, ibv_req_notify_cq and the channel calls are thread-safe in libibverbs
@@ -90,6 +92,7 @@ impl Cq {
                 cq,
                 channel,
                 device: device.clone(),
+                with_inv_flag: with_inv_flag(device),
             }),
         })
     }
@@ -115,7 +118,7 @@ impl Cq {
             }
             let n = n as usize;
             for (dst, src) in wcs[done..done + n].iter_mut().zip(&raw[..n]) {
-                *dst = convert_wc(src);
+                *dst = convert_wc(src, self.inner.with_inv_flag);
             }
             done += n;
             if n < want {
@@ -164,8 +167,24 @@ impl Cq {
     }
 }
 
+/// Kernel `IB_WC_WITH_INVALIDATE` (include/rdma/ib_verbs.h): bit 2, where libibverbs has
+/// IBV_WC_IP_CSUM_OK. Userspace's IBV_WC_WITH_INV is bit 3.
+const KERNEL_WC_WITH_INVALIDATE: u32 = 1 << 2;
+
+/// rxe's user CQ ring holds completions the kernel wrote with its own `ib_wc_flags`, and the
+/// rxe provider copies them to `ibv_wc` unchanged: a receive that a SEND_WITH_INV invalidated
+/// reports bit 2, not IBV_WC_WITH_INV (seen on Linux 6.1 + rdma-core 44). Everywhere else the
+/// libibverbs value holds.
+fn with_inv_flag(device: &Device) -> u32 {
+    if device.is_rxe() {
+        KERNEL_WC_WITH_INVALIDATE | sys::ibv_wc_flags::IBV_WC_WITH_INV
+    } else {
+        sys::ibv_wc_flags::IBV_WC_WITH_INV
+    }
+}
+
 /// `ibv_wc` -> `Wc`.
-fn convert_wc(w: &sys::ibv_wc) -> Wc {
+fn convert_wc(w: &sys::ibv_wc, with_inv_flag: u32) -> Wc {
     use sys::ibv_wc_opcode as op;
     let opcode = match w.opcode {
         op::IBV_WC_SEND => WcOpcode::Send,
@@ -176,7 +195,8 @@ fn convert_wc(w: &sys::ibv_wc) -> Wc {
         op::IBV_WC_RECV => WcOpcode::Recv,
         other => WcOpcode::Other(other),
     };
-    let with_inv = w.wc_flags & sys::ibv_wc_flags::IBV_WC_WITH_INV != 0;
+    let with_inv = w.opcode == op::IBV_WC_RECV && w.wc_flags & with_inv_flag != 0;
+    tracing::trace!(wr_id = w.wr_id, wc_flags = w.wc_flags, "completion");
     Wc {
         wr_id: w.wr_id,
         status: WcStatus::from_raw(w.status),

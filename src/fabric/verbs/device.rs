@@ -213,6 +213,12 @@ impl Device {
         caps & type2 != 0 && self.inner.attr.max_mw > 0
     }
 
+    /// Soft-RoCE (`rdma_rxe`, vendor id 0xFFFFFF): its completions carry the *kernel's*
+    /// `ib_wc_flags` values (see `cq::convert_wc`).
+    pub(crate) fn is_rxe(&self) -> bool {
+        self.inner.attr.vendor_id == 0x00FF_FFFF
+    }
+
     /// State of `port`.
     pub(crate) fn port_state(&self, port: u8) -> Result<sys::ibv_port_state::Type> {
         let mut pa = sys::ibv_port_attr::default();

@@ -301,7 +301,15 @@ impl Qp {
             let mapped = match e.kind {
                 ev::RDMA_CM_EVENT_ESTABLISHED => CmEvent::Established,
                 ev::RDMA_CM_EVENT_DISCONNECTED => {
+                    // Peer-initiated: answer its DREQ now (rdma_disconnect sends the DREP), so
+                    // the peer's DISCONNECTED comes at once instead of after its DREQ timeout.
+                    let was = self.state();
                     self.set_state(State::Down);
+                    if was == State::Connected {
+                        if let Err(e) = self.id.disconnect() {
+                            tracing::debug!(error = %e, "answering a peer's disconnect");
+                        }
+                    }
                     CmEvent::Disconnected
                 }
                 // The id's time-wait is over: bookkeeping, not news for the user.

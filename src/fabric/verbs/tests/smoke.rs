@@ -268,9 +268,11 @@ fn connect_send_recv_write_read_disconnect() {
     assert_eq!(expect_wc(&s.cq, 1002, WcOpcode::Recv).byte_len, 3);
 
     // Disconnect: both sides hear it; the server's last receive flushes.
+    // (The passive side answers the DREQ when it reads its event, which ends the active
+    // side's wait: read the server's first.)
     c.qp.disconnect().unwrap();
-    assert_eq!(c.qp.cm_event(Some(T)).unwrap(), Some(CmEvent::Disconnected));
     assert_eq!(s.qp.cm_event(Some(T)).unwrap(), Some(CmEvent::Disconnected));
+    assert_eq!(c.qp.cm_event(Some(T)).unwrap(), Some(CmEvent::Disconnected));
     let wc = next_wc(&s.cq);
     assert_eq!(
         (wc.wr_id, wc.status),
