@@ -32,8 +32,8 @@ pub(crate) struct Depths {
 
 /// Which end of the connection the QP is.
 pub(crate) enum Side {
-    /// Accepting: what the peer's request offered.
-    Passive { offered: Depths },
+    /// Accepting: what the peer's request offered, and the RNR retry count it asked for.
+    Passive { offered: Depths, peer_rnr_retry: u8 },
     /// Connecting: what we ask for (already capped by the device).
     Active { wanted: Depths },
 }
@@ -61,6 +61,8 @@ pub struct Qp {
     qp_num: u32,
     peer: SocketAddr,
     offered: Option<Depths>,
+    /// Passive side: the requester's RNR retry count, echoed in the accept.
+    peer_rnr_retry: u8,
     initiator_depth: AtomicU8,
     responder_resources: AtomicU8,
     state: AtomicU8,
@@ -145,15 +147,19 @@ impl Qp {
             max_recv_sge: cap.max_recv_sge,
             max_inline_data: cap.max_inline_data,
         };
-        let (offered, depths) = match side {
-            Side::Passive { offered } => (
+        let (offered, peer_rnr_retry, depths) = match side {
+            Side::Passive {
+                offered,
+                peer_rnr_retry,
+            } => (
                 Some(offered),
+                peer_rnr_retry,
                 Depths {
                     initiator_depth: 0,
                     responder_resources: 0,
                 },
             ),
-            Side::Active { wanted } => (None, wanted),
+            Side::Active { wanted } => (None, 7, wanted),
         };
         Ok(Qp {
             id,
@@ -168,6 +174,7 @@ impl Qp {
             qp_num,
             peer,
             offered,
+            peer_rnr_retry,
             initiator_depth: AtomicU8::new(depths.initiator_depth),
             responder_resources: AtomicU8::new(depths.responder_resources),
             state: AtomicU8::new(State::Idle as u8),
@@ -266,7 +273,11 @@ impl Qp {
             responder_resources,
             initiator_depth,
             retry_count: param.retry_count.min(7),
-            rnr_retry_count: 7,
+            // The accept's (REP's) RNR retry count governs the *requester's* QP, and the
+            // request's governs ours (IB CM). Echoing the requester's value makes a connect's
+            // `rnr_retry_count` mean what it says for its own sends; NVMe hosts ask for 7,
+            // which is what nvmet answers too.
+            rnr_retry_count: self.peer_rnr_retry.min(7),
             ..Default::default()
         };
         // SAFETY: the id is live with its QP; `conn` and its private data outlive the call.
