@@ -358,7 +358,10 @@ impl Setup<'_> {
         .to_sqe(0);
         let (cqe, _) = self.admin_cmd(q, sqe, None, "Set Features (Number of Queues)")?;
         let got = NumQueues::from_dword(cqe.dw0);
-        let n = wanted.min(got.nsq).min(got.ncq);
+        // Both counts are 0-based on the wire.
+        let n = wanted
+            .min(got.nsq.saturating_add(1))
+            .min(got.ncq.saturating_add(1));
         if n == 0 {
             return Err(Error::Controller {
                 what: "the controller grants no I/O queues".into(),
