@@ -1,1 +1,59 @@
-//! NVMe and NVMe-oF wire format. (Being built.)
+//! NVMe and NVMe-oF (RDMA transport) wire format, exact to the byte, shared by the target and
+//! the initiator.
+//!
+//! Every structure that crosses the wire has a fixed size asserted at compile time, is encoded
+//! and decoded with explicit little-endian byte operations (no `unsafe`, no `repr(C)` casts),
+//! and is decoded from untrusted bytes without panicking: a bad command yields the NVMe
+//! [`Status`] to complete it with, a bad record (CM private data, Connect data, a log page) a
+//! [`WireError`] or a typed rejection. Byte diagrams: `docs/wire-format.md`.
+//!
+//! Modules, by concept:
+//! - [`sqe`], [`cqe`]: the 64-byte command and 16-byte completion.
+//! - [`sgl`]: the SGL descriptor in the SQE's data pointer.
+//! - [`status`]: completion status codes and their names.
+//! - [`opcodes`]: admin, I/O and Fabrics opcodes.
+//! - [`fabrics`]: Connect (command, data, Invalid Parameters response), Property Get/Set,
+//!   Disconnect; [`nqn`]: NQN fields; [`properties`]: CAP, VS, CC, CSTS.
+//! - [`identify`]: Identify command and data (controller, namespace, NS list, descriptors).
+//! - [`features`]: Get/Set Features and feature values; [`log_page`]: Get Log Page and the
+//!   error, SMART, firmware slot, changed NS and command effects pages.
+//! - [`admin`]: Abort, Asynchronous Event completions, Keep Alive.
+//! - [`io`]: Read, Write, Flush, Write Zeroes, Dataset Management.
+//! - [`rdma_cm`]: RDMA CM private data (request, accept, reject) and rdmablk's push-write
+//!   extension.
+
+pub mod admin;
+pub mod cqe;
+mod error;
+pub mod fabrics;
+pub mod features;
+pub mod identify;
+pub mod io;
+mod le;
+pub mod log_page;
+pub mod nqn;
+pub mod opcodes;
+pub mod properties;
+pub mod rdma_cm;
+#[cfg(test)]
+mod robustness;
+pub mod sgl;
+pub mod sqe;
+pub mod status;
+
+pub use cqe::{Cqe, CQE_LEN};
+pub use error::WireError;
+pub use fabrics::{Connect, ConnectData, ConnectFailure, Disconnect, PropertyGet, PropertySet};
+pub use features::{GetFeatures, NumQueues, SetFeatures};
+pub use identify::{IdentifyCmd, IdentifyController, IdentifyNamespace, Lbaf, NsDescriptor};
+pub use io::{Dsm, DsmRange, ReadWrite, WriteZeroes};
+pub use le::{ascii_padded, ascii_trimmed};
+pub use log_page::GetLogPage;
+pub use nqn::Nqn;
+pub use properties::{Cap, Cc, Csts, PropertySize, Vs};
+pub use rdma_cm::{
+    CmAccept, CmReject, CmRejectStatus, CmRequest, PushAnswer, PushRequest, PushWindow,
+};
+pub use sgl::{InCapsuleSgl, KeyedSgl, Sgl, SglLimits};
+pub use sqe::{Sqe, SQE_LEN};
+pub use status::{CommandKind, Sct, Status};

@@ -1,0 +1,369 @@
+//! The receive thread of a QP: reads frames from the TCP connection and acts on them, as the
+//! responder (SEND, WRITE, READ requests: memory checks, copies straight between the socket and
+//! registered memory, ACK/NAK) and as the requester (ACK, NAK, READ responses: completions).
+//!
+//! It runs whether or not the application polls, so one-sided operations make progress on
+//! their own. Any malformed or out-of-protocol frame ends the connection: the QP goes to the
+//! error state and both sides see a disconnect.
+
+use std::io::{BufReader, Read};
+use std::net::TcpStream;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crate::fabric::{Access, CmEvent, Sge, WcStatus};
+
+use super::mr::{invalidate, resolve_local, resolve_remote, MrAccess};
+use super::qp::QpShared;
+use super::queue::{Resp, RespKind, TxKindOf};
+use super::wire::{Header, Opcode, Syndrome, HEADER_LEN};
+
+/// Socket read buffer (large reads bypass it).
+const RX_BUF: usize = 128 * 1024;
+/// Sink for payloads that are refused or not needed.
+const SCRATCH: usize = 64 * 1024;
+
+/// Why the connection ended (a message for the log).
+type Closed = String;
+
+struct Rx {
+    sh: Arc<QpShared>,
+    rd: BufReader<TcpStream>,
+    /// PSN of the next request the responder executes (go-back-N after an RNR NAK: anything
+    /// else is discarded until the requester sends this one again).
+    expected_psn: u32,
+    sges: Vec<Sge>,
+    accs: Vec<MrAccess>,
+    scratch: Vec<u8>,
+}
+
+pub(super) fn run(sh: Arc<QpShared>, stream: TcpStream) {
+    let n = sh.caps.max_recv_sge.max(sh.caps.max_send_sge) as usize;
+    let mut rx = Rx {
+        sh,
+        rd: BufReader::with_capacity(RX_BUF, stream),
+        expected_psn: 0,
+        sges: Vec::with_capacity(n),
+        accs: Vec::with_capacity(n),
+        scratch: vec![0; SCRATCH],
+    };
+    let why = rx.run_loop();
+    rx.accs.clear();
+    rx.sh.connection_lost(&why);
+}
+
+fn io(e: std::io::Error) -> Closed {
+    format!("connection closed: {e}")
+}
+
+impl Rx {
+    fn run_loop(&mut self) -> Closed {
+        loop {
+            let mut hb = [0u8; HEADER_LEN];
+            if let Err(e) = self.rd.read_exact(&mut hb) {
+                return io(e);
+            }
+            let h = match Header::decode(&hb) {
+                Ok(h) => h,
+                Err(e) => {
+                    tracing::warn!(qpn = self.sh.qpn, error = %e, "soft QP: malformed frame");
+                    return format!("malformed frame: {e}");
+                }
+            };
+            let r = match h.op {
+                Opcode::Send | Opcode::SendInv => self.on_send(&h),
+                Opcode::Write => self.on_write(&h),
+                Opcode::ReadReq => self.on_read_req(&h),
+                Opcode::Ack | Opcode::Nak => self.on_ack(&h),
+                Opcode::ReadResp => self.on_read_resp(&h),
+                Opcode::Rtu => {
+                    self.sh.cm.push(CmEvent::Established);
+                    Ok(())
+                }
+                Opcode::Disconnect => return "peer disconnected".into(),
+                Opcode::ConnectReq | Opcode::Accept | Opcode::Reject => {
+                    Err(format!("unexpected {:?} on a connected QP", h.op))
+                }
+            };
+            if let Err(why) = r {
+                tracing::debug!(qpn = self.sh.qpn, why, "soft QP receive side stops");
+                return why;
+            }
+        }
+    }
+
+    fn discard(&mut self, mut len: usize) -> Result<(), Closed> {
+        while len > 0 {
+            let n = len.min(self.scratch.len());
+            self.rd.read_exact(&mut self.scratch[..n]).map_err(io)?;
+            len -= n;
+        }
+        Ok(())
+    }
+
+    /// Reads `len` payload bytes into the regions of `self.accs` / `self.sges`, in order.
+    fn scatter(&mut self, len: u32) -> Result<(), Closed> {
+        let mut left = len as usize;
+        for (acc, s) in self.accs.iter().zip(&self.sges) {
+            if left == 0 {
+                break;
+            }
+            let n = left.min(s.length as usize);
+            self.rd.read_exact(acc.slice_mut(s.addr, n)).map_err(io)?;
+            left -= n;
+        }
+        debug_assert_eq!(left, 0);
+        Ok(())
+    }
+
+    /// Resolves `self.sges` as destinations into `self.accs`; returns their total length.
+    fn resolve_dest(&mut self) -> Result<u64, WcStatus> {
+        self.accs.clear();
+        let mut total = 0u64;
+        for s in &self.sges {
+            let acc = resolve_local(&self.sh.dev, s.lkey, s.addr, s.length, true, self.sh.pd_id)?;
+            self.accs.push(acc);
+            total += s.length as u64;
+        }
+        Ok(total)
+    }
+
+    fn respond(&self, psn: u32, kind: RespKind) -> Result<(), Closed> {
+        let mut sq = self.sh.lock_sq();
+        if sq.responses.len() >= sq.responses_max {
+            return Err("peer exceeded its send queue depth (too many requests in flight)".into());
+        }
+        sq.responses.push_back(Resp { psn, kind });
+        drop(sq);
+        self.sh.sq_cv.notify_one();
+        Ok(())
+    }
+
+    /// A request failed at the responder: NAK it and move this QP to the error state.
+    fn responder_error(&self, psn: u32, syn: Syndrome) -> Result<(), Closed> {
+        {
+            let mut sq = self.sh.lock_sq();
+            self.sh.fail(&mut sq);
+        }
+        self.respond(psn, RespKind::Nak(syn))
+    }
+
+    /// Whether to execute request `h`; if not, its payload is consumed (and, in the error
+    /// state, the request is NAKed).
+    fn gate(&mut self, h: &Header) -> Result<bool, Closed> {
+        if self.sh.error.load(Ordering::SeqCst) {
+            self.discard(h.body_len() as usize)?;
+            self.respond(h.psn, RespKind::Nak(Syndrome::ResponderError))?;
+            return Ok(false);
+        }
+        if h.psn != self.expected_psn {
+            self.discard(h.body_len() as usize)?;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn on_write(&mut self, h: &Header) -> Result<(), Closed> {
+        if !self.gate(h)? {
+            return Ok(());
+        }
+        if h.length > 0 {
+            let (dev, pd, qpn) = (&self.sh.dev, self.sh.pd_id, self.sh.qpn);
+            let len = h.length as u64;
+            match resolve_remote(
+                dev,
+                h.rkey,
+                h.remote_addr,
+                len,
+                Access::REMOTE_WRITE,
+                pd,
+                qpn,
+            ) {
+                Some(acc) => {
+                    let dst = acc.slice_mut(h.remote_addr, h.length as usize);
+                    self.rd.read_exact(dst).map_err(io)?;
+                }
+                None => {
+                    self.discard(h.length as usize)?;
+                    return self.responder_error(h.psn, Syndrome::RemoteAccess);
+                }
+            }
+        }
+        self.expected_psn = self.expected_psn.wrapping_add(1);
+        self.respond(h.psn, RespKind::Ack)
+    }
+
+    fn on_read_req(&mut self, h: &Header) -> Result<(), Closed> {
+        if !self.gate(h)? {
+            return Ok(());
+        }
+        let acc = if h.length > 0 {
+            let (dev, pd, qpn) = (&self.sh.dev, self.sh.pd_id, self.sh.qpn);
+            let len = h.length as u64;
+            match resolve_remote(
+                dev,
+                h.rkey,
+                h.remote_addr,
+                len,
+                Access::REMOTE_READ,
+                pd,
+                qpn,
+            ) {
+                Some(acc) => Some(acc),
+                None => return self.responder_error(h.psn, Syndrome::RemoteAccess),
+            }
+        } else {
+            None
+        };
+        self.expected_psn = self.expected_psn.wrapping_add(1);
+        let kind = RespKind::ReadResp {
+            acc,
+            addr: h.remote_addr,
+            len: h.length,
+        };
+        self.respond(h.psn, kind)
+    }
+
+    fn on_send(&mut self, h: &Header) -> Result<(), Closed> {
+        if !self.gate(h)? {
+            return Ok(());
+        }
+        let len = h.length;
+        if self
+            .sh
+            .rq
+            .lock()
+            .unwrap()
+            .begin_head(&mut self.sges)
+            .is_none()
+        {
+            // No receive posted: receiver not ready; the requester comes back to this PSN.
+            self.discard(len as usize)?;
+            return self.respond(h.psn, RespKind::Nak(Syndrome::Rnr));
+        }
+        let status = match self.resolve_dest() {
+            Ok(cap) if cap < len as u64 => WcStatus::LocLenErr,
+            Ok(_) => WcStatus::Success,
+            Err(s) => s,
+        };
+        if status != WcStatus::Success {
+            self.accs.clear();
+            self.discard(len as usize)?;
+            self.sh.rq.lock().unwrap().finish_head(status, 0, None);
+            let syn = match status {
+                WcStatus::LocLenErr => Syndrome::InvalidRequest,
+                _ => Syndrome::RemoteOperation,
+            };
+            return self.responder_error(h.psn, syn);
+        }
+        let r = self.scatter(len);
+        self.accs.clear();
+        if let Err(e) = r {
+            self.sh
+                .rq
+                .lock()
+                .unwrap()
+                .finish_head(WcStatus::WrFlushErr, 0, None);
+            return Err(e);
+        }
+        let mut inv = None;
+        if h.op == Opcode::SendInv {
+            if !invalidate(&self.sh.dev, h.rkey, self.sh.pd_id, Some(self.sh.qpn)) {
+                let mut rq = self.sh.rq.lock().unwrap();
+                rq.finish_head(WcStatus::RemInvReqErr, len, None);
+                drop(rq);
+                return self.responder_error(h.psn, Syndrome::InvalidRequest);
+            }
+            inv = Some(h.rkey);
+        }
+        self.sh
+            .rq
+            .lock()
+            .unwrap()
+            .finish_head(WcStatus::Success, len, inv);
+        self.expected_psn = self.expected_psn.wrapping_add(1);
+        self.respond(h.psn, RespKind::Ack)
+    }
+
+    fn on_ack(&mut self, h: &Header) -> Result<(), Closed> {
+        let mut sq = self.sh.lock_sq();
+        if sq.error {
+            return Ok(()); // everything outstanding was flushed; late answers are moot
+        }
+        let Some((idx, kind)) = sq.in_flight(h.psn) else {
+            return Err(format!(
+                "response for PSN {} that is not outstanding",
+                h.psn
+            ));
+        };
+        let status = match (h.op, h.syndrome, kind) {
+            (Opcode::Ack, _, TxKindOf::AckedOp) => WcStatus::Success,
+            (Opcode::Nak, Syndrome::Rnr, TxKindOf::AckedOp) => {
+                sq.rnr_rewind(idx);
+                self.sh.sync_error(&sq);
+                drop(sq);
+                self.sh.sq_cv.notify_one();
+                return Ok(());
+            }
+            (Opcode::Nak, Syndrome::RemoteAccess, _) => WcStatus::RemAccessErr,
+            (Opcode::Nak, Syndrome::InvalidRequest, _) => WcStatus::RemInvReqErr,
+            (Opcode::Nak, Syndrome::RemoteOperation, _) => WcStatus::RemOpErr,
+            (Opcode::Nak, Syndrome::ResponderError, _) => WcStatus::RetryExcErr,
+            _ => {
+                return Err(format!(
+                    "{:?}/{:?} does not answer a {kind:?}",
+                    h.op, h.syndrome
+                ))
+            }
+        };
+        sq.complete(idx, status, 0);
+        self.sh.sync_error(&sq);
+        drop(sq);
+        self.sh.sq_cv.notify_one();
+        Ok(())
+    }
+
+    fn on_read_resp(&mut self, h: &Header) -> Result<(), Closed> {
+        let len = h.length;
+        let idx = {
+            let sq = self.sh.lock_sq();
+            if sq.error {
+                None
+            } else {
+                match sq.in_flight(h.psn) {
+                    Some((idx, TxKindOf::Read)) => {
+                        sq.sges_of(idx, &mut self.sges);
+                        Some(idx)
+                    }
+                    _ => return Err(format!("READ response for PSN {} not outstanding", h.psn)),
+                }
+            }
+        };
+        let Some(idx) = idx else {
+            return self.discard(len as usize);
+        };
+        let status = match self.resolve_dest() {
+            Ok(want) if want != len as u64 => {
+                return Err(format!(
+                    "READ response of {len} bytes for a {want}-byte READ"
+                ));
+            }
+            Ok(_) => {
+                let r = self.scatter(len);
+                self.accs.clear();
+                r?;
+                WcStatus::Success
+            }
+            Err(s) => {
+                self.discard(len as usize)?;
+                s
+            }
+        };
+        let mut sq = self.sh.lock_sq();
+        sq.complete(idx, status, len);
+        self.sh.sync_error(&sq);
+        drop(sq);
+        self.sh.sq_cv.notify_one();
+        Ok(())
+    }
+}

@@ -1,0 +1,44 @@
+# shellcheck shell=bash
+# Sourced by tools/test, tools/test-rxe and tools/quickstart: installs, only where missing, what
+# rdmablk needs on a fresh Debian/Ubuntu machine. Needs root or sudo for apt-get.
+
+rdmablk_sudo() {
+  if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
+    echo "rdmablk: need root (or sudo) to run: $*" >&2; return 1; fi
+}
+
+# rdmablk_apt_install PKG...: installs the packages that are not installed yet.
+rdmablk_apt_install() {
+  local missing=() p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "rdmablk: installing ${missing[*]}" >&2
+  if [ -z "${RDMABLK_APT_UPDATED:-}" ]; then
+    rdmablk_sudo apt-get update -qq >&2 || return 1
+    export RDMABLK_APT_UPDATED=1
+  fi
+  rdmablk_sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >&2
+}
+
+# Build dependencies: the verbs headers and libraries bindgen and the linker need, and libclang.
+RDMABLK_BUILD_PKGS=(libibverbs-dev librdmacm-dev libclang-dev clang pkg-config gcc)
+# What tools/test-rxe needs to run a Soft-RoCE VM, plus the Linux NVMe-oF peers' user tools.
+RDMABLK_VM_PKGS=(qemu-system-x86 busybox-static cpio kmod rdma-core ibverbs-utils iproute2
+  nvme-cli fio)
+
+rdmablk_install_build_deps() {
+  rdmablk_apt_install "${RDMABLK_BUILD_PKGS[@]}" || return 1
+  if ! command -v cargo >/dev/null; then
+    echo "rdmablk: cargo not found: install a Rust toolchain (https://rustup.rs), then retry" >&2
+    return 1
+  fi
+  if command -v rustup >/dev/null; then
+    for c in rustfmt clippy; do
+      rustup component list --installed 2>/dev/null | grep -q "^$c" ||
+        rustup component add "$c" >&2 || return 1
+    done
+  fi
+}
