@@ -86,7 +86,11 @@ flag_set! {
 
 /// One scatter/gather entry: `length` bytes at virtual address `addr` inside the memory region
 /// whose local key is `lkey`. The provider checks the range and key when it executes the WR.
+///
+/// `repr(C)` with the field order of `struct ibv_sge`, so the verbs provider hands a slice of
+/// them to `ibv_post_send` as it is (no copy on the hot path).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[repr(C)]
 pub struct Sge {
     pub addr: u64,
     pub length: u32,

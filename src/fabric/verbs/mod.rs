@@ -1,190 +1,73 @@
-//! The verbs provider over libibverbs/librdmacm. (Stub: being built.)
+//! The verbs provider: libibverbs and librdmacm, for real RNICs and for Soft-RoCE (`rdma_rxe`).
+//!
+//! Every raw `ibv_*` / `rdma_*` call of rdmablk lives in this module tree. The types here are
+//! what the public wrappers in `fabric` dispatch to; their documentation is there.
+//!
+//! # Modules
+//! - [`device`]: device list, open (by name or by local address), attributes.
+//! - [`pd`], [`mr`], [`mw`]: protection domain, memory regions (own their `MemBuf`), type-2
+//!   memory windows.
+//! - [`cq`]: completion queue with its completion channel.
+//! - [`qp`]: the connected RC queue pair, posting, and its connection events.
+//! - [`wr`]: converting `SendWr` / `RecvWr` slices into `ibv_send_wr` chains on the stack.
+//! - [`cm`]: RDMA CM ids and event channels, listener, connect requests, active connect.
+//! - [`fd`]: waiting on the channels' file descriptors.
+//!
+//! # Contexts come from librdmacm
+//! Devices are opened through `rdma_get_devices`, not `ibv_open_device`: a QP made by
+//! `rdma_create_qp` must use a PD of the *same* `ibv_context` as the CM id, and librdmacm has
+//! its own context per device. Taking contexts from librdmacm means a PD from
+//! [`Device::open`] works with the ids of a listener or an active connection on that device.
+//! A [`Device`] holds librdmacm's reference (`rdma_get_devices` / `rdma_free_devices`).
+//!
+//! # Thread safety
+//! libibverbs and librdmacm objects may be used from several threads at once: posting, polling
+//! and the CM calls take the provider's own locks (rdma-core documents verbs as thread-safe).
+//! The Rust types here are therefore `Send + Sync`; each `unsafe impl` names what it relies on.
+//!
+//! # Differences from the soft provider (inherent to RDMA CM over IB/RoCE)
+//! - Private data arrives zero-padded to the CM maximum: a connect request carries 56 bytes,
+//!   an accept 196, a reject 148, whatever length the peer sent (the CM messages carry no length).
+//! - A connect to an address with no listener is reported as [`FabricError::Unreachable`] (the
+//!   CM rejects it with reason 8, "invalid service ID"), not as a reject with private data.
+
+pub mod cm;
+pub mod cq;
+pub mod device;
+pub mod fd;
+pub mod mr;
+pub mod mw;
+pub mod pd;
+pub mod qp;
 pub mod sys;
-use std::net::{IpAddr, SocketAddr};
-use std::os::fd::RawFd;
-use std::time::Duration;
+pub mod wr;
 
-use crate::fabric::{
-    Access, CmEvent, ConnParam, DeviceAttr, FabricError, MemBuf, QpCaps, QpInit, RecvWr, Result,
-    SendWr, Wc,
-};
+#[cfg(test)]
+mod tests;
 
-fn unsupported<T>() -> Result<T> {
-    Err(FabricError::Unsupported {
-        what: "verbs provider (not built yet)",
-    })
+pub use cm::{ConnRequest, Listener, Resolved};
+pub use cq::Cq;
+pub use device::Device;
+pub use mr::Mr;
+pub use mw::Mw;
+pub use pd::Pd;
+pub use qp::Qp;
+
+use std::io;
+
+use crate::fabric::FabricError;
+
+/// The error for a verbs call that returned NULL or -1 and set errno.
+pub(crate) fn errno_err(op: &'static str) -> FabricError {
+    FabricError::last_os(op)
 }
 
-#[derive(Clone)]
-pub struct Device(());
-#[derive(Clone)]
-pub struct Pd(());
-pub struct Mr(());
-pub struct Mw(());
-#[derive(Clone)]
-pub struct Cq(());
-pub struct Qp(());
-pub struct Listener(());
-pub struct ConnRequest(());
-pub struct Resolved(());
+/// The error for a verbs call that returned an errno value (positive or negative).
+pub(crate) fn rc_err(op: &'static str, rc: i32) -> FabricError {
+    FabricError::os(op, io::Error::from_raw_os_error(rc.abs()))
+}
 
-impl Device {
-    pub fn list() -> Result<Vec<String>> {
-        unsupported()
-    }
-    pub fn open(_name: Option<&str>) -> Result<Device> {
-        unsupported()
-    }
-    pub fn open_for_addr(_addr: IpAddr) -> Result<Device> {
-        unsupported()
-    }
-    pub fn name(&self) -> String {
-        unreachable!()
-    }
-    pub fn attr(&self) -> Result<DeviceAttr> {
-        unsupported()
-    }
-    pub fn alloc_pd(&self) -> Result<Pd> {
-        unsupported()
-    }
-    pub fn create_cq(&self, _depth: u32) -> Result<Cq> {
-        unsupported()
-    }
-    pub fn listen(&self, _addr: SocketAddr, _backlog: u32) -> Result<Listener> {
-        unsupported()
-    }
-}
-impl Pd {
-    pub fn register(&self, _buf: MemBuf, _access: Access) -> Result<Mr> {
-        unsupported()
-    }
-    /// # Safety
-    /// See `fabric::Pd::register_raw`.
-    pub unsafe fn register_raw(&self, _addr: *mut u8, _len: usize, _access: Access) -> Result<Mr> {
-        unsupported()
-    }
-    pub fn alloc_mw(&self) -> Result<Mw> {
-        unsupported()
-    }
-}
-impl Mr {
-    pub fn addr(&self) -> u64 {
-        unreachable!()
-    }
-    pub fn len(&self) -> usize {
-        unreachable!()
-    }
-    pub fn lkey(&self) -> u32 {
-        unreachable!()
-    }
-    pub fn rkey(&self) -> u32 {
-        unreachable!()
-    }
-    pub fn access(&self) -> Access {
-        unreachable!()
-    }
-}
-impl Mw {
-    pub fn rkey(&self) -> u32 {
-        unreachable!()
-    }
-}
-impl Cq {
-    pub fn poll(&self, _wcs: &mut [Wc]) -> Result<usize> {
-        unsupported()
-    }
-    pub fn arm(&self) -> Result<()> {
-        unsupported()
-    }
-    pub fn wait(&self, _timeout: Option<Duration>) -> Result<bool> {
-        unsupported()
-    }
-    pub fn fd(&self) -> RawFd {
-        unreachable!()
-    }
-}
-impl Qp {
-    pub fn qp_num(&self) -> u32 {
-        unreachable!()
-    }
-    pub fn caps(&self) -> QpCaps {
-        unreachable!()
-    }
-    pub fn peer_addr(&self) -> SocketAddr {
-        unreachable!()
-    }
-    pub fn initiator_depth(&self) -> u8 {
-        unreachable!()
-    }
-    pub fn responder_resources(&self) -> u8 {
-        unreachable!()
-    }
-    pub fn post_send(&self, _wrs: &[SendWr<'_>]) -> Result<()> {
-        unsupported()
-    }
-    pub fn post_recv(&self, _wrs: &[RecvWr<'_>]) -> Result<()> {
-        unsupported()
-    }
-    pub fn accept(&self, _param: &ConnParam) -> Result<()> {
-        unsupported()
-    }
-    pub fn disconnect(&self) -> Result<()> {
-        unsupported()
-    }
-    pub fn cm_event(&self, _timeout: Option<Duration>) -> Result<Option<CmEvent>> {
-        unsupported()
-    }
-    pub fn cm_fd(&self) -> RawFd {
-        unreachable!()
-    }
-}
-impl Listener {
-    pub fn local_addr(&self) -> SocketAddr {
-        unreachable!()
-    }
-    pub fn get_request(&self, _timeout: Option<Duration>) -> Result<Option<ConnRequest>> {
-        unsupported()
-    }
-    pub fn fd(&self) -> RawFd {
-        unreachable!()
-    }
-}
-impl ConnRequest {
-    pub fn private_data(&self) -> &[u8] {
-        unreachable!()
-    }
-    pub fn peer_addr(&self) -> SocketAddr {
-        unreachable!()
-    }
-    pub fn initiator_depth(&self) -> u8 {
-        unreachable!()
-    }
-    pub fn responder_resources(&self) -> u8 {
-        unreachable!()
-    }
-    pub fn device(&self) -> Device {
-        unreachable!()
-    }
-    pub fn create_qp(self, _init: &QpInit<'_>) -> Result<Qp> {
-        unsupported()
-    }
-    pub fn reject(self, _private_data: &[u8]) -> Result<()> {
-        unsupported()
-    }
-}
-impl Resolved {
-    pub fn resolve(_addr: SocketAddr, _timeout: Duration) -> Result<Resolved> {
-        unsupported()
-    }
-    pub fn device(&self) -> Device {
-        unreachable!()
-    }
-    pub fn connect(
-        self,
-        _init: &QpInit<'_>,
-        _param: &ConnParam,
-        _timeout: Duration,
-    ) -> Result<(Qp, Vec<u8>)> {
-        unsupported()
-    }
+/// The current errno value.
+pub(crate) fn errno() -> i32 {
+    io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }

@@ -1,0 +1,184 @@
+//! The conformance suite on the soft provider, in one process and between two processes, and
+//! on verbs when an RDMA device is configured for the test.
+
+use std::io::{BufRead, BufReader};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use rdmablk::fabric::{Device, ProviderKind};
+use rdmablk_tests::{cases, run, Env, Mode};
+
+const BIN: &str = env!("CARGO_BIN_EXE_rdmablk-conformance");
+/// The whole suite takes well under a minute; anything near this is a hang.
+const RUN_TIMEOUT: Duration = Duration::from_secs(900);
+
+fn assert_clean(passed: usize, failed: usize, skipped: usize, what: &str) {
+    assert_eq!(
+        failed, 0,
+        "{what}: {failed} conformance case(s) failed (see the lines above)"
+    );
+    assert!(passed > 0, "{what}: no conformance case ran");
+    assert_eq!(
+        passed + skipped,
+        cases().len(),
+        "{what}: not every case was reported"
+    );
+}
+
+#[test]
+fn conformance_soft_in_process() {
+    let env = Env {
+        kind: ProviderKind::Soft,
+        listen_addr: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
+        mode: Mode::InProcess,
+    };
+    let r = run(&env, None);
+    assert_clean(r.passed(), r.failed(), r.skipped(), "soft, in-process");
+}
+
+/// Kills a child process when dropped (a failing test must not leave a server behind).
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+        }
+        let _ = self.0.wait();
+    }
+}
+
+/// Waits for `child` with a deadline, killing it on timeout.
+fn wait_with_timeout(child: &mut Child, timeout: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(st) = child.try_wait().expect("try_wait") {
+            return st;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!(
+                "conformance process still running after {} s: killed",
+                timeout.as_secs()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Parses `N passed, N failed, N skipped`.
+fn parse_summary(line: &str) -> Option<(usize, usize, usize)> {
+    let n: Vec<usize> = line
+        .split(", ")
+        .map(|p| p.split_once(' ').and_then(|(n, _)| n.parse().ok()))
+        .collect::<Option<_>>()?;
+    let words: Vec<&str> = line
+        .split(", ")
+        .filter_map(|p| p.split(' ').nth(1))
+        .collect();
+    (words == ["passed", "failed", "skipped"]).then(|| (n[0], n[1], n[2]))
+}
+
+#[test]
+fn conformance_soft_two_processes() {
+    let mut server = Reaped(
+        Command::new(BIN)
+            .args(["--provider", "soft", "--serve", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn the conformance server"),
+    );
+    let stdout = server.0.stdout.take().expect("piped stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the server printed no address within 30 s");
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("server did not start: {line:?}"))
+        .to_string();
+
+    let client = Command::new(BIN)
+        .args([
+            "--provider",
+            "soft",
+            "--connect",
+            &addr,
+            "--shutdown-server",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn the conformance client");
+    let mut client = Reaped(client);
+    let out = client.0.stdout.take().expect("piped stdout");
+    let reader = std::thread::spawn(move || {
+        let mut lines = Vec::new();
+        for l in BufReader::new(out).lines().map_while(Result::ok) {
+            println!("{l}");
+            lines.push(l);
+        }
+        lines
+    });
+    let status = wait_with_timeout(&mut client.0, RUN_TIMEOUT);
+    let lines = reader.join().expect("stdout reader");
+    let summary = lines.iter().rev().find_map(|l| parse_summary(l));
+    let (passed, failed, skipped) =
+        summary.unwrap_or_else(|| panic!("client printed no summary line; status {status}"));
+    assert_clean(passed, failed, skipped, "soft, two processes");
+    assert!(
+        status.success(),
+        "client exited with {status} despite a clean summary"
+    );
+    let st = wait_with_timeout(&mut server.0, Duration::from_secs(30));
+    assert!(st.success(), "server exited with {st}");
+}
+
+/// Runs on verbs only where an RDMA device exists and RDMABLK_TEST_VERBS_ADDR names its IP.
+#[test]
+fn conformance_verbs() {
+    let devices = match Device::list(ProviderKind::Verbs) {
+        Ok(d) if !d.is_empty() => d,
+        Ok(_) => {
+            println!("SKIP conformance_verbs: no RDMA device (Device::list(Verbs) is empty; load rdma_rxe and add rxe0)");
+            return;
+        }
+        Err(e) => {
+            println!("SKIP conformance_verbs: cannot list RDMA devices: {e}");
+            return;
+        }
+    };
+    let Ok(addr) = std::env::var("RDMABLK_TEST_VERBS_ADDR") else {
+        println!(
+            "SKIP conformance_verbs: RDMABLK_TEST_VERBS_ADDR is not set (devices {devices:?}; \
+             set it to an IP of one, e.g. 10.0.2.15)"
+        );
+        return;
+    };
+    let ip: IpAddr = addr
+        .parse()
+        .unwrap_or_else(|e| panic!("RDMABLK_TEST_VERBS_ADDR={addr:?}: {e}"));
+    let env = Env {
+        kind: ProviderKind::Verbs,
+        listen_addr: SocketAddr::new(ip, 0),
+        mode: Mode::InProcess,
+    };
+    let r = run(&env, None);
+    assert_clean(r.passed(), r.failed(), r.skipped(), "verbs, in-process");
+}
+
+#[test]
+fn summary_line_parses() {
+    assert_eq!(
+        parse_summary("40 passed, 1 failed, 4 skipped"),
+        Some((40, 1, 4))
+    );
+    assert_eq!(parse_summary("ok send_recv_sizes (3 ms)"), None);
+}
