@@ -428,7 +428,8 @@ impl Config {
         }
     }
 
-    /// Checks every limit and cross-reference; lists all problems found.
+    /// Checks every limit and cross-reference; lists all problems found. (Loading already
+    /// validates; call this after changing a `Config` in code.)
     pub fn validate(&self) -> Result<(), ConfigError> {
         let problems = self.problems();
         if problems.is_empty() {
@@ -469,6 +470,14 @@ impl Config {
     /// The window of a connection at the largest queue depth hosts may ask for.
     pub fn max_window_layout(&self) -> WindowLayout {
         self.limits.window_layout(self.limits.max_queue_depth)
+    }
+}
+
+impl std::str::FromStr for Config {
+    type Err = ConfigError;
+
+    fn from_str(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, None)
     }
 }
 

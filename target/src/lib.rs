@@ -7,4 +7,7 @@
 //! - [`io`]: the per-worker io_uring engine the file and block backends submit through.
 
 pub mod arena;
+pub mod backend;
 pub mod config;
+pub mod io;
+pub mod namespace;
