@@ -1,0 +1,589 @@
+//! The buffer arena: one pinned mapping, registered once, carved into per-connection windows.
+//!
+//! At start the target maps `arena.bytes` ([`MemBuf`]: populated, optionally locked and on huge
+//! pages) and registers it once as a memory region with `LOCAL_WRITE | MW_BIND` only: no remote
+//! key of the arena itself ever leaves the target. The same memory is registered with each
+//! worker's io_uring as fixed buffers ([`Arena::fixed_region`]), so block I/O goes straight
+//! between the disk and the buffers RDMA reads from and writes to.
+//!
+//! Each accepted connection gets a [`Window`]: a contiguous, page-aligned slice sized for its
+//! negotiated queue depth ([`WindowLayout`]):
+//!
+//! ```text
+//! window offset 0                                                              total_bytes
+//! | recv slots: depth x capsule slot | resp slots: depth x 16 | pad | data slots: depth x io |
+//!   capsule slot = round_up(64 + in_capsule_data_size, 64)    4 KiB-aligned, one per request
+//! ```
+//!
+//! The protocol engine binds a type-2 memory window over a request's data slot (or the whole
+//! data area) through the connection's QP; the receive and response slots are only ever used
+//! with the arena's lkey.
+//!
+//! The carving itself is [`ArenaAllocator`], a plain first-fit free list over 4 KiB pages with
+//! coalescing, testable without a device. Its free list is preallocated for the most windows
+//! the arena can hold, so carving never allocates.
+
+use std::sync::{Arc, Mutex};
+
+use rdmablk::fabric::{Access, FabricError, MemBuf, MemBufOptions, Mr, Pd, Sge};
+
+use crate::config::{ArenaConfig, ByteSize};
+
+/// Bytes of an NVMe submission queue entry (the command part of a capsule).
+pub const SQE_BYTES: usize = 64;
+/// Bytes of an NVMe completion queue entry (a response capsule).
+pub const CQE_BYTES: usize = 16;
+/// Alignment of a receive (command capsule) slot.
+pub const CAPSULE_SLOT_ALIGN: usize = 64;
+/// Alignment and allocation granularity of windows and of data slots (O_DIRECT needs at
+/// least the logical block size; 4 KiB covers 512 B and 4 KiB devices).
+pub const PAGE_BYTES: usize = 4096;
+
+/// Where everything lies inside a connection's window, all offsets relative to its start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowLayout {
+    /// Requests (receive slots, response slots, data slots) the window holds.
+    pub queue_depth: u32,
+    /// One receive buffer: a command capsule (64-byte SQE + in-capsule data), 64 B-rounded.
+    pub capsule_slot_bytes: usize,
+    /// In-capsule data bytes a capsule may carry (`limits.in_capsule_data_size`).
+    pub in_capsule_data_bytes: usize,
+    /// Offset of the response slots (16-byte CQEs sent with the arena's lkey).
+    pub resp_offset: usize,
+    /// Offset of the data area (page-aligned).
+    pub data_offset: usize,
+    /// One data slot: `max_io_size` rounded to a page.
+    pub data_slot_bytes: usize,
+    /// Whole window, a multiple of [`PAGE_BYTES`].
+    pub total_bytes: usize,
+}
+
+impl WindowLayout {
+    /// The layout for `queue_depth` requests with the given limits.
+    pub const fn new(queue_depth: u32, in_capsule_data_size: u32, max_io_size: u32) -> Self {
+        let depth = queue_depth as usize;
+        let capsule_slot_bytes = round_up(
+            SQE_BYTES + in_capsule_data_size as usize,
+            CAPSULE_SLOT_ALIGN,
+        );
+        let resp_offset = depth * capsule_slot_bytes;
+        let data_offset = round_up(resp_offset + depth * CQE_BYTES, PAGE_BYTES);
+        let data_slot_bytes = round_up(max_io_size as usize, PAGE_BYTES);
+        let total_bytes = round_up(data_offset + depth * data_slot_bytes, PAGE_BYTES);
+        WindowLayout {
+            queue_depth,
+            capsule_slot_bytes,
+            in_capsule_data_bytes: in_capsule_data_size as usize,
+            resp_offset,
+            data_offset,
+            data_slot_bytes,
+            total_bytes,
+        }
+    }
+
+    /// Offset of receive slot `i`.
+    pub fn recv_offset(&self, i: u32) -> usize {
+        assert!(
+            i < self.queue_depth,
+            "receive slot {i} of {}",
+            self.queue_depth
+        );
+        i as usize * self.capsule_slot_bytes
+    }
+
+    /// Offset of response slot `i`.
+    pub fn resp_slot_offset(&self, i: u32) -> usize {
+        assert!(
+            i < self.queue_depth,
+            "response slot {i} of {}",
+            self.queue_depth
+        );
+        self.resp_offset + i as usize * CQE_BYTES
+    }
+
+    /// Offset of data slot `i`.
+    pub fn data_slot_offset(&self, i: u32) -> usize {
+        assert!(
+            i < self.queue_depth,
+            "data slot {i} of {}",
+            self.queue_depth
+        );
+        self.data_offset + i as usize * self.data_slot_bytes
+    }
+
+    /// Bytes of the data area (all data slots).
+    pub fn data_bytes(&self) -> usize {
+        self.queue_depth as usize * self.data_slot_bytes
+    }
+}
+
+const fn round_up(n: usize, align: usize) -> usize {
+    n.div_ceil(align) * align
+}
+
+/// An error of the arena.
+#[derive(Debug, thiserror::Error)]
+pub enum ArenaError {
+    /// Mapping or locking the arena failed at start.
+    #[error("cannot map the buffer arena of {bytes} (arena.bytes{}): {source}",
+        if *.hugepages { ", arena.hugepages = true" } else { "" })]
+    Map {
+        bytes: ByteSize,
+        hugepages: bool,
+        #[source]
+        source: FabricError,
+    },
+    /// Registering the arena as a memory region failed at start.
+    #[error("cannot register the buffer arena of {bytes} with the RDMA device: {source}")]
+    Register {
+        bytes: ByteSize,
+        #[source]
+        source: FabricError,
+    },
+    /// No free range is large enough for the window (the engine rejects the connection with
+    /// NO_RESOURCES).
+    #[error(
+        "arena full: a window of {wanted} bytes was asked for, {free} bytes are free \
+             (largest free range {largest_free} bytes); raise arena.bytes or lower \
+             limits.max_queue_depth"
+    )]
+    Full {
+        wanted: usize,
+        free: usize,
+        largest_free: usize,
+    },
+    /// A window of zero bytes, or larger than the arena.
+    #[error("invalid window of {wanted} bytes for an arena of {arena} bytes")]
+    BadSize { wanted: usize, arena: usize },
+}
+
+/// A contiguous byte range of the arena, page-aligned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Extent {
+    pub offset: usize,
+    pub len: usize,
+}
+
+/// Accounting of an arena, for logs and tests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct ArenaStats {
+    pub total_bytes: usize,
+    pub bytes_in_use: usize,
+    pub windows: usize,
+    /// Most bytes ever in use at once.
+    pub high_water_bytes: usize,
+    /// Largest window that could be carved right now.
+    pub largest_free_bytes: usize,
+    /// Carvings refused for lack of space.
+    pub refused: u64,
+}
+
+/// First-fit allocator of page-aligned extents with coalescing: the carving logic of the
+/// arena, without any memory behind it.
+///
+/// Deterministic (the same sequence of calls gives the same offsets). Cost per carve or free
+/// is linear in the number of free extents, which is at most one more than the live windows;
+/// the free list never reallocates.
+#[derive(Debug)]
+pub struct ArenaAllocator {
+    total: usize,
+    /// Free extents, sorted by offset, never adjacent (coalesced).
+    free: Vec<Extent>,
+    stats: ArenaStats,
+}
+
+impl ArenaAllocator {
+    /// An allocator over `total_bytes` (rounded down to whole pages).
+    pub fn new(total_bytes: usize) -> Self {
+        let total = total_bytes / PAGE_BYTES * PAGE_BYTES;
+        // Free extents are separated by live windows, so there are at most windows + 1 of
+        // them; reserve for a generous count so carving at connect time rarely reallocates.
+        let mut free = Vec::with_capacity((total / PAGE_BYTES / 2 + 1).min(4096));
+        if total > 0 {
+            free.push(Extent {
+                offset: 0,
+                len: total,
+            });
+        }
+        ArenaAllocator {
+            total,
+            free,
+            stats: ArenaStats {
+                total_bytes: total,
+                largest_free_bytes: total,
+                ..ArenaStats::default()
+            },
+        }
+    }
+
+    /// Carves `len` bytes (rounded up to whole pages) from the lowest free range that fits.
+    pub fn alloc(&mut self, len: usize) -> Result<Extent, ArenaError> {
+        if len == 0 || len > self.total {
+            return Err(ArenaError::BadSize {
+                wanted: len,
+                arena: self.total,
+            });
+        }
+        let len = round_up(len, PAGE_BYTES);
+        let Some(i) = self.free.iter().position(|e| e.len >= len) else {
+            self.stats.refused += 1;
+            return Err(ArenaError::Full {
+                wanted: len,
+                free: self.total - self.stats.bytes_in_use,
+                largest_free: self.largest_free(),
+            });
+        };
+        let e = &mut self.free[i];
+        let out = Extent {
+            offset: e.offset,
+            len,
+        };
+        if e.len == len {
+            self.free.remove(i);
+        } else {
+            e.offset += len;
+            e.len -= len;
+        }
+        self.stats.bytes_in_use += len;
+        self.stats.windows += 1;
+        self.stats.high_water_bytes = self.stats.high_water_bytes.max(self.stats.bytes_in_use);
+        self.stats.largest_free_bytes = self.largest_free();
+        Ok(out)
+    }
+
+    /// Returns an extent from [`ArenaAllocator::alloc`]. Panics on a double free or an extent
+    /// this allocator did not hand out (a bug that would corrupt other connections' buffers).
+    pub fn free(&mut self, x: Extent) {
+        assert!(
+            x.len > 0 && x.offset % PAGE_BYTES == 0 && x.offset + x.len <= self.total,
+            "freeing {x:?}, which is not an extent of this arena"
+        );
+        let i = self.free.partition_point(|e| e.offset < x.offset);
+        if let Some(prev) = i.checked_sub(1).map(|p| self.free[p]) {
+            assert!(prev.offset + prev.len <= x.offset, "double free of {x:?}");
+        }
+        if let Some(next) = self.free.get(i) {
+            assert!(x.offset + x.len <= next.offset, "double free of {x:?}");
+        }
+        let merge_prev = i > 0 && {
+            let p = self.free[i - 1];
+            p.offset + p.len == x.offset
+        };
+        let merge_next = self
+            .free
+            .get(i)
+            .is_some_and(|n| x.offset + x.len == n.offset);
+        match (merge_prev, merge_next) {
+            (true, true) => {
+                let next = self.free.remove(i);
+                self.free[i - 1].len += x.len + next.len;
+            }
+            (true, false) => self.free[i - 1].len += x.len,
+            (false, true) => {
+                self.free[i].offset = x.offset;
+                self.free[i].len += x.len;
+            }
+            (false, false) => {
+                self.free.insert(i, x);
+            }
+        }
+        self.stats.bytes_in_use -= x.len;
+        self.stats.windows -= 1;
+        self.stats.largest_free_bytes = self.largest_free();
+    }
+
+    fn largest_free(&self) -> usize {
+        self.free.iter().map(|e| e.len).max().unwrap_or(0)
+    }
+
+    pub fn stats(&self) -> ArenaStats {
+        self.stats
+    }
+
+    /// Free extents, lowest first (for tests and debugging).
+    pub fn free_extents(&self) -> &[Extent] {
+        &self.free
+    }
+}
+
+enum Memory {
+    /// Mapped but not registered: for io_uring-only use and for tests without a device.
+    Plain(#[allow(dead_code)] MemBuf),
+    /// Registered: the memory region owns the mapping and deregisters it before unmapping.
+    Registered(Mr),
+}
+
+/// The pinned buffer arena. Share it as `Arc<Arena>`; windows keep it alive.
+pub struct Arena {
+    memory: Memory,
+    ptr: *mut u8,
+    len: usize,
+    allocator: Mutex<ArenaAllocator>,
+}
+
+// SAFETY: the raw pointer is the address of a mapping the Arena owns (through its MemBuf or
+// Mr) for its whole life; the allocator state is behind a Mutex; the bytes themselves are only
+// reached through windows, which hand out raw pointers under their own documented rules.
+unsafe impl Send for Arena {}
+// SAFETY: as above; every `&self` method either reads immutable fields or locks the Mutex.
+unsafe impl Sync for Arena {}
+
+impl std::fmt::Debug for Arena {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Arena")
+            .field("addr", &self.ptr)
+            .field("len", &self.len)
+            .field("registered", &self.mr().is_some())
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl Arena {
+    /// Maps the arena as configured: populated, locked unless `arena.lock = false`, on huge
+    /// pages if asked. Not yet registered (see [`Arena::register`]).
+    pub fn map(cfg: &ArenaConfig) -> Result<Arena, ArenaError> {
+        let bytes = cfg.bytes.bytes() as usize;
+        let opts = MemBufOptions {
+            hugepages: cfg.hugepages,
+            populate: true,
+            lock: cfg.lock,
+        };
+        let buf = MemBuf::new(bytes, opts).map_err(|source| ArenaError::Map {
+            bytes: cfg.bytes,
+            hugepages: cfg.hugepages,
+            source,
+        })?;
+        Ok(Arena::from_memory(Memory::Plain(buf), bytes))
+    }
+
+    /// An unpinned, unregistered arena of `bytes` (tests, tools).
+    pub fn unpinned(bytes: usize) -> Result<Arena, ArenaError> {
+        Arena::map(&ArenaConfig {
+            bytes: ByteSize(bytes as u64),
+            hugepages: false,
+            lock: false,
+        })
+    }
+
+    fn from_memory(memory: Memory, len: usize) -> Arena {
+        let ptr = match &memory {
+            Memory::Plain(b) => b.as_ptr(),
+            Memory::Registered(m) => m.as_ptr(),
+        };
+        Arena {
+            memory,
+            ptr,
+            len,
+            allocator: Mutex::new(ArenaAllocator::new(len)),
+        }
+    }
+
+    /// Registers the arena with `pd` as one memory region with `LOCAL_WRITE | MW_BIND` (never
+    /// remote access: peers reach the arena only through memory windows the engine binds).
+    /// Consumes the arena, so no window can exist yet. Registering twice is a bug (panics).
+    pub fn register(self, pd: &Pd) -> Result<Arena, ArenaError> {
+        let Arena { memory, len, .. } = self;
+        let Memory::Plain(buf) = memory else {
+            panic!("the arena is already registered");
+        };
+        let mr = pd
+            .register(buf, Access::LOCAL_WRITE | Access::MW_BIND)
+            .map_err(|source| ArenaError::Register {
+                bytes: ByteSize(len as u64),
+                source,
+            })?;
+        assert!(
+            !mr.access().contains(Access::REMOTE_READ)
+                && !mr.access().contains(Access::REMOTE_WRITE),
+            "the arena must not be remotely accessible"
+        );
+        Ok(Arena::from_memory(Memory::Registered(mr), len))
+    }
+
+    /// The memory region, once registered.
+    pub fn mr(&self) -> Option<&Mr> {
+        match &self.memory {
+            Memory::Registered(m) => Some(m),
+            Memory::Plain(_) => None,
+        }
+    }
+
+    /// The region's local key, once registered.
+    pub fn lkey(&self) -> Option<u32> {
+        self.mr().map(Mr::lkey)
+    }
+
+    /// Start address (for io_uring fixed-buffer registration and SGEs).
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The whole arena as `(address, length)` for `io_uring_register_buffers`.
+    pub fn fixed_region(&self) -> (*mut u8, usize) {
+        (self.ptr, self.len)
+    }
+
+    /// Whether `[ptr, ptr + len)` lies inside the arena.
+    pub fn contains(&self, ptr: *const u8, len: usize) -> bool {
+        let start = self.ptr as usize;
+        let p = ptr as usize;
+        p >= start
+            && p.checked_add(len)
+                .is_some_and(|end| end <= start + self.len)
+    }
+
+    /// Carves a window laid out as `layout` for one connection. On
+    /// [`ArenaError::Full`], reject the connection with NO_RESOURCES.
+    pub fn carve(self: &Arc<Self>, layout: WindowLayout) -> Result<Window, ArenaError> {
+        let extent = self.lock().alloc(layout.total_bytes)?;
+        tracing::debug!(
+            offset = extent.offset,
+            len = extent.len,
+            depth = layout.queue_depth,
+            "arena window carved"
+        );
+        Ok(Window {
+            arena: Arc::clone(self),
+            extent,
+            layout,
+        })
+    }
+
+    /// Current accounting.
+    pub fn stats(&self) -> ArenaStats {
+        self.lock().stats()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ArenaAllocator> {
+        // A panic while holding the lock is an allocator assertion: the state is suspect, but
+        // refusing every later connection would be worse than continuing with it.
+        self.allocator.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// One connection's slice of the arena. Frees its space when dropped or [`released`].
+///
+/// A window's memory may be the target of RDMA through memory windows bound on the
+/// connection's QP. The space must not return to the arena (and reach another connection)
+/// while that is possible, so keep the `Window` in the connection **after** its QP and memory
+/// windows (struct fields drop in declaration order): the QP is destroyed, or the windows are
+/// invalidated, before the space is freed. [`Window::release`] takes the window by value, so
+/// the engine frees it exactly once, at the point it chooses.
+///
+/// [`released`]: Window::release
+#[derive(Debug)]
+pub struct Window {
+    arena: Arc<Arena>,
+    extent: Extent,
+    layout: WindowLayout,
+}
+
+/// A byte range inside a window, as absolute virtual address and length (what SGEs, memory
+/// window binds and io_uring name).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Region {
+    pub addr: u64,
+    pub len: usize,
+}
+
+impl Region {
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.addr as *mut u8
+    }
+
+    /// An SGE over the region with `lkey`.
+    pub fn sge(&self, lkey: u32) -> Sge {
+        Sge {
+            addr: self.addr,
+            length: u32::try_from(self.len).expect("region longer than an SGE can name"),
+            lkey,
+        }
+    }
+}
+
+impl Window {
+    pub fn layout(&self) -> &WindowLayout {
+        &self.layout
+    }
+
+    pub fn arena(&self) -> &Arc<Arena> {
+        &self.arena
+    }
+
+    /// Offset of the window's first byte inside the arena (and its memory region).
+    pub fn arena_offset(&self) -> usize {
+        self.extent.offset
+    }
+
+    /// Bytes taken from the arena.
+    pub fn len(&self) -> usize {
+        self.extent.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.extent.len == 0
+    }
+
+    fn region(&self, offset: usize, len: usize) -> Region {
+        debug_assert!(offset + len <= self.extent.len);
+        Region {
+            addr: self.arena.ptr as u64 + (self.extent.offset + offset) as u64,
+            len,
+        }
+    }
+
+    /// The whole window.
+    pub fn whole(&self) -> Region {
+        self.region(0, self.extent.len)
+    }
+
+    /// Receive slot `i`: where command capsule `i` is received.
+    pub fn recv_slot(&self, i: u32) -> Region {
+        self.region(self.layout.recv_offset(i), self.layout.capsule_slot_bytes)
+    }
+
+    /// Response slot `i`: a 16-byte CQE.
+    pub fn resp_slot(&self, i: u32) -> Region {
+        self.region(self.layout.resp_slot_offset(i), CQE_BYTES)
+    }
+
+    /// Data slot `i`: up to `max_io_size` bytes of one request, page-aligned.
+    pub fn data_slot(&self, i: u32) -> Region {
+        self.region(self.layout.data_slot_offset(i), self.layout.data_slot_bytes)
+    }
+
+    /// The whole data area (for a memory window over all data slots).
+    pub fn data_area(&self) -> Region {
+        self.region(self.layout.data_offset, self.layout.data_bytes())
+    }
+
+    /// Returns the space to the arena. Call it only after the connection's QP is destroyed or
+    /// every memory window bound over this window has been invalidated.
+    pub fn release(self) {
+        drop(self)
+    }
+}
+
+impl Drop for Window {
+    fn drop(&mut self) {
+        self.arena.lock().free(self.extent);
+        tracing::debug!(
+            offset = self.extent.offset,
+            len = self.extent.len,
+            "arena window freed"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests;

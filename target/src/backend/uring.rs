@@ -1,0 +1,488 @@
+//! Files and block devices through the worker's io_uring ([`crate::io::Ring`]).
+//!
+//! - Reads and writes use O_DIRECT where the filesystem allows it (block devices: always). A
+//!   filesystem that refuses O_DIRECT (EINVAL at open, or no direct-I/O alignment in statx, as
+//!   tmpfs before Linux 6.6) gets buffered I/O and a warning. O_DIRECT buffers must be aligned
+//!   to the file's direct-I/O memory alignment: a misaligned buffer is refused at submit with
+//!   `InvalidRequest`, never handed to the kernel.
+//! - Buffers inside the registered arena go out as READ_FIXED / WRITE_FIXED.
+//! - Flush is `fdatasync` (IORING_OP_FSYNC with DATASYNC); FUA writes carry RWF_DSYNC, so each
+//!   is durable on its own when it completes, buffered or not.
+//! - Write zeroes is `fallocate(ZERO_RANGE | KEEP_SIZE)`, falling back (once per file, e.g. on
+//!   tmpfs) to `PUNCH_HOLE | KEEP_SIZE`, which reads back as zeroes too. Deallocate is
+//!   `fallocate(PUNCH_HOLE | KEEP_SIZE)`; where that is unsupported it completes successfully
+//!   without effect (deallocation is advisory in NVMe). On block devices the kernel turns these
+//!   into WRITE ZEROES and zeroing DISCARD.
+
+use std::cell::RefCell;
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use io_uring::{opcode, squeue, types};
+
+use super::{
+    check_request, Backend, BackendError, BackendQueue, Completion, IoError, IoErrorKind, IoOp,
+    IoRequest, OpKind, SubmitError,
+};
+use crate::config::{BlockBackendConfig, FileBackendConfig};
+use crate::io::{Ring, RingCompletion, RouteId, WorkerIo};
+
+/// How a write-zeroes was issued (the `aux` of its ring slot).
+const AUX_ZERO_RANGE: u32 = 1;
+const AUX_PUNCH_HOLE: u32 = 2;
+
+/// A file or block device served through io_uring.
+#[derive(Debug)]
+pub struct UringFile(Arc<FileState>);
+
+#[derive(Debug)]
+struct FileState {
+    path: PathBuf,
+    file: File,
+    block_size: u32,
+    num_blocks: u64,
+    read_only: bool,
+    direct: bool,
+    /// Alignment O_DIRECT needs of buffer addresses.
+    mem_align: usize,
+    /// Cleared when the filesystem answers ZERO_RANGE with EOPNOTSUPP.
+    zero_range: AtomicBool,
+}
+
+fn open_error(path: &Path, read_only: bool, source: std::io::Error) -> BackendError {
+    BackendError::Open {
+        path: path.to_owned(),
+        read_only,
+        source,
+    }
+}
+
+fn open_with(path: &Path, read_only: bool, direct: bool) -> std::io::Result<File> {
+    let mut o = OpenOptions::new();
+    o.read(true).write(!read_only);
+    if direct {
+        o.custom_flags(libc::O_DIRECT);
+    }
+    o.open(path)
+}
+
+/// `(memory alignment, file offset alignment)` for O_DIRECT, if the kernel reports them
+/// (statx STATX_DIOALIGN, Linux 6.1+). `(0, 0)` means direct I/O is not supported.
+fn dio_align(file: &File) -> Option<(u32, u32)> {
+    // SAFETY: statx is plain old data; all-zero is a valid value.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: valid fd, a NUL-terminated empty path with AT_EMPTY_PATH, and a writable statx.
+    let rc = unsafe {
+        libc::statx(
+            file.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            libc::STATX_DIOALIGN,
+            &mut stx,
+        )
+    };
+    (rc == 0 && stx.stx_mask & libc::STATX_DIOALIGN != 0)
+        .then_some((stx.stx_dio_mem_align, stx.stx_dio_offset_align))
+}
+
+/// Decides whether a file opened with O_DIRECT can serve `block_size`-byte blocks, from its
+/// statx direct-I/O alignments: the buffer alignment to use, or why not (buffered fallback).
+/// Without statx information (kernels before 6.1) O_DIRECT is assumed to need 512 bytes.
+fn direct_io_alignment(dio: Option<(u32, u32)>, block_size: u32) -> Result<usize, String> {
+    match dio {
+        None => Ok(512),
+        Some((0, _)) | Some((_, 0)) => {
+            Err("the filesystem does not support O_DIRECT for this file".into())
+        }
+        Some((_, off)) if block_size % off != 0 => Err(format!(
+            "O_DIRECT needs {off}-byte offset alignment, more than block_size {block_size}"
+        )),
+        Some((mem, _)) => Ok(mem as usize),
+    }
+}
+
+impl UringFile {
+    /// Opens (or creates, with `create_size`) a regular file.
+    pub fn open_file(
+        cfg: &FileBackendConfig,
+        block_size: u32,
+        read_only: bool,
+    ) -> Result<UringFile, BackendError> {
+        let path = cfg.path.as_path();
+        if let (Some(size), false) = (cfg.create_size, path.exists()) {
+            if !read_only {
+                let f = OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(path)
+                    .map_err(|e| open_error(path, read_only, e))?;
+                f.set_len(size.bytes())
+                    .map_err(|e| open_error(path, read_only, e))?;
+                tracing::info!(path = %path.display(), size = %size, "created backing file");
+            }
+        }
+        let (file, direct, mem_align) =
+            Self::open_maybe_direct(path, cfg.direct, block_size, read_only)?;
+        let meta = file
+            .metadata()
+            .map_err(|e| open_error(path, read_only, e))?;
+        if !meta.is_file() {
+            return Err(BackendError::BadFile {
+                path: path.to_owned(),
+                what: "is not a regular file (use kind = \"block\" for block devices)".into(),
+            });
+        }
+        Self::finish(
+            path,
+            file,
+            meta.len(),
+            block_size,
+            read_only,
+            direct,
+            mem_align,
+        )
+    }
+
+    fn open_maybe_direct(
+        path: &Path,
+        want_direct: bool,
+        block_size: u32,
+        read_only: bool,
+    ) -> Result<(File, bool, usize), BackendError> {
+        if want_direct {
+            match open_with(path, read_only, true) {
+                Ok(f) => match direct_io_alignment(dio_align(&f), block_size) {
+                    Ok(mem_align) => return Ok((f, true, mem_align)),
+                    Err(why) => tracing::warn!(path = %path.display(), "{why}: using buffered I/O"),
+                },
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => tracing::warn!(
+                    path = %path.display(),
+                    "the filesystem refuses O_DIRECT (EINVAL): using buffered I/O"
+                ),
+                Err(e) => return Err(open_error(path, read_only, e)),
+            }
+        }
+        let f = open_with(path, read_only, false).map_err(|e| open_error(path, read_only, e))?;
+        Ok((f, false, 1))
+    }
+
+    /// Opens a block device with O_DIRECT.
+    pub fn open_block(
+        cfg: &BlockBackendConfig,
+        block_size: u32,
+        read_only: bool,
+    ) -> Result<UringFile, BackendError> {
+        let path = cfg.path.as_path();
+        let file = open_with(path, read_only, true).map_err(|e| open_error(path, read_only, e))?;
+        let meta = file
+            .metadata()
+            .map_err(|e| open_error(path, read_only, e))?;
+        if !meta.file_type().is_block_device() {
+            return Err(BackendError::BadFile {
+                path: path.to_owned(),
+                what: "is not a block device (use kind = \"file\" for regular files)".into(),
+            });
+        }
+        let mut lbs: libc::c_int = 0;
+        // SAFETY: BLKSSZGET writes one int through the pointer, which is valid.
+        if unsafe { libc::ioctl(file.as_raw_fd(), libc::BLKSSZGET, &mut lbs) } != 0 {
+            return Err(open_error(path, read_only, std::io::Error::last_os_error()));
+        }
+        let lbs = lbs.max(512) as u32;
+        if block_size < lbs {
+            return Err(BackendError::BlockSize {
+                path: path.to_owned(),
+                block_size,
+                device_block_size: lbs,
+            });
+        }
+        let mem_align = match dio_align(&file) {
+            Some((mem, _)) if mem > 0 => mem as usize,
+            _ => lbs as usize,
+        };
+        use std::io::Seek;
+        let len = (&file)
+            .seek(std::io::SeekFrom::End(0))
+            .map_err(|e| open_error(path, read_only, e))?;
+        Self::finish(path, file, len, block_size, read_only, true, mem_align)
+    }
+
+    fn finish(
+        path: &Path,
+        file: File,
+        len: u64,
+        block_size: u32,
+        read_only: bool,
+        direct: bool,
+        mem_align: usize,
+    ) -> Result<UringFile, BackendError> {
+        let num_blocks = len / u64::from(block_size);
+        if num_blocks == 0 {
+            return Err(BackendError::BadFile {
+                path: path.to_owned(),
+                what: format!(
+                    "is {len} bytes, smaller than one {block_size}-byte block \
+                     (give it a size, or set create_size for a new file)"
+                ),
+            });
+        }
+        if len % u64::from(block_size) != 0 {
+            tracing::warn!(
+                path = %path.display(),
+                "size {len} is not a multiple of the block size {block_size}; the tail is unused"
+            );
+        }
+        tracing::info!(path = %path.display(), direct, num_blocks, block_size, "opened backend");
+        Ok(UringFile(Arc::new(FileState {
+            path: path.to_owned(),
+            file,
+            block_size,
+            num_blocks,
+            read_only,
+            direct,
+            mem_align,
+            zero_range: AtomicBool::new(true),
+        })))
+    }
+
+    /// Whether I/O goes through O_DIRECT (false after a buffered fallback).
+    pub fn is_direct(&self) -> bool {
+        self.0.direct
+    }
+
+    /// Buffer address alignment O_DIRECT needs (1 when buffered).
+    pub fn mem_align(&self) -> usize {
+        self.0.mem_align
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0.path
+    }
+}
+
+impl Backend for UringFile {
+    fn block_size(&self) -> u32 {
+        self.0.block_size
+    }
+
+    fn num_blocks(&self) -> u64 {
+        self.0.num_blocks
+    }
+
+    fn read_only(&self) -> bool {
+        self.0.read_only
+    }
+
+    fn open_queue(&self, io: &WorkerIo, depth: u32) -> Result<Box<dyn BackendQueue>, BackendError> {
+        let ring = io.ring()?;
+        let route = ring.borrow_mut().add_route(depth);
+        Ok(Box::new(UringQueue {
+            file: Arc::clone(&self.0),
+            ring,
+            route,
+            depth,
+            in_flight: 0,
+        }))
+    }
+}
+
+struct UringQueue {
+    file: Arc<FileState>,
+    ring: Rc<RefCell<Ring>>,
+    route: RouteId,
+    depth: u32,
+    in_flight: u32,
+}
+
+impl UringQueue {
+    fn entry(&self, ring: &Ring, op: &IoOp) -> Result<(squeue::Entry, u32), IoError> {
+        let f = &*self.file;
+        let fd = types::Fd(f.file.as_raw_fd());
+        let off = |lba: u64| lba * u64::from(f.block_size);
+        let aligned = |p: *mut u8| !f.direct || (p as usize) % f.mem_align == 0;
+        Ok(match *op {
+            IoOp::Read { lba, buf, .. } => {
+                if !aligned(buf.as_ptr()) {
+                    return Err(IoError::new(IoErrorKind::InvalidRequest));
+                }
+                let e = match ring.fixed_index(buf.as_ptr(), buf.len() as usize) {
+                    Some(i) => opcode::ReadFixed::new(fd, buf.as_ptr(), buf.len(), i)
+                        .offset(off(lba))
+                        .build(),
+                    None => opcode::Read::new(fd, buf.as_ptr(), buf.len())
+                        .offset(off(lba))
+                        .build(),
+                };
+                (e, 0)
+            }
+            IoOp::Write { lba, buf, fua, .. } => {
+                if !aligned(buf.as_ptr()) {
+                    return Err(IoError::new(IoErrorKind::InvalidRequest));
+                }
+                let flags = if fua { libc::RWF_DSYNC } else { 0 };
+                let e = match ring.fixed_index(buf.as_ptr(), buf.len() as usize) {
+                    Some(i) => opcode::WriteFixed::new(fd, buf.as_ptr(), buf.len(), i)
+                        .offset(off(lba))
+                        .rw_flags(flags)
+                        .build(),
+                    None => opcode::Write::new(fd, buf.as_ptr(), buf.len())
+                        .offset(off(lba))
+                        .rw_flags(flags)
+                        .build(),
+                };
+                (e, 0)
+            }
+            IoOp::Flush => (
+                opcode::Fsync::new(fd)
+                    .flags(types::FsyncFlags::DATASYNC)
+                    .build(),
+                0,
+            ),
+            IoOp::WriteZeroes { lba, blocks } => {
+                let len = u64::from(blocks) * u64::from(f.block_size);
+                let (mode, aux) = if f.zero_range.load(Ordering::Relaxed) {
+                    (libc::FALLOC_FL_ZERO_RANGE, AUX_ZERO_RANGE)
+                } else {
+                    (libc::FALLOC_FL_PUNCH_HOLE, AUX_PUNCH_HOLE)
+                };
+                let e = opcode::Fallocate::new(fd, len)
+                    .offset(off(lba))
+                    .mode(mode | libc::FALLOC_FL_KEEP_SIZE)
+                    .build();
+                (e, aux)
+            }
+            IoOp::Deallocate { lba, blocks } => {
+                let len = u64::from(blocks) * u64::from(f.block_size);
+                let e = opcode::Fallocate::new(fd, len)
+                    .offset(off(lba))
+                    .mode(libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE)
+                    .build();
+                (e, AUX_PUNCH_HOLE)
+            }
+        })
+    }
+
+    /// Turns a ring completion into the request's completion, or reissues it (write zeroes on
+    /// a filesystem without ZERO_RANGE) and returns `None`.
+    fn finish(&self, ring: &mut Ring, c: RingCompletion) -> Option<Completion> {
+        let op = c.req.op.kind();
+        let done = |result| {
+            Some(Completion {
+                tag: c.req.tag,
+                op,
+                result,
+            })
+        };
+        if c.res < 0 {
+            let errno = -c.res;
+            if errno == libc::EOPNOTSUPP {
+                match (op, c.aux) {
+                    (OpKind::WriteZeroes, AUX_ZERO_RANGE) => {
+                        self.file.zero_range.store(false, Ordering::Relaxed);
+                        tracing::info!(
+                            path = %self.file.path.display(),
+                            "ZERO_RANGE unsupported: write zeroes will punch holes"
+                        );
+                        let Ok((entry, aux)) = self.entry(ring, &c.req.op) else {
+                            return done(Err(IoError::new(IoErrorKind::Internal)));
+                        };
+                        // SAFETY: fallocate names no buffer; the file is kept open by the
+                        // queue (and by the kernel while the operation runs).
+                        return match unsafe { ring.push(self.route, c.req, aux, entry) } {
+                            Ok(()) => None,
+                            Err(_) => done(Err(IoError::new(IoErrorKind::Internal))),
+                        };
+                    }
+                    (OpKind::Deallocate, _) => return done(Ok(())),
+                    _ => {}
+                }
+            }
+            tracing::debug!(tag = c.req.tag, ?op, errno, "backend I/O failed");
+            return done(Err(IoError::from_errno(op, errno)));
+        }
+        if let Some(buf) = c.req.op.buf() {
+            if c.res as u32 != buf.len() {
+                tracing::warn!(
+                    tag = c.req.tag,
+                    ?op,
+                    got = c.res,
+                    want = buf.len(),
+                    "short I/O"
+                );
+                let kind = if op == OpKind::Read {
+                    IoErrorKind::MediaRead
+                } else {
+                    IoErrorKind::WriteFault
+                };
+                return done(Err(IoError::new(kind)));
+            }
+        }
+        done(Ok(()))
+    }
+}
+
+impl BackendQueue for UringQueue {
+    fn submit(&mut self, req: IoRequest) -> Result<(), SubmitError> {
+        if self.in_flight >= self.depth {
+            return Err(SubmitError::Busy);
+        }
+        let f = &*self.file;
+        check_request(&req.op, f.block_size, f.num_blocks)?;
+        if f.read_only && req.op.kind().modifies() {
+            return Err(IoError::new(IoErrorKind::ReadOnly).into());
+        }
+        let mut ring = self.ring.borrow_mut();
+        let (entry, aux) = self.entry(&ring, &req.op)?;
+        // SAFETY: buffers are valid until completion by the IoBuf contract the caller signed;
+        // the file is kept open by this queue's Arc and by the kernel's own reference.
+        unsafe { ring.push(self.route, req, aux, entry) }.map_err(|_| SubmitError::Busy)?;
+        self.in_flight += 1;
+        Ok(())
+    }
+
+    fn poll(&mut self, out: &mut [Completion]) -> usize {
+        let ring_rc = Rc::clone(&self.ring);
+        let mut ring = ring_rc.borrow_mut();
+        if let Err(e) = ring.submit() {
+            tracing::error!(error = %e, "io_uring submit failed");
+        }
+        ring.reap();
+        let mut n = 0;
+        while n < out.len() {
+            let Some(c) = ring.take(self.route) else {
+                break;
+            };
+            if let Some(done) = self.finish(&mut ring, c) {
+                out[n] = done;
+                n += 1;
+                self.in_flight -= 1;
+            }
+        }
+        n
+    }
+
+    fn in_flight(&self) -> u32 {
+        self.in_flight
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::direct_io_alignment;
+
+    #[test]
+    fn buffered_fallback_when_direct_io_is_unsupported_or_too_coarse() {
+        // tmpfs before Linux 6.6 and FUSE report no direct-I/O alignment.
+        assert!(direct_io_alignment(Some((0, 0)), 4096).is_err());
+        // A 4Kn device under a 512-byte namespace.
+        assert!(direct_io_alignment(Some((512, 4096)), 512).is_err());
+        assert_eq!(direct_io_alignment(Some((4, 512)), 512), Ok(4));
+        assert_eq!(direct_io_alignment(Some((512, 512)), 4096), Ok(512));
+        assert_eq!(direct_io_alignment(None, 4096), Ok(512));
+    }
+}

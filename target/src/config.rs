@@ -1,0 +1,485 @@
+//! The target's configuration: a TOML file, parsed strictly and validated at load.
+//!
+//! Every table refuses unknown keys (a misspelt knob is an error, never silently ignored), and
+//! [`Config::validate`] refuses impossible limits with a message naming the key and the fix.
+//! `config/rdmablk-target.toml` documents every knob; `config/quickstart.toml` is the smallest
+//! useful file.
+//!
+//! Sizes ([`ByteSize`]) are an integer number of bytes or a string with a binary suffix
+//! (`"256MiB"`). Times carry their unit in the key name (`_ms`, `_us`).
+
+mod bytes;
+mod nqn;
+mod validate;
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use rdmablk::fabric::ProviderKind;
+
+pub use bytes::ByteSize;
+pub use nqn::{parse_uuid, validate_nqn, validate_uuid, DISCOVERY_NQN, MAX_NQN_BYTES};
+pub use validate::Problem;
+
+use crate::arena::WindowLayout;
+
+/// The NVMe-oF RDMA port (IANA).
+pub const DEFAULT_PORT: u16 = 4420;
+/// Upper bound of `limits.max_queue_depth`.
+pub const MAX_QUEUE_DEPTH: u32 = 1024;
+/// Lower bound of `limits.max_queue_depth`: the NVMe-oF minimum admin queue size (hosts open
+/// the admin queue with 32 entries, and it is carved from the arena like any queue).
+pub const MIN_QUEUE_DEPTH: u32 = 32;
+/// Upper bound of `limits.max_io_size`: the largest power of two a keyed SGL's 24-bit length
+/// can carry.
+pub const MAX_IO_SIZE: u32 = 8 << 20;
+/// Upper bound of `limits.in_capsule_data_size` (the Linux target's limit as well).
+pub const MAX_IN_CAPSULE_DATA_SIZE: u32 = 16 << 10;
+/// Upper bound of `target.worker_threads`.
+pub const MAX_WORKER_THREADS: u32 = 256;
+/// Namespaces a subsystem may hold.
+pub const MAX_NAMESPACES_PER_SUBSYSTEM: usize = 1024;
+
+/// An error loading the configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read configuration file {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// TOML syntax error, wrong type, unknown key, missing key.
+    #[error("{}{}{message}", origin(path), line.map(|l| format!("line {l}: ")).unwrap_or_default())]
+    Parse {
+        path: Option<PathBuf>,
+        /// 1-based line of the offending text, when toml knows it.
+        line: Option<usize>,
+        message: String,
+    },
+    /// The file parsed but describes an impossible target; every problem found is listed.
+    #[error("{}invalid configuration:\n{}", origin(path), list(problems))]
+    Invalid {
+        path: Option<PathBuf>,
+        problems: Vec<Problem>,
+    },
+}
+
+fn origin(path: &Option<PathBuf>) -> String {
+    path.as_ref()
+        .map(|p| format!("{}: ", p.display()))
+        .unwrap_or_default()
+}
+
+fn list(problems: &[Problem]) -> String {
+    problems
+        .iter()
+        .map(|p| format!("  - {p}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+impl ConfigError {
+    /// The problems of an [`ConfigError::Invalid`] (empty for other errors).
+    pub fn problems(&self) -> &[Problem] {
+        match self {
+            ConfigError::Invalid { problems, .. } => problems,
+            _ => &[],
+        }
+    }
+}
+
+/// The whole configuration file.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// `[[listener]]`: where hosts connect. At least one.
+    #[serde(rename = "listener", default)]
+    pub listeners: Vec<ListenerConfig>,
+    /// `[target]`: threads and polling.
+    #[serde(default)]
+    pub target: TargetConfig,
+    /// `[arena]`: the pinned buffer all connections' windows are carved from.
+    pub arena: ArenaConfig,
+    /// `[limits]`: per-connection and per-controller limits advertised to hosts.
+    #[serde(default)]
+    pub limits: Limits,
+    /// `[[subsystem]]`: what hosts can connect to. At least one.
+    #[serde(rename = "subsystem", default)]
+    pub subsystems: Vec<SubsystemConfig>,
+}
+
+/// `[[listener]]`.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerConfig {
+    /// `verbs` (an RNIC or rxe/siw) or `soft` (the userspace provider over TCP).
+    pub provider: Provider,
+    /// Local IP address to listen on (`0.0.0.0` listens on all of the provider's devices).
+    pub address: IpAddr,
+    /// TCP/RDMA CM port.
+    #[serde(default = "default_port")]
+    pub port: u16,
+}
+
+fn default_port() -> u16 {
+    DEFAULT_PORT
+}
+
+/// A fabric provider name as written in the file.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, Hash)]
+#[serde(rename_all = "lowercase")]
+pub enum Provider {
+    Verbs,
+    Soft,
+}
+
+impl From<Provider> for ProviderKind {
+    fn from(p: Provider) -> ProviderKind {
+        match p {
+            Provider::Verbs => ProviderKind::Verbs,
+            Provider::Soft => ProviderKind::Soft,
+        }
+    }
+}
+
+/// `[target]`.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TargetConfig {
+    /// Worker threads; each owns its connections, its io_uring and its completion queues.
+    pub worker_threads: u32,
+    /// How workers wait for work.
+    pub poll_mode: PollMode,
+    /// Keep Alive granularity advertised in Identify Controller (KAS, in 100 ms units on the
+    /// wire); the keep-alive timer is checked this often.
+    pub keep_alive_granularity_ms: u32,
+    /// Keep-alive timeout used when a host's admin Connect asks for none (KATO 0);
+    /// 0 keeps keep-alive off for such hosts (then a dead host is only noticed through RDMA).
+    pub default_keep_alive_timeout_ms: u32,
+}
+
+impl Default for TargetConfig {
+    fn default() -> Self {
+        TargetConfig {
+            worker_threads: 1,
+            poll_mode: PollMode::Interrupt,
+            keep_alive_granularity_ms: 1000,
+            default_keep_alive_timeout_ms: 0,
+        }
+    }
+}
+
+/// How a worker waits for completions.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum PollMode {
+    /// Spin on the completion queues: lowest latency, one core per worker at 100 %.
+    Busy,
+    /// Arm the completion queues and sleep until an event: for shared machines.
+    Interrupt,
+}
+
+/// `[arena]`.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ArenaConfig {
+    /// Total bytes, pinned at start. Must hold at least one connection's window at
+    /// `limits.max_queue_depth`; each connection takes one window.
+    pub bytes: ByteSize,
+    /// Back the arena with 2 MiB huge pages (reserve them first in /proc/sys/vm/nr_hugepages).
+    #[serde(default)]
+    pub hugepages: bool,
+    /// `mlock` the arena at start (registration pins it anyway; locking makes a too-low
+    /// RLIMIT_MEMLOCK fail at start with the limit named, not at the first connection).
+    #[serde(default = "yes")]
+    pub lock: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// `[limits]`.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Largest queue (entries) a host may open; also the admin queue's bound. 32..=1024.
+    pub max_queue_depth: u32,
+    /// Largest data transfer of one command, bytes (MDTS is derived from it). A multiple of
+    /// 4096 and of every namespace's block size, at most 8 MiB.
+    pub max_io_size: u32,
+    /// Bytes of write data a command capsule may carry; 0 disables in-capsule data. A multiple
+    /// of 16, at most `max_io_size` and 16 KiB.
+    pub in_capsule_data_size: u32,
+    /// Queues per controller, the admin queue included (so at least 2).
+    pub max_queues_per_controller: u32,
+    /// Connections (queues of all controllers) the target accepts at once.
+    pub max_connections: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_queue_depth: 128,
+            max_io_size: 128 << 10,
+            in_capsule_data_size: 4 << 10,
+            max_queues_per_controller: 128,
+            max_connections: 256,
+        }
+    }
+}
+
+impl Limits {
+    /// The window a connection of `queue_depth` entries takes from the arena.
+    pub fn window_layout(&self, queue_depth: u32) -> WindowLayout {
+        WindowLayout::new(queue_depth, self.in_capsule_data_size, self.max_io_size)
+    }
+}
+
+/// `[[subsystem]]`.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SubsystemConfig {
+    /// The subsystem's NQN (see [`validate_nqn`]).
+    pub nqn: String,
+    /// Let any host connect. Exclusive with `hosts`.
+    #[serde(default)]
+    pub allow_any_host: bool,
+    /// Host NQNs allowed to connect (when `allow_any_host` is false).
+    #[serde(default)]
+    pub hosts: Vec<String>,
+    /// Serial number reported in Identify Controller (ASCII, at most 20 bytes); derived from
+    /// the NQN when absent.
+    #[serde(default)]
+    pub serial: Option<String>,
+    /// `[[subsystem.namespace]]`.
+    #[serde(rename = "namespace", default)]
+    pub namespaces: Vec<NamespaceConfig>,
+}
+
+/// `[[subsystem.namespace]]`.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct NamespaceConfig {
+    /// Namespace ID, 1..=0xFFFFFFFE, unique within the subsystem.
+    pub nsid: u32,
+    /// Logical block size: 512 or 4096.
+    #[serde(default = "default_block_size")]
+    pub block_size: u32,
+    /// Refuse writes, write zeroes and deallocate (reported as write protected).
+    #[serde(default)]
+    pub read_only: bool,
+    /// Namespace UUID (`xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`), reported in the namespace
+    /// identification descriptors.
+    #[serde(default)]
+    pub uuid: Option<String>,
+    /// Where the blocks live.
+    pub backend: BackendConfig,
+}
+
+fn default_block_size() -> u32 {
+    4096
+}
+
+/// `[subsystem.namespace.backend]`: a table with `kind` and that kind's keys.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum BackendConfig {
+    /// A regular file, through io_uring (O_DIRECT when the filesystem allows it).
+    File(FileBackendConfig),
+    /// A block device under /dev, through io_uring with O_DIRECT.
+    Block(BlockBackendConfig),
+    /// No storage: writes are discarded, reads complete without touching the buffer.
+    Null(SizedBackendConfig),
+    /// Memory (not persistent).
+    Ram(SizedBackendConfig),
+    /// Wraps another backend and injects faults and latency.
+    Error(Box<ErrorBackendConfig>),
+}
+
+impl BackendConfig {
+    /// The kind's name as written in the file.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            BackendConfig::File(_) => "file",
+            BackendConfig::Block(_) => "block",
+            BackendConfig::Null(_) => "null",
+            BackendConfig::Ram(_) => "ram",
+            BackendConfig::Error(_) => "error",
+        }
+    }
+}
+
+/// `kind = "file"`.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct FileBackendConfig {
+    pub path: PathBuf,
+    /// Create the file with this size when it does not exist (never resizes an existing file).
+    #[serde(default)]
+    pub create_size: Option<ByteSize>,
+    /// Use O_DIRECT (falls back to buffered I/O with a warning where the filesystem refuses
+    /// it). Buffered I/O still honours flushes (fdatasync) and FUA (RWF_DSYNC).
+    #[serde(default = "yes")]
+    pub direct: bool,
+}
+
+/// `kind = "block"`.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct BlockBackendConfig {
+    /// A block device, `/dev/...`.
+    pub path: PathBuf,
+}
+
+/// `kind = "null"` and `kind = "ram"`.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct SizedBackendConfig {
+    /// Capacity; a multiple of the block size.
+    pub size: ByteSize,
+}
+
+/// `kind = "error"`.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ErrorBackendConfig {
+    /// The backend whose I/O is passed through when no fault fires.
+    pub inner: BackendConfig,
+    /// Seed of the deterministic fault generator (same seed, same faults).
+    #[serde(default)]
+    pub seed: u64,
+    /// Latency added to every completion, microseconds.
+    #[serde(default)]
+    pub latency_us: u64,
+    /// Faults of reads (reported as unrecovered read errors).
+    #[serde(default)]
+    pub fail_reads: FaultConfig,
+    /// Faults of writes, write zeroes and deallocate (reported as write faults).
+    #[serde(default)]
+    pub fail_writes: FaultConfig,
+    /// Faults of flushes (write faults; the namespace then refuses writes until reopened).
+    #[serde(default)]
+    pub fail_flushes: FaultConfig,
+}
+
+/// When an operation kind fails. Both triggers may be set.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FaultConfig {
+    /// Probability (0.0..=1.0) that one operation fails.
+    #[serde(default)]
+    pub rate: f64,
+    /// Fail the Nth operation of this kind (1-based, counted over the namespace).
+    #[serde(default)]
+    pub nth: Option<u64>,
+    /// With `nth`: also fail every later operation of this kind (a device that died).
+    #[serde(default)]
+    pub sticky: bool,
+}
+
+impl FaultConfig {
+    /// Whether this can ever fire.
+    pub fn is_active(&self) -> bool {
+        self.rate > 0.0 || self.nth.is_some()
+    }
+}
+
+impl Config {
+    /// Reads, parses and validates `path`.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Config::parse(&text, Some(path))
+    }
+
+    /// Parses and validates TOML text (errors carry no file name).
+    #[allow(clippy::should_implement_trait)]
+    pub fn from_str(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, None)
+    }
+
+    fn parse(text: &str, path: Option<&Path>) -> Result<Config, ConfigError> {
+        let cfg: Config = toml::from_str(text).map_err(|e| {
+            let line = e
+                .span()
+                .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+            ConfigError::Parse {
+                path: path.map(Path::to_owned),
+                line,
+                message: e.message().to_owned(),
+            }
+        })?;
+        let problems = cfg.problems();
+        if problems.is_empty() {
+            Ok(cfg)
+        } else {
+            Err(ConfigError::Invalid {
+                path: path.map(Path::to_owned),
+                problems,
+            })
+        }
+    }
+
+    /// Checks every limit and cross-reference; lists all problems found. (Loading already
+    /// validates; call this after changing a `Config` in code.)
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let problems = self.problems();
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigError::Invalid {
+                path: None,
+                problems,
+            })
+        }
+    }
+
+    /// The problems [`Config::validate`] reports (empty when the configuration is valid).
+    pub fn problems(&self) -> Vec<Problem> {
+        validate::check(self)
+    }
+
+    /// Re-checks the limits against the RDMA device a listener opened, at start.
+    ///
+    /// `send_wrs_per_request` is how many send work requests the protocol engine may post per
+    /// command (e.g. MW bind + RDMA WRITE + response SEND = 3).
+    pub fn check_device(
+        &self,
+        attr: &rdmablk::fabric::DeviceAttr,
+        send_wrs_per_request: u32,
+    ) -> Result<(), ConfigError> {
+        let problems = validate::check_device(self, attr, send_wrs_per_request);
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigError::Invalid {
+                path: None,
+                problems,
+            })
+        }
+    }
+
+    /// The window of a connection at the largest queue depth hosts may ask for.
+    pub fn max_window_layout(&self) -> WindowLayout {
+        self.limits.window_layout(self.limits.max_queue_depth)
+    }
+}
+
+impl std::str::FromStr for Config {
+    type Err = ConfigError;
+
+    fn from_str(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, None)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,342 @@
+use super::*;
+
+const MINIMAL: &str = r#"
+[[listener]]
+provider = "soft"
+address = "127.0.0.1"
+
+[arena]
+bytes = "64MiB"
+
+[[subsystem]]
+nqn = "nqn.2026-11.io.rdmablk:test"
+allow_any_host = true
+
+[[subsystem.namespace]]
+nsid = 1
+backend = { kind = "ram", size = "16MiB" }
+"#;
+
+fn with(extra_top: &str, extra_ns: &str) -> String {
+    // Tables must follow plain keys, so splice into the right places.
+    MINIMAL
+        .replacen("[[listener]]", &format!("{extra_top}\n[[listener]]"), 1)
+        .replace("nsid = 1\n", &format!("nsid = 1\n{extra_ns}\n"))
+}
+
+fn problems(text: &str) -> Vec<Problem> {
+    match Config::from_str(text) {
+        Err(ConfigError::Invalid { problems, .. }) => problems,
+        other => panic!("expected validation problems, got {other:?}"),
+    }
+}
+
+fn has_problem(text: &str, key: &str) -> bool {
+    let p = problems(text);
+    let found = p.iter().any(|p| p.key == key);
+    if !found {
+        eprintln!("problems: {p:#?}");
+    }
+    found
+}
+
+#[test]
+fn minimal_config_gets_the_documented_defaults() {
+    let c = Config::from_str(MINIMAL).unwrap();
+    assert_eq!(c.listeners[0].port, 4420);
+    assert_eq!(c.listeners[0].provider, Provider::Soft);
+    assert_eq!(c.limits, Limits::default());
+    assert_eq!(c.limits.max_queue_depth, 128);
+    assert_eq!(c.limits.max_io_size, 128 << 10);
+    assert_eq!(c.limits.in_capsule_data_size, 4096);
+    assert_eq!(c.limits.max_queues_per_controller, 128);
+    assert_eq!(c.target, TargetConfig::default());
+    assert!(c.arena.lock && !c.arena.hugepages);
+    assert_eq!(c.arena.bytes.bytes(), 64 << 20);
+    let ns = &c.subsystems[0].namespaces[0];
+    assert_eq!(ns.block_size, 4096);
+    assert_eq!(
+        ns.backend,
+        BackendConfig::Ram(SizedBackendConfig {
+            size: ByteSize(16 << 20)
+        })
+    );
+}
+
+#[test]
+fn unknown_keys_are_refused_by_name_with_the_line() {
+    let text = MINIMAL.replace("bytes = \"64MiB\"", "bytes = \"64MiB\"\nhugepage = true");
+    let e = Config::from_str(&text).unwrap_err();
+    let msg = e.to_string();
+    assert!(msg.contains("hugepage"), "{msg}");
+    assert!(
+        matches!(e, ConfigError::Parse { line: Some(8), .. }),
+        "{e:?}"
+    );
+    // Inside the tagged backend table too.
+    let text = MINIMAL.replace("size = \"16MiB\"", "size = \"16MiB\", sise = 1");
+    let msg = Config::from_str(&text).unwrap_err().to_string();
+    assert!(msg.contains("sise"), "{msg}");
+}
+
+#[test]
+fn from_file_names_the_path() {
+    let dir = std::env::temp_dir().join(format!("rdmablk-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("bad.toml");
+    std::fs::write(&p, MINIMAL.replace("[arena]", "[arena]\nfoo = 1")).unwrap();
+    let msg = Config::from_file(&p).unwrap_err().to_string();
+    assert!(msg.contains("bad.toml") && msg.contains("foo"), "{msg}");
+    let msg = Config::from_file(dir.join("missing.toml"))
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("missing.toml"), "{msg}");
+    std::fs::write(&p, MINIMAL.replace("bytes = \"64MiB\"", "bytes = \"1MiB\"")).unwrap();
+    let msg = Config::from_file(&p).unwrap_err().to_string();
+    assert!(
+        msg.contains("bad.toml") && msg.contains("arena.bytes"),
+        "{msg}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn arena_smaller_than_one_window_is_refused_with_the_size_needed() {
+    let text = MINIMAL.replace("bytes = \"64MiB\"", "bytes = \"16MiB\"");
+    let p = problems(&text);
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert_eq!(p[0].key, "arena.bytes");
+    // 128 x (64 + 4096) receive + 128 x 16 response + 128 x 128 KiB data, page-rounded.
+    assert!(
+        p[0].message
+            .contains(&ByteSize(536_576 + (16 << 20)).to_string()),
+        "{}",
+        p[0]
+    );
+    // Lowering the depth makes it fit.
+    let text = with("[limits]\nmax_queue_depth = 64", "").replace("64MiB", "16MiB");
+    Config::from_str(&text).unwrap();
+}
+
+#[test]
+fn limits_out_of_range_are_refused() {
+    for (limits, key) in [
+        ("max_queue_depth = 0", "limits.max_queue_depth"),
+        ("max_queue_depth = 1025", "limits.max_queue_depth"),
+        ("max_queue_depth = 16", "limits.max_queue_depth"),
+        ("max_io_size = 6000", "limits.max_io_size"),
+        ("max_io_size = 16777216", "limits.max_io_size"),
+        ("in_capsule_data_size = 100", "limits.in_capsule_data_size"),
+        (
+            "in_capsule_data_size = 32768",
+            "limits.in_capsule_data_size",
+        ),
+        (
+            "max_io_size = 8192\nin_capsule_data_size = 16384",
+            "limits.in_capsule_data_size",
+        ),
+        (
+            "max_queues_per_controller = 1",
+            "limits.max_queues_per_controller",
+        ),
+        ("max_connections = 0", "limits.max_connections"),
+    ] {
+        let text = with(&format!("[limits]\n{limits}"), "");
+        assert!(has_problem(&text, key), "{limits} not refused as {key}");
+    }
+    let text = with("[target]\nworker_threads = 0", "");
+    assert!(has_problem(&text, "target.worker_threads"));
+    let text = with("[target]\nkeep_alive_granularity_ms = 150", "");
+    assert!(has_problem(&text, "target.keep_alive_granularity_ms"));
+}
+
+#[test]
+fn io_size_must_be_a_multiple_of_every_block_size() {
+    // 4096 multiples are always multiples of 512 and 4096; a bad block size is named.
+    let text = with("", "block_size = 1024");
+    assert!(has_problem(&text, "subsystem[0].namespace[0].block_size"));
+    let text = with("", "block_size = 512");
+    Config::from_str(&text).unwrap();
+}
+
+#[test]
+fn namespace_ids_are_checked() {
+    let text = MINIMAL.replace("nsid = 1", "nsid = 0");
+    assert!(has_problem(&text, "subsystem[0].namespace[0].nsid"));
+    let text = MINIMAL.replace("nsid = 1", "nsid = 4294967295");
+    assert!(has_problem(&text, "subsystem[0].namespace[0].nsid"));
+    let text = format!(
+        "{MINIMAL}\n[[subsystem.namespace]]\nnsid = 1\nbackend = {{ kind = \"null\", size = 4096 }}\n"
+    );
+    let p = problems(&text);
+    assert!(
+        p.iter()
+            .any(|p| p.key == "subsystem[0].namespace[1].nsid" && p.message.contains("used twice")),
+        "{p:?}"
+    );
+}
+
+#[test]
+fn nqns_and_hosts_are_checked() {
+    let text = MINIMAL.replace("io.rdmablk:test", "io.rdmablk");
+    assert!(has_problem(&text, "subsystem[0].nqn"));
+    let dup = format!(
+        "{MINIMAL}\n[[subsystem]]\nnqn = \"nqn.2026-11.io.rdmablk:test\"\nallow_any_host = true\n"
+    );
+    assert!(has_problem(&dup, "subsystem[1].nqn"));
+    let text = MINIMAL.replace("allow_any_host = true", "allow_any_host = false");
+    assert!(has_problem(&text, "subsystem[0].hosts"));
+    let text = MINIMAL.replace(
+        "allow_any_host = true",
+        "hosts = [\"nqn.2014-08.org.nvmexpress:uuid:f81d4fae-7dec-11d0-a765-00a0c91e6bf6\", \"bad\"]",
+    );
+    let p = problems(&text);
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert_eq!(p[0].key, "subsystem[0].hosts[1]");
+    let text = MINIMAL.replace("io.rdmablk:test", "org.nvmexpress.discovery");
+    assert!(has_problem(&text, "subsystem[0].nqn"));
+}
+
+#[test]
+fn backends_are_checked() {
+    let text = MINIMAL.replace("size = \"16MiB\"", "size = 1000");
+    assert!(has_problem(&text, "subsystem[0].namespace[0].backend.size"));
+    let text = MINIMAL.replace(
+        "backend = { kind = \"ram\", size = \"16MiB\" }",
+        "backend = { kind = \"block\", path = \"/tmp/disk\" }",
+    );
+    assert!(has_problem(&text, "subsystem[0].namespace[0].backend.path"));
+    let text = MINIMAL.replace(
+        "backend = { kind = \"ram\", size = \"16MiB\" }",
+        "backend = { kind = \"file\", path = \"disk.img\" }",
+    );
+    assert!(has_problem(&text, "subsystem[0].namespace[0].backend.path"));
+    let text = MINIMAL.replace(
+        "backend = { kind = \"ram\", size = \"16MiB\" }",
+        "backend = { kind = \"tape\" }",
+    );
+    let msg = Config::from_str(&text).unwrap_err().to_string();
+    assert!(msg.contains("tape"), "{msg}");
+}
+
+#[test]
+fn error_backend_nests_and_checks_its_faults() {
+    let ns = r#"
+[subsystem.namespace.backend]
+kind = "error"
+seed = 7
+latency_us = 100
+fail_reads = { rate = 0.5 }
+fail_flushes = { nth = 3, sticky = true }
+inner = { kind = "ram", size = "1MiB" }
+"#;
+    let text = MINIMAL.replace("backend = { kind = \"ram\", size = \"16MiB\" }", ns);
+    let c = Config::from_str(&text).unwrap();
+    let BackendConfig::Error(e) = &c.subsystems[0].namespaces[0].backend else {
+        panic!("not an error backend");
+    };
+    assert_eq!(e.seed, 7);
+    assert_eq!(e.fail_flushes.nth, Some(3));
+    assert!(e.fail_flushes.sticky && !e.fail_writes.is_active());
+    let bad = text
+        .replace("rate = 0.5", "rate = 1.5")
+        .replace("nth = 3", "nth = 0");
+    let p = problems(&bad);
+    let keys: Vec<&str> = p.iter().map(|p| p.key.as_str()).collect();
+    assert!(
+        keys.contains(&"subsystem[0].namespace[0].backend.fail_reads.rate"),
+        "{keys:?}"
+    );
+    assert!(
+        keys.contains(&"subsystem[0].namespace[0].backend.fail_flushes.nth"),
+        "{keys:?}"
+    );
+    let bad = text.replace("size = \"1MiB\"", "size = \"1MiB\", colour = 1");
+    assert!(Config::from_str(&bad)
+        .unwrap_err()
+        .to_string()
+        .contains("colour"));
+}
+
+#[test]
+fn every_problem_is_reported_at_once() {
+    let text = with(
+        "[limits]\nmax_queue_depth = 0\nin_capsule_data_size = 7",
+        "block_size = 7",
+    );
+    let p = problems(&text);
+    assert!(p.len() >= 3, "{p:?}");
+    let msg = ConfigError::Invalid {
+        path: None,
+        problems: p,
+    }
+    .to_string();
+    assert!(
+        msg.contains("limits.max_queue_depth") && msg.contains("block_size"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn device_limits_are_rechecked_at_start() {
+    let c = Config::from_str(MINIMAL).unwrap();
+    let mut attr = rdmablk::fabric::DeviceAttr {
+        name: "rxe0".into(),
+        max_qp: 1024,
+        max_qp_wr: 256,
+        max_sge: 32,
+        max_cqe: 4096,
+        max_mr: 1024,
+        max_mr_size: u64::MAX,
+        max_mw: 1024,
+        max_qp_rd_atom: 16,
+        max_qp_init_rd_atom: 16,
+        mw_type2: true,
+        mem_mgt_extensions: true,
+        port_active: true,
+    };
+    c.check_device(&attr, 2).unwrap();
+    let e = c.check_device(&attr, 3).unwrap_err();
+    assert_eq!(e.problems()[0].key, "limits.max_queue_depth");
+    assert!(e.to_string().contains("rxe0"));
+    attr.max_mr_size = 1 << 20;
+    assert!(c.check_device(&attr, 1).is_err());
+}
+
+fn repo_config(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("config")
+        .join(name)
+}
+
+#[test]
+fn example_files_load_and_validate() {
+    let full = Config::from_file(repo_config("rdmablk-target.toml")).unwrap();
+    assert!(!full.subsystems.is_empty());
+    let kinds: Vec<&str> = full
+        .subsystems
+        .iter()
+        .flat_map(|s| s.namespaces.iter().map(|n| n.backend.kind()))
+        .collect();
+    for k in ["file", "block", "null", "ram", "error"] {
+        assert!(
+            kinds.contains(&k),
+            "the documented example lacks a {k} backend"
+        );
+    }
+    let quick = Config::from_file(repo_config("quickstart.toml")).unwrap();
+    assert_eq!(quick.listeners.len(), 1);
+    assert_eq!(quick.listeners[0].provider, Provider::Soft);
+    assert_eq!(quick.listeners[0].port, 4420);
+    assert_eq!(quick.subsystems[0].nqn, "nqn.2026-11.io.rdmablk:quickstart");
+    assert!(quick.subsystems[0].allow_any_host);
+    let ns = &quick.subsystems[0].namespaces[0];
+    assert_eq!(ns.block_size, 4096);
+    assert_eq!(
+        ns.backend,
+        BackendConfig::Ram(SizedBackendConfig {
+            size: ByteSize(256 << 20)
+        })
+    );
+}

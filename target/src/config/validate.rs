@@ -1,0 +1,450 @@
+//! Semantic checks of a parsed [`Config`]: each problem names the key and the fix.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::path::Path;
+
+use super::{
+    validate_nqn, validate_uuid, BackendConfig, Config, FaultConfig, NamespaceConfig,
+    SubsystemConfig, DISCOVERY_NQN, MAX_IN_CAPSULE_DATA_SIZE, MAX_IO_SIZE,
+    MAX_NAMESPACES_PER_SUBSYSTEM, MAX_QUEUE_DEPTH, MAX_WORKER_THREADS, MIN_QUEUE_DEPTH,
+};
+
+/// One thing wrong with a configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    /// The offending key, as a path: `limits.max_io_size`, `subsystem[0].namespace[1].nsid`.
+    pub key: String,
+    /// What is wrong and how to fix it.
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.key, self.message)
+    }
+}
+
+struct Checker {
+    problems: Vec<Problem>,
+}
+
+impl Checker {
+    fn fail(&mut self, key: impl Into<String>, message: impl Into<String>) {
+        self.problems.push(Problem {
+            key: key.into(),
+            message: message.into(),
+        });
+    }
+}
+
+pub(super) fn check(cfg: &Config) -> Vec<Problem> {
+    let mut c = Checker {
+        problems: Vec::new(),
+    };
+    check_listeners(cfg, &mut c);
+    check_target(cfg, &mut c);
+    check_limits(cfg, &mut c);
+    check_arena(cfg, &mut c);
+    if cfg.subsystems.is_empty() {
+        c.fail(
+            "subsystem",
+            "no subsystem is configured (add a [[subsystem]] table with an nqn)",
+        );
+    }
+    let mut nqns = HashSet::new();
+    for (i, s) in cfg.subsystems.iter().enumerate() {
+        let key = format!("subsystem[{i}]");
+        if !nqns.insert(s.nqn.as_str()) {
+            c.fail(
+                format!("{key}.nqn"),
+                format!(
+                    "{:?} is used by two subsystems (give each its own NQN)",
+                    s.nqn
+                ),
+            );
+        }
+        check_subsystem(cfg, s, &key, &mut c);
+    }
+    c.problems
+}
+
+fn check_listeners(cfg: &Config, c: &mut Checker) {
+    if cfg.listeners.is_empty() {
+        c.fail(
+            "listener",
+            "no listener is configured (add a [[listener]] with provider, address and port)",
+        );
+    }
+    let mut seen = HashSet::new();
+    for (i, l) in cfg.listeners.iter().enumerate() {
+        if !seen.insert((l.provider, l.address, l.port)) {
+            c.fail(
+                format!("listener[{i}]"),
+                format!(
+                    "{} {}:{} is listed twice (remove the duplicate)",
+                    super::ProviderKind::from(l.provider),
+                    l.address,
+                    l.port
+                ),
+            );
+        }
+        if l.port == 0 {
+            c.fail(
+                format!("listener[{i}].port"),
+                "0 is not a port hosts can be told (use 4420, the NVMe-oF port, or another)",
+            );
+        }
+    }
+}
+
+fn check_target(cfg: &Config, c: &mut Checker) {
+    let t = &cfg.target;
+    if t.worker_threads == 0 || t.worker_threads > MAX_WORKER_THREADS {
+        c.fail(
+            "target.worker_threads",
+            format!(
+                "{} is out of range (set 1..={MAX_WORKER_THREADS}; one per core you give the target)",
+                t.worker_threads
+            ),
+        );
+    }
+    let kas = t.keep_alive_granularity_ms;
+    if kas == 0 || kas % 100 != 0 || kas / 100 > u16::MAX as u32 {
+        c.fail(
+            "target.keep_alive_granularity_ms",
+            format!(
+                "{kas} is not a non-zero multiple of 100 ms (KAS counts 100 ms units; use 1000)"
+            ),
+        );
+    }
+}
+
+fn check_limits(cfg: &Config, c: &mut Checker) {
+    let l = &cfg.limits;
+    if !(MIN_QUEUE_DEPTH..=MAX_QUEUE_DEPTH).contains(&l.max_queue_depth) {
+        c.fail(
+            "limits.max_queue_depth",
+            format!(
+                "{} is out of range (set {MIN_QUEUE_DEPTH}..={MAX_QUEUE_DEPTH}: hosts open a \
+                 {MIN_QUEUE_DEPTH}-entry admin queue; 128 is the usual value)",
+                l.max_queue_depth
+            ),
+        );
+    }
+    if l.max_io_size < 4096 || l.max_io_size % 4096 != 0 || l.max_io_size > MAX_IO_SIZE {
+        c.fail(
+            "limits.max_io_size",
+            format!(
+                "{} is not a multiple of 4096 between 4096 and {MAX_IO_SIZE} (use 131072, 128 KiB)",
+                l.max_io_size
+            ),
+        );
+    }
+    let icd = l.in_capsule_data_size;
+    if icd % 16 != 0 {
+        c.fail(
+            "limits.in_capsule_data_size",
+            format!("{icd} is not a multiple of 16 (capsule sizes count 16-byte units; use 4096)"),
+        );
+    }
+    if icd > l.max_io_size || icd > MAX_IN_CAPSULE_DATA_SIZE {
+        c.fail(
+            "limits.in_capsule_data_size",
+            format!(
+                "{icd} is larger than limits.max_io_size ({}) or {MAX_IN_CAPSULE_DATA_SIZE} \
+                 (lower it; 4096 is usual, 0 disables in-capsule data)",
+                l.max_io_size
+            ),
+        );
+    }
+    if l.max_queues_per_controller < 2 || l.max_queues_per_controller > 65535 {
+        c.fail(
+            "limits.max_queues_per_controller",
+            format!(
+                "{} is out of range (set 2..=65535: it counts the admin queue plus I/O queues)",
+                l.max_queues_per_controller
+            ),
+        );
+    }
+    if l.max_connections == 0 {
+        c.fail(
+            "limits.max_connections",
+            "0 would refuse every host (set at least 2: one admin and one I/O queue)",
+        );
+    }
+}
+
+fn check_arena(cfg: &Config, c: &mut Checker) {
+    let l = &cfg.limits;
+    if !(MIN_QUEUE_DEPTH..=MAX_QUEUE_DEPTH).contains(&l.max_queue_depth)
+        || l.max_io_size == 0
+        || l.max_io_size > MAX_IO_SIZE
+    {
+        return; // reported above; the window size would be meaningless
+    }
+    let window = cfg.max_window_layout().total_bytes as u64;
+    let bytes = cfg.arena.bytes.bytes();
+    if bytes < window {
+        c.fail(
+            "arena.bytes",
+            format!(
+                "{} is smaller than one connection's window at limits.max_queue_depth {} \
+                 ({} = receive slots {} x {} B + response slots + data slots {} x {} B); \
+                 raise arena.bytes to at least {} times the connections you expect, or lower \
+                 limits.max_queue_depth / limits.max_io_size",
+                cfg.arena.bytes,
+                l.max_queue_depth,
+                super::ByteSize(window),
+                l.max_queue_depth,
+                cfg.max_window_layout().capsule_slot_bytes,
+                l.max_queue_depth,
+                l.max_io_size,
+                super::ByteSize(window),
+            ),
+        );
+    }
+    if isize::try_from(bytes).is_err() {
+        c.fail("arena.bytes", "is larger than the address space");
+    }
+}
+
+fn check_subsystem(cfg: &Config, s: &SubsystemConfig, key: &str, c: &mut Checker) {
+    if let Err(e) = validate_nqn(&s.nqn) {
+        c.fail(format!("{key}.nqn"), e);
+    }
+    if s.nqn == DISCOVERY_NQN {
+        c.fail(
+            format!("{key}.nqn"),
+            "is the discovery NQN, which the target serves itself (choose another NQN)",
+        );
+    }
+    match (s.allow_any_host, s.hosts.is_empty()) {
+        (true, false) => c.fail(
+            format!("{key}.hosts"),
+            "is set together with allow_any_host = true (remove one of them)",
+        ),
+        (false, true) => c.fail(
+            format!("{key}.hosts"),
+            "is empty and allow_any_host is false, so no host could connect \
+             (list host NQNs in hosts, or set allow_any_host = true)",
+        ),
+        _ => {}
+    }
+    let mut hosts = HashSet::new();
+    for (j, h) in s.hosts.iter().enumerate() {
+        if let Err(e) = validate_nqn(h) {
+            c.fail(format!("{key}.hosts[{j}]"), e);
+        }
+        if !hosts.insert(h) {
+            c.fail(
+                format!("{key}.hosts[{j}]"),
+                format!("{h:?} is listed twice"),
+            );
+        }
+    }
+    if let Some(sn) = &s.serial {
+        if sn.is_empty() || sn.len() > 20 || !sn.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+            c.fail(
+                format!("{key}.serial"),
+                format!("{sn:?} is not 1 to 20 printable ASCII characters"),
+            );
+        }
+    }
+    if s.namespaces.len() > MAX_NAMESPACES_PER_SUBSYSTEM {
+        c.fail(
+            format!("{key}.namespace"),
+            format!(
+                "{} namespaces, the limit is {MAX_NAMESPACES_PER_SUBSYSTEM} (split the subsystem)",
+                s.namespaces.len()
+            ),
+        );
+    }
+    let mut nsids = HashSet::new();
+    let mut uuids = HashSet::new();
+    for (j, ns) in s.namespaces.iter().enumerate() {
+        let nkey = format!("{key}.namespace[{j}]");
+        if !nsids.insert(ns.nsid) {
+            c.fail(
+                format!("{nkey}.nsid"),
+                format!(
+                    "{} is used twice in this subsystem (give each namespace its own)",
+                    ns.nsid
+                ),
+            );
+        }
+        if let Some(u) = &ns.uuid {
+            if !uuids.insert(u.to_ascii_lowercase()) {
+                c.fail(format!("{nkey}.uuid"), format!("{u} is used twice"));
+            }
+        }
+        check_namespace(cfg, ns, &nkey, c);
+    }
+}
+
+fn check_namespace(cfg: &Config, ns: &NamespaceConfig, key: &str, c: &mut Checker) {
+    if ns.nsid == 0 || ns.nsid == u32::MAX {
+        c.fail(
+            format!("{key}.nsid"),
+            format!(
+                "{:#x} is reserved (0 and 0xFFFFFFFF are not namespace IDs; use 1, 2, ...)",
+                ns.nsid
+            ),
+        );
+    }
+    if ns.block_size != 512 && ns.block_size != 4096 {
+        c.fail(
+            format!("{key}.block_size"),
+            format!("{} is not supported (use 512 or 4096)", ns.block_size),
+        );
+    } else if cfg.limits.max_io_size % ns.block_size != 0 {
+        c.fail(
+            "limits.max_io_size",
+            format!(
+                "{} is not a multiple of {key}.block_size {} (make it one)",
+                cfg.limits.max_io_size, ns.block_size
+            ),
+        );
+    }
+    if let Some(u) = &ns.uuid {
+        if let Err(e) = validate_uuid(u) {
+            c.fail(format!("{key}.uuid"), e);
+        }
+    }
+    check_backend(&ns.backend, ns.block_size, &format!("{key}.backend"), c);
+}
+
+fn check_backend(b: &BackendConfig, block_size: u32, key: &str, c: &mut Checker) {
+    let size_ok = |c: &mut Checker, size: u64| {
+        if size == 0 || size % u64::from(block_size) != 0 {
+            c.fail(
+                format!("{key}.size"),
+                format!(
+                    "{size} is not a non-zero multiple of the block size {block_size} \
+                     (use e.g. \"256MiB\")"
+                ),
+            );
+        }
+    };
+    match b {
+        BackendConfig::File(f) => {
+            check_path(&f.path, key, c);
+            if let Some(s) = f.create_size {
+                if s.bytes() == 0 || s.bytes() % u64::from(block_size) != 0 {
+                    c.fail(
+                        format!("{key}.create_size"),
+                        format!("{s} is not a non-zero multiple of the block size {block_size}"),
+                    );
+                }
+            }
+        }
+        BackendConfig::Block(d) => {
+            check_path(&d.path, key, c);
+            if !d.path.starts_with("/dev/") {
+                c.fail(
+                    format!("{key}.path"),
+                    format!(
+                        "{} is not under /dev (use kind = \"file\" for regular files)",
+                        d.path.display()
+                    ),
+                );
+            }
+        }
+        BackendConfig::Null(s) | BackendConfig::Ram(s) => size_ok(c, s.size.bytes()),
+        BackendConfig::Error(e) => {
+            for (name, f) in [
+                ("fail_reads", &e.fail_reads),
+                ("fail_writes", &e.fail_writes),
+                ("fail_flushes", &e.fail_flushes),
+            ] {
+                check_fault(f, &format!("{key}.{name}"), c);
+            }
+            if e.latency_us > 10_000_000 {
+                c.fail(
+                    format!("{key}.latency_us"),
+                    "is above 10 s, longer than any host waits (lower it)",
+                );
+            }
+            if matches!(e.inner, BackendConfig::Error(_)) {
+                c.fail(
+                    format!("{key}.inner"),
+                    "is another error backend (put all faults in one)",
+                );
+            }
+            check_backend(&e.inner, block_size, &format!("{key}.inner"), c);
+        }
+    }
+}
+
+fn check_fault(f: &FaultConfig, key: &str, c: &mut Checker) {
+    if !(0.0..=1.0).contains(&f.rate) {
+        c.fail(
+            format!("{key}.rate"),
+            format!("{} is not a probability (use 0.0..=1.0)", f.rate),
+        );
+    }
+    if f.nth == Some(0) {
+        c.fail(
+            format!("{key}.nth"),
+            "counts from 1 (use 1 for the first operation)",
+        );
+    }
+    if f.sticky && f.nth.is_none() {
+        c.fail(
+            format!("{key}.sticky"),
+            "needs nth (the operation it starts from)",
+        );
+    }
+}
+
+fn check_path(p: &Path, key: &str, c: &mut Checker) {
+    if !p.is_absolute() {
+        c.fail(
+            format!("{key}.path"),
+            format!("{} is relative (use an absolute path)", p.display()),
+        );
+    }
+}
+
+pub(super) fn check_device(
+    cfg: &Config,
+    attr: &rdmablk::fabric::DeviceAttr,
+    send_wrs_per_request: u32,
+) -> Vec<Problem> {
+    let mut c = Checker {
+        problems: Vec::new(),
+    };
+    let depth = cfg.limits.max_queue_depth;
+    let send_wrs = u64::from(depth) * u64::from(send_wrs_per_request.max(1));
+    if depth > attr.max_qp_wr || send_wrs > u64::from(attr.max_qp_wr) {
+        c.fail(
+            "limits.max_queue_depth",
+            format!(
+                "{depth} needs {send_wrs} send work requests per queue but device {} allows {} \
+                 (lower limits.max_queue_depth to {})",
+                attr.name,
+                attr.max_qp_wr,
+                attr.max_qp_wr / send_wrs_per_request.max(1)
+            ),
+        );
+    }
+    if attr.max_mr_size > 0 && cfg.arena.bytes.bytes() > attr.max_mr_size {
+        c.fail(
+            "arena.bytes",
+            format!(
+                "{} is larger than device {}'s largest memory region ({} bytes; lower it)",
+                cfg.arena.bytes, attr.name, attr.max_mr_size
+            ),
+        );
+    }
+    if attr.max_qp > 0 && cfg.limits.max_connections > attr.max_qp {
+        c.fail(
+            "limits.max_connections",
+            format!(
+                "{} is more than device {}'s {} queue pairs (lower it)",
+                cfg.limits.max_connections, attr.name, attr.max_qp
+            ),
+        );
+    }
+    c.problems
+}

@@ -1,0 +1,143 @@
+//! A namespace: a backend with its NVMe identity and its durability state.
+//!
+//! The namespace is where "never pretend data is durable" is enforced. When a flush, or a
+//! write with FUA, fails, the namespace is *fenced*: from then on writes, write zeroes,
+//! deallocates and flushes are refused with [`IoErrorKind::WritesFenced`] on every worker,
+//! until the namespace is reopened (a new [`Namespace`] from its configuration, i.e. a target
+//! restart or an explicit re-attach by an operator). Otherwise a later flush could succeed
+//! after the page cache silently dropped the data the failed one was about (the Linux
+//! writeback-error semantics), and the host would take lost data for durable. Reads continue.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use crate::backend::{
+    self, check_request, Backend, BackendError, BackendQueue, Completion, IoError, IoErrorKind,
+    IoRequest, SubmitError,
+};
+use crate::config::{parse_uuid, NamespaceConfig};
+use crate::io::WorkerIo;
+
+/// One namespace of a subsystem. Share it between workers (`Arc<Namespace>`); each worker
+/// opens its own [`NamespaceQueue`].
+#[derive(Debug)]
+pub struct Namespace {
+    nsid: u32,
+    backend: Arc<dyn Backend>,
+    read_only: bool,
+    uuid: Option<[u8; 16]>,
+    fenced: Arc<AtomicBool>,
+}
+
+impl Namespace {
+    /// Opens the namespace's backend as configured (the configuration was validated).
+    pub fn open(cfg: &NamespaceConfig) -> Result<Namespace, BackendError> {
+        let backend = backend::open(&cfg.backend, cfg.block_size, cfg.read_only)?;
+        let mut ns = Namespace::new(cfg.nsid, backend, cfg.read_only);
+        ns.uuid = cfg.uuid.as_deref().and_then(|u| parse_uuid(u).ok());
+        Ok(ns)
+    }
+
+    /// A namespace over an already opened backend.
+    pub fn new(nsid: u32, backend: Arc<dyn Backend>, read_only: bool) -> Namespace {
+        assert!(nsid != 0 && nsid != u32::MAX, "invalid NSID {nsid:#x}");
+        Namespace {
+            nsid,
+            read_only: read_only || backend.read_only(),
+            backend,
+            uuid: None,
+            fenced: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    pub fn nsid(&self) -> u32 {
+        self.nsid
+    }
+
+    pub fn block_size(&self) -> u32 {
+        self.backend.block_size()
+    }
+
+    /// Capacity in blocks (NSZE / NCAP).
+    pub fn num_blocks(&self) -> u64 {
+        self.backend.num_blocks()
+    }
+
+    /// Write-protected (by configuration or because the backend was opened read-only).
+    pub fn read_only(&self) -> bool {
+        self.read_only
+    }
+
+    pub fn uuid(&self) -> Option<[u8; 16]> {
+        self.uuid
+    }
+
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+
+    /// Whether a failed flush fenced off writes.
+    pub fn is_fenced(&self) -> bool {
+        self.fenced.load(Ordering::Acquire)
+    }
+
+    /// The calling worker's queue to this namespace, for at most `depth` requests.
+    pub fn open_queue(&self, io: &WorkerIo, depth: u32) -> Result<NamespaceQueue, BackendError> {
+        Ok(NamespaceQueue {
+            inner: self.backend.open_queue(io, depth)?,
+            nsid: self.nsid,
+            fenced: Arc::clone(&self.fenced),
+            read_only: self.read_only,
+            block_size: self.block_size(),
+            num_blocks: self.num_blocks(),
+        })
+    }
+}
+
+/// A worker's queue to a namespace: range and permission checks, then the backend; watches
+/// completions for failed durability points.
+pub struct NamespaceQueue {
+    inner: Box<dyn BackendQueue>,
+    nsid: u32,
+    fenced: Arc<AtomicBool>,
+    read_only: bool,
+    block_size: u32,
+    num_blocks: u64,
+}
+
+impl NamespaceQueue {
+    /// See [`BackendQueue::submit`]. Refuses modifications of a read-only namespace
+    /// (`ReadOnly`) and, once fenced, modifications and flushes (`WritesFenced`).
+    pub fn submit(&mut self, req: IoRequest) -> Result<(), SubmitError> {
+        let kind = req.op.kind();
+        if kind.modifies() && self.read_only {
+            return Err(IoError::new(IoErrorKind::ReadOnly).into());
+        }
+        if (kind.modifies() || kind.is_durability_point()) && self.fenced.load(Ordering::Acquire) {
+            return Err(IoError::new(IoErrorKind::WritesFenced).into());
+        }
+        check_request(&req.op, self.block_size, self.num_blocks)?;
+        self.inner.submit(req)
+    }
+
+    /// See [`BackendQueue::poll`]. A failed flush or FUA write fences the namespace.
+    pub fn poll(&mut self, out: &mut [Completion]) -> usize {
+        let n = self.inner.poll(out);
+        for c in &out[..n] {
+            let Err(e) = c.result else { continue };
+            if c.op.is_durability_point() && !self.fenced.swap(true, Ordering::AcqRel) {
+                tracing::error!(
+                    nsid = self.nsid,
+                    op = ?c.op,
+                    error = %e,
+                    "a flush failed: namespace refuses writes until it is reopened"
+                );
+            }
+        }
+        n
+    }
+
+    pub fn in_flight(&self) -> u32 {
+        self.inner.in_flight()
+    }
+}
