@@ -189,6 +189,9 @@ impl Sgl {
 ///   On any other queue the target answers SGL Descriptor Type Invalid (DNR).
 /// - `slot` < granted slots and `len` <= granted slot bytes; the target answers a violation
 ///   with Data SGL Length Invalid (DNR) and never touches the window outside the slot.
+/// - The slot is the command's CID modulo the granted slots (rdmablk-target enforces it with
+///   SGL Offset Invalid): a slot is then busy exactly while its command is. Bytes 2..8 are
+///   zero, so a reader may take bytes 0..8 as a u64 slot index.
 /// - The host RDMA WRITEs the data to the slot on the same QP before it SENDs the capsule (RC
 ///   ordering makes the data visible before the capsule arrives) and reuses the slot only after
 ///   that command's response has arrived; the target reads the slot only between the two.
