@@ -108,7 +108,6 @@ struct Req {
 
 struct Push {
     window: PushWindow,
-    free: Vec<u16>,
 }
 
 /// What a queue is connected with.
@@ -203,10 +202,7 @@ impl Queue {
         };
         let accept = CmAccept::decode(&connected.private_data).map_err(Error::wire)?;
         let push = match (p.push, accept.push) {
-            (Some(_), PushAnswer::Granted(w)) => Some(Push {
-                window: w,
-                free: (0..w.slots).rev().collect(),
-            }),
+            (Some(_), PushAnswer::Granted(w)) => Some(Push { window: w }),
             (None, PushAnswer::Granted(_)) => {
                 return Err(Error::protocol(
                     "the accept grants push writes that were not asked for",
@@ -322,7 +318,7 @@ impl Queue {
             }),
             Dir::ToHost(s) => keyed(s),
             Dir::ToCtrl(s) if sqe.opcode == opcodes::io::WRITE && self.qid != 0 => {
-                match self.take_push_slot(s.len) {
+                match self.push_slot(cid, s.len) {
                     Some((slot, remote_addr, rkey)) => {
                         push_slot = Some(slot);
                         write_wr = Some((s, remote_addr, rkey));
@@ -386,9 +382,6 @@ impl Queue {
         });
         let chain: Vec<SendWr<'_>> = wrs.iter().flatten().copied().collect();
         if let Err(e) = self.qp.post_send(&chain) {
-            if let Some(slot) = push_slot {
-                self.free_push_slot(slot);
-            }
             self.free.push(cid);
             let e = Error::fabric(self.qid, "post command")(e);
             self.fail(e.to_string());
@@ -415,19 +408,14 @@ impl Queue {
         Ok(())
     }
 
-    fn take_push_slot(&mut self, len: u32) -> Option<(u16, u64, u32)> {
-        let p = self.push.as_mut()?;
-        if len > p.window.slot_bytes || len == 0 {
+    /// The push slot of command `cid`: slot = cid, so a slot is busy exactly while its command
+    /// is (rdmablk-target requires slot = cid % queue depth).
+    fn push_slot(&self, cid: u16, len: u32) -> Option<(u16, u64, u32)> {
+        let w = self.push.as_ref()?.window;
+        if len > w.slot_bytes || len == 0 {
             return None;
         }
-        let slot = p.free.pop()?;
-        Some((slot, p.window.slot_addr(slot)?, p.window.rkey))
-    }
-
-    fn free_push_slot(&mut self, slot: u16) {
-        if let Some(p) = self.push.as_mut() {
-            p.free.push(slot);
-        }
+        Some((cid, w.slot_addr(cid)?, w.rkey))
     }
 
     /// Moves finished requests into `out` without blocking; returns how many.
@@ -534,9 +522,7 @@ impl Queue {
         let (tag, buf, slot) = (r.tag, r.buf.take(), r.push_slot.take());
         r.state = ReqState::Free;
         r.send_done = false;
-        if let Some(s) = slot {
-            self.free_push_slot(s);
-        }
+        debug_assert!(slot.map_or(true, |s| s == cid));
         self.free.push(cid);
         self.posted -= 1;
         tracing::trace!(qid = self.qid, cid, status = %cqe.status, "request Posted -> Free");

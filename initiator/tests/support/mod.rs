@@ -424,6 +424,9 @@ impl Conn {
                 .as_ref()
                 .ok_or(Status::SGL_INVALID_TYPE.with_dnr())?;
             p.check(w.slots, w.slot_bytes)?;
+            if p.slot != sqe.cid % w.slots {
+                return Err(Status::SGL_INVALID_OFFSET.with_dnr());
+            }
             if p.len as usize != len {
                 return Err(Status::SGL_INVALID_DATA_LENGTH.with_dnr());
             }
