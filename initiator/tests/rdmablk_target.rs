@@ -211,3 +211,44 @@ fn reconnects_after_target_restart_and_io_resumes() {
     drop((ns, ctrl));
     t2.shutdown();
 }
+
+/// Cost of slice I/O (bounce through the pool) against zero-copy `IoBuf` I/O, 128 KiB writes
+/// and reads. Prints MB/s; run with `--ignored --nocapture` (a measurement, not a check).
+#[test]
+#[ignore = "measurement: run with --ignored --nocapture"]
+fn bounce_vs_zero_copy_cost() {
+    let dir = tmp_dir("bench");
+    let t = start(free_port(), 4096, &dir.join("ns.img"));
+    let ctrl = Controller::connect_with(&url(&t, "?push=0"), opts()).unwrap();
+    let ns = ctrl.namespace(1).unwrap();
+    const LEN: usize = 128 << 10;
+    const N: usize = 200;
+    let data = pattern(0, LEN, 9);
+    let mut back = vec![0u8; LEN];
+    let mut buf = ctrl.alloc(LEN).unwrap();
+    buf.as_mut_slice().copy_from_slice(&data);
+    let mb = (N * LEN) as f64 / 1e6;
+    for round in 0..2 {
+        let t0 = std::time::Instant::now();
+        for i in 0..N {
+            let off = (i % 64 * LEN) as u64;
+            ns.write_at(off, &data).unwrap();
+            ns.read_at(off, &mut back).unwrap();
+        }
+        let slice = t0.elapsed();
+        let t0 = std::time::Instant::now();
+        for i in 0..N {
+            let off = (i % 64 * LEN) as u64;
+            ns.write_buf(off, &buf).unwrap();
+            ns.read_buf(off, &mut buf).unwrap();
+        }
+        let zc = t0.elapsed();
+        eprintln!(
+            "round {round}: slices {:.0} MB/s, IoBuf {:.0} MB/s (write+read of {N} x 128 KiB)",
+            2.0 * mb / slice.as_secs_f64(),
+            2.0 * mb / zc.as_secs_f64()
+        );
+    }
+    drop((ns, ctrl));
+    t.shutdown();
+}
