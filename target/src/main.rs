@@ -1,0 +1,76 @@
+//! `rdmablk-target --config FILE`: serve the configured namespaces to NVMe-oF hosts over RDMA
+//! until SIGINT or SIGTERM, then drain, flush and exit 0.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Parser;
+use rdmablk_target::config::Config;
+use rdmablk_target::Target;
+
+/// rdmablk NVMe-oF/RDMA target daemon.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// Configuration file (see config/rdmablk-target.toml for every knob).
+    #[arg(long, short = 'c', value_name = "FILE")]
+    config: PathBuf,
+    /// Check the configuration and exit.
+    #[arg(long)]
+    check: bool,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cfg = Config::from_file(&args.config)?;
+    if args.check {
+        println!("{}: configuration is valid", args.config.display());
+        return Ok(());
+    }
+    // Block the signals before any thread starts, so every thread inherits the mask and the
+    // main thread alone receives them through sigwait.
+    let signals = block_signals().context("blocking SIGINT/SIGTERM")?;
+    let target = Target::start(cfg).context("starting the target")?;
+    for addr in target.local_addrs() {
+        // One machine-readable line per listener, for scripts and tests.
+        println!("listening {addr}");
+    }
+    let sig = wait_signal(&signals).context("waiting for a signal")?;
+    tracing::info!(signal = sig, "shutting down");
+    target.shutdown();
+    tracing::info!("target stopped");
+    Ok(())
+}
+
+fn block_signals() -> std::io::Result<libc::sigset_t> {
+    // SAFETY: sigset_t is plain data that sigemptyset initialises; the calls get valid
+    // pointers to it and change only this thread's signal mask.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        let rc = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        if rc != 0 {
+            return Err(std::io::Error::from_raw_os_error(rc));
+        }
+        Ok(set)
+    }
+}
+
+fn wait_signal(set: &libc::sigset_t) -> std::io::Result<i32> {
+    let mut sig = 0;
+    // SAFETY: `set` is an initialised signal set and `sig` a valid out-pointer.
+    let rc = unsafe { libc::sigwait(set, &mut sig) };
+    if rc != 0 {
+        return Err(std::io::Error::from_raw_os_error(rc));
+    }
+    Ok(sig)
+}

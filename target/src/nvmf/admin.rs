@@ -1,0 +1,315 @@
+//! Admin commands: Identify, Set/Get Features, Get Log Page, Keep Alive, Async Event
+//! Request, Abort. All complete synchronously except a held Async Event Request.
+
+use std::sync::Arc;
+
+use rdmablk::nvme::admin::ABORT_NOT_ABORTED;
+use rdmablk::nvme::features::{fid, VWC_ENABLE};
+use rdmablk::nvme::identify::{cns, encode_ns_descriptors, encode_ns_list, sgls, IDENTIFY_LEN};
+use rdmablk::nvme::log_page::{
+    encode_changed_ns, lid, CommandEffects, FwSlotLog, SmartLog, PAGE_4K_LEN,
+};
+use rdmablk::nvme::opcodes::{admin as op, io as io_op};
+use rdmablk::nvme::{
+    ascii_padded, GetFeatures, GetLogPage, IdentifyCmd, IdentifyController, IdentifyNamespace, Nqn,
+    NsDescriptor, NumQueues, SetFeatures, Status,
+};
+
+use super::command::{data_phase, Next};
+use super::connection::{Connection, MAX_HELD_AERS};
+use super::controller::Controller;
+use super::request::DataDir;
+use super::subsystem::fnv1a;
+use super::{Shared, FIRMWARE_REVISION, MODEL};
+
+/// Checks and runs an admin command on the admin queue of `ctrl`.
+pub fn prepare(conn: &mut Connection, slot: u32, shared: &Shared, ctrl: &Arc<Controller>) -> Next {
+    let sqe = conn.reqs[slot as usize].sqe;
+    let ready_needed = !matches!(sqe.opcode, op::KEEP_ALIVE);
+    if ready_needed && !ctrl.is_ready() && sqe.opcode != op::IDENTIFY {
+        // nvmet answers admin commands only once CC.EN is set; Identify is allowed earlier
+        // by some hosts' probes, and is harmless.
+        conn.reqs[slot as usize].fail(Status::COMMAND_SEQUENCE_ERROR.with_dnr());
+        return Next::Respond;
+    }
+    let result = match sqe.opcode {
+        op::IDENTIFY => identify(conn, slot, shared, ctrl),
+        op::GET_LOG_PAGE => get_log_page(conn, slot, shared),
+        op::SET_FEATURES => set_features(conn, slot, shared, ctrl),
+        op::GET_FEATURES => get_features(conn, slot, ctrl),
+        op::KEEP_ALIVE => Ok(Next::Respond),
+        op::ASYNC_EVENT_REQUEST => {
+            if conn.aers.len() >= MAX_HELD_AERS {
+                Err(Status::ASYNC_EVENT_LIMIT_EXCEEDED.with_dnr())
+            } else {
+                conn.aers.push(slot);
+                Ok(Next::Hold)
+            }
+        }
+        op::ABORT => {
+            conn.reqs[slot as usize].dw0 = ABORT_NOT_ABORTED;
+            Ok(Next::Respond)
+        }
+        _ => Err(Status::INVALID_OPCODE.with_dnr()),
+    };
+    match result {
+        Ok(n) => n,
+        Err(st) => {
+            conn.reqs[slot as usize].fail(st);
+            Next::Respond
+        }
+    }
+}
+
+/// Sets up a controller-to-host transfer of `page` (zero-filled to `len`) into the data slot.
+fn send_page(
+    conn: &mut Connection,
+    slot: u32,
+    shared: &Shared,
+    len: u32,
+    page: &[u8],
+) -> Result<Next, Status> {
+    if len > shared.cfg.limits.max_io_size {
+        return Err(Status::INVALID_FIELD.with_dnr());
+    }
+    let next = data_phase(conn, slot, DataDir::ControllerToHost, len, shared)?;
+    let ds = conn.reqs[slot as usize].data_slot;
+    let n = page.len().min(len as usize);
+    let write = |off: usize, b: &[u8]| conn.mr().write_at(conn.data_offset(ds, off), b);
+    write(0, &page[..n]).map_err(|_| Status::INTERNAL)?;
+    let zeros = [0u8; 512];
+    let mut off = n;
+    while off < len as usize {
+        let k = (len as usize - off).min(zeros.len());
+        write(off, &zeros[..k]).map_err(|_| Status::INTERNAL)?;
+        off += k;
+    }
+    Ok(next)
+}
+
+fn identify(
+    conn: &mut Connection,
+    slot: u32,
+    shared: &Shared,
+    ctrl: &Arc<Controller>,
+) -> Result<Next, Status> {
+    let sqe = conn.reqs[slot as usize].sqe;
+    let id = IdentifyCmd::from_sqe(&sqe);
+    let subsys = &ctrl.subsys;
+    let page: [u8; IDENTIFY_LEN] = match id.cns {
+        cns::CONTROLLER => identify_controller(ctrl, shared).encode(),
+        cns::NAMESPACE => match id.nsid {
+            0 | u32::MAX => return Err(Status::INVALID_NAMESPACE.with_dnr()),
+            nsid => match subsys.ns_index(nsid) {
+                Some(i) => {
+                    let ns = &subsys.namespaces()[i];
+                    let lbads = ns.block_size().trailing_zeros() as u8;
+                    let mut idn = IdentifyNamespace::simple(ns.num_blocks(), lbads);
+                    // DLFEAT: deallocated blocks read as zeroes.
+                    idn.dlfeat = 0x1;
+                    idn.nguid = uuid_of(subsys.nqn.as_str(), ns);
+                    idn.encode()
+                }
+                // An inactive NSID: all zeroes.
+                None => [0u8; IDENTIFY_LEN],
+            },
+        },
+        cns::ACTIVE_NS_LIST => {
+            if id.nsid >= 0xFFFF_FFFE {
+                return Err(Status::INVALID_NAMESPACE.with_dnr());
+            }
+            let mut nsids = [0u32; 1024];
+            let mut n = 0;
+            for ns in subsys
+                .namespaces()
+                .iter()
+                .filter(|ns| ns.nsid() > id.nsid)
+                .take(1024)
+            {
+                nsids[n] = ns.nsid();
+                n += 1;
+            }
+            encode_ns_list(&nsids[..n], id.nsid)
+        }
+        cns::NS_DESC_LIST => match subsys.ns_index(id.nsid) {
+            Some(i) => {
+                let ns = &subsys.namespaces()[i];
+                encode_ns_descriptors(&[
+                    NsDescriptor::Uuid(uuid_of(subsys.nqn.as_str(), ns)),
+                    NsDescriptor::Csi(0),
+                ])
+            }
+            None => return Err(Status::INVALID_NAMESPACE.with_dnr()),
+        },
+        // CSI-specific and other CNS values: hosts probe them and skip on this status.
+        _ => return Err(Status::INVALID_FIELD.with_dnr()),
+    };
+    send_page(conn, slot, shared, IDENTIFY_LEN as u32, &page)
+}
+
+/// The namespace's UUID: configured, or derived from the subsystem NQN and NSID.
+fn uuid_of(nqn: &str, ns: &crate::namespace::Namespace) -> [u8; 16] {
+    ns.uuid().unwrap_or_else(|| {
+        let a = fnv1a(nqn.as_bytes());
+        let b = fnv1a(&[nqn.as_bytes(), &ns.nsid().to_le_bytes()].concat());
+        let mut u = [0u8; 16];
+        u[..8].copy_from_slice(&a.to_be_bytes());
+        u[8..].copy_from_slice(&b.to_be_bytes());
+        u[6] = (u[6] & 0x0F) | 0x80; // version 8 (custom)
+        u[8] = (u[8] & 0x3F) | 0x80; // RFC 4122 variant
+        u
+    })
+}
+
+/// MDTS: log2 of the largest transfer in 4 KiB pages (CAP.MPSMIN = 4 KiB).
+pub fn mdts(max_io_size: u32) -> u8 {
+    let pages = (max_io_size / 4096).max(1);
+    (31 - pages.leading_zeros()) as u8
+}
+
+fn identify_controller(ctrl: &Controller, shared: &Shared) -> IdentifyController {
+    let limits = &shared.cfg.limits;
+    let nqn =
+        Nqn::new(&ctrl.subsys.nqn).unwrap_or_else(|_| Nqn::new("nqn.invalid").expect("static NQN"));
+    let mut id = IdentifyController::nvmf_defaults(ctrl.cntlid, nqn, limits.in_capsule_data_size);
+    if limits.in_capsule_data_size == 0 {
+        id.sgls &= !sgls::OFFSET;
+    }
+    id.sn = ascii_padded(&ctrl.subsys.serial);
+    id.mn = ascii_padded(MODEL);
+    id.fr = ascii_padded(FIRMWARE_REVISION);
+    id.mdts = mdts(limits.max_io_size);
+    id.maxcmd = limits.max_queue_depth.min(0xFFFF) as u16;
+    id.nn = ctrl.subsys.max_nsid();
+    id.mnan = 0;
+    id.kas = (shared.cfg.target.keep_alive_granularity_ms / 100).clamp(1, 0xFFFF) as u16;
+    id.aerl = (MAX_HELD_AERS - 1) as u8;
+    id
+}
+
+fn set_features(
+    conn: &mut Connection,
+    slot: u32,
+    shared: &Shared,
+    ctrl: &Controller,
+) -> Result<Next, Status> {
+    let sf = SetFeatures::from_sqe(&conn.reqs[slot as usize].sqe);
+    let r = &mut conn.reqs[slot as usize];
+    match sf.fid {
+        fid::NUM_QUEUES => {
+            let want = NumQueues::from_dword(sf.value);
+            want.check_request()?;
+            let max_io = (shared.cfg.limits.max_queues_per_controller - 1).min(0xFFFF) as u16;
+            let got = want.grant(max_io);
+            ctrl.state().io_queues = got.nsq.min(got.ncq) + 1;
+            r.dw0 = got.to_dword();
+        }
+        fid::KEEP_ALIVE_TIMER => {
+            ctrl.set_kato_ms(u64::from(sf.value));
+            ctrl.touch(shared.now_ms());
+        }
+        fid::ASYNC_EVENT_CONFIG => ctrl.state().aec = sf.value,
+        fid::VOLATILE_WRITE_CACHE => ctrl.state().vwc = sf.value & VWC_ENABLE != 0,
+        fid::ARBITRATION | fid::POWER_MGMT | fid::TEMP_THRESHOLD | fid::ERROR_RECOVERY => {}
+        _ => return Err(Status::INVALID_FIELD.with_dnr()),
+    }
+    Ok(Next::Respond)
+}
+
+fn get_features(conn: &mut Connection, slot: u32, ctrl: &Controller) -> Result<Next, Status> {
+    let gf = GetFeatures::from_sqe(&conn.reqs[slot as usize].sqe)?;
+    let st = ctrl.state();
+    let v = match gf.fid {
+        fid::NUM_QUEUES => NumQueues::both(st.io_queues.max(1)).to_dword(),
+        fid::KEEP_ALIVE_TIMER => ctrl.kato_ms().min(u64::from(u32::MAX)) as u32,
+        fid::ASYNC_EVENT_CONFIG => st.aec,
+        fid::VOLATILE_WRITE_CACHE => u32::from(st.vwc),
+        fid::ARBITRATION | fid::POWER_MGMT | fid::TEMP_THRESHOLD | fid::ERROR_RECOVERY => 0,
+        _ => return Err(Status::INVALID_FIELD.with_dnr()),
+    };
+    drop(st);
+    conn.reqs[slot as usize].dw0 = v;
+    Ok(Next::Respond)
+}
+
+fn get_log_page(conn: &mut Connection, slot: u32, shared: &Shared) -> Result<Next, Status> {
+    let glp = GetLogPage::from_sqe(&conn.reqs[slot as usize].sqe)?;
+    let len = u32::try_from(glp.len_bytes()).map_err(|_| Status::INVALID_FIELD.with_dnr())?;
+    let mut page = [0u8; PAGE_4K_LEN];
+    let page_len = match glp.lid {
+        // Error information: no errors recorded (all-zero entries).
+        lid::ERROR => PAGE_4K_LEN,
+        lid::SMART => {
+            let smart = SmartLog {
+                temperature_k: 300,
+                avail_spare: 100,
+                spare_thresh: 10,
+                ..SmartLog::default()
+            }
+            .encode();
+            page[..smart.len()].copy_from_slice(&smart);
+            smart.len()
+        }
+        lid::FW_SLOT => {
+            let mut frs = [[0u8; 8]; 7];
+            frs[0] = ascii_padded(FIRMWARE_REVISION);
+            let fw = FwSlotLog { afi: 1, frs };
+            let b = fw.encode();
+            page[..b.len()].copy_from_slice(&b);
+            b.len()
+        }
+        lid::CHANGED_NS_LIST => {
+            page = encode_changed_ns(&[]);
+            PAGE_4K_LEN
+        }
+        lid::CMD_EFFECTS => {
+            page = command_effects().encode();
+            PAGE_4K_LEN
+        }
+        _ => return Err(Status::INVALID_LOG_PAGE.with_dnr()),
+    };
+    let window = glp.window(&page[..page_len])?;
+    let window_len = window.len();
+    let mut tmp = [0u8; PAGE_4K_LEN];
+    tmp[..window_len].copy_from_slice(window);
+    send_page(conn, slot, shared, len, &tmp[..window_len])
+}
+
+fn command_effects() -> CommandEffects {
+    use rdmablk::nvme::log_page::effects::{CSUPP, LBCC};
+    let mut e = CommandEffects::default();
+    for o in [
+        op::GET_LOG_PAGE,
+        op::IDENTIFY,
+        op::ABORT,
+        op::SET_FEATURES,
+        op::GET_FEATURES,
+        op::ASYNC_EVENT_REQUEST,
+        op::KEEP_ALIVE,
+    ] {
+        e.admin[usize::from(o)] = CSUPP;
+    }
+    e.io[usize::from(io_op::READ)] = CSUPP;
+    for o in [
+        io_op::WRITE,
+        io_op::FLUSH,
+        io_op::WRITE_ZEROES,
+        io_op::DATASET_MANAGEMENT,
+    ] {
+        e.io[usize::from(o)] = CSUPP | LBCC;
+    }
+    e
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mdts;
+
+    #[test]
+    fn mdts_from_max_io_size() {
+        assert_eq!(mdts(4096), 0);
+        assert_eq!(mdts(128 << 10), 5);
+        assert_eq!(mdts(8 << 20), 11);
+        assert_eq!(mdts(96 << 10), 4);
+    }
+}

@@ -1,0 +1,154 @@
+//! Checking a received command and its data pointer, before anything executes.
+//!
+//! Every field from the host is checked here or in the command-set modules, and each
+//! failure is an NVMe status the request completes with: a malformed command never panics
+//! and never reaches a backend. The one fatal case, a capsule shorter than an SQE, is the
+//! worker's to handle (it tears the queue down).
+
+use rdmablk::nvme::opcodes;
+use rdmablk::nvme::{InCapsuleSgl, Sgl, SglLimits, Status};
+
+use super::connection::Connection;
+use super::request::DataDir;
+use super::{admin, fabrics, io, Shared};
+
+/// SGL descriptor type byte of an rdmablk push write (vendor-specific type 0xF, subtype 0):
+/// bytes 0..8 the slot index (u64 LE), bytes 8..12 the length (u32 LE). Only valid on a
+/// connection that negotiated push writes; see `docs/target.md`.
+pub const PUSH_SGL_TYPE: u8 = 0xF0;
+
+/// What the worker does with a checked request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// Complete now with the request's status (and any data already in its data slot).
+    Respond,
+    /// Fetch host data by RDMA READ, then execute.
+    Fetch,
+    /// Data (if any) is in place: execute.
+    Execute,
+    /// Hold (Async Event Request).
+    Hold,
+}
+
+/// Checks the command in request `slot` and decides its course. Fills `status` on failure.
+pub fn prepare(conn: &mut Connection, slot: u32, shared: &Shared) -> Next {
+    let r = &mut conn.reqs[slot as usize];
+    let sqe = r.sqe;
+    if let Err(st) = sqe.check_fabrics_flags() {
+        r.fail(st);
+        return Next::Respond;
+    }
+    if sqe.opcode == opcodes::FABRICS {
+        return fabrics::prepare(conn, slot, shared);
+    }
+    let Some(ctrl) = conn.ctrl.clone() else {
+        // Nothing but Connect is valid on a queue that is not connected yet.
+        r.fail(Status::COMMAND_SEQUENCE_ERROR.with_dnr());
+        return Next::Respond;
+    };
+    ctrl.touch(shared.now_ms());
+    if shared.stopping() && conn.qid != 0 {
+        r.fail(Status::COMMAND_INTERRUPTED);
+        return Next::Respond;
+    }
+    if conn.qid == 0 {
+        admin::prepare(conn, slot, shared, &ctrl)
+    } else if !ctrl.is_ready() {
+        r.fail(Status::COMMAND_SEQUENCE_ERROR.with_dnr());
+        Next::Respond
+    } else {
+        io::prepare(conn, slot, shared, &ctrl)
+    }
+}
+
+/// Sets up the data phase of request `slot`: `len` bytes moving `dir`, described by the
+/// command's SGL. Keyed host-to-controller data is fetched ([`Next::Fetch`]); in-capsule data
+/// is copied into the data slot; push-write data is already there.
+pub fn data_phase(
+    conn: &mut Connection,
+    slot: u32,
+    dir: DataDir,
+    len: u32,
+    shared: &Shared,
+) -> Result<Next, Status> {
+    let max_transfer = shared.cfg.limits.max_io_size;
+    let icd_bytes = conn.icd_bytes;
+    let push = conn.push;
+    let r = &mut conn.reqs[slot as usize];
+    r.dir = dir;
+    r.data_len = len;
+    if dir == DataDir::None {
+        if let Ok(sgl @ Sgl::Keyed(_)) = Sgl::decode(&r.sqe.dptr) {
+            r.sgl = Some(sgl);
+        }
+        return Ok(Next::Execute);
+    }
+    let h2c = dir == DataDir::HostToController;
+    if r.sqe.dptr[15] == PUSH_SGL_TYPE {
+        let p = push.ok_or(Status::SGL_INVALID_TYPE.with_dnr())?;
+        let d = r.sqe.dptr;
+        let idx = u64::from_le_bytes(d[0..8].try_into().unwrap_or_default());
+        let plen = u32::from_le_bytes(d[8..12].try_into().unwrap_or_default());
+        if !h2c {
+            return Err(Status::INVALID_FIELD.with_dnr());
+        }
+        if idx >= u64::from(p.slots) || idx != u64::from(r.data_slot) {
+            return Err(Status::SGL_INVALID_OFFSET.with_dnr());
+        }
+        if plen != len || plen > p.slot_bytes {
+            return Err(Status::SGL_INVALID_DATA_LENGTH.with_dnr());
+        }
+        return Ok(Next::Execute);
+    }
+    let sgl = Sgl::decode(&r.sqe.dptr)?;
+    let limits = SglLimits {
+        in_capsule_bytes: icd_bytes,
+        max_transfer_bytes: max_transfer,
+    };
+    sgl.check(&limits, h2c)?;
+    if sgl.len() != len {
+        return Err(Status::SGL_INVALID_DATA_LENGTH.with_dnr());
+    }
+    match sgl {
+        Sgl::Keyed(_) => {
+            r.sgl = Some(sgl);
+            Ok(if h2c { Next::Fetch } else { Next::Execute })
+        }
+        Sgl::InCapsule(c) => {
+            copy_in_capsule(conn, slot, c)?;
+            Ok(Next::Execute)
+        }
+    }
+}
+
+/// Copies in-capsule data from the receive slot into the request's data slot. (Backends may
+/// use O_DIRECT, which needs block-aligned buffers; data after a 64-byte SQE never is.)
+fn copy_in_capsule(conn: &mut Connection, slot: u32, c: InCapsuleSgl) -> Result<(), Status> {
+    let r = &conn.reqs[slot as usize];
+    let received = (r.capsule_len as usize).saturating_sub(rdmablk::nvme::SQE_LEN);
+    let off = c.offset as usize;
+    if off
+        .checked_add(c.len as usize)
+        .map_or(true, |end| end > received)
+    {
+        return Err(Status::SGL_INVALID_DATA_LENGTH.with_dnr());
+    }
+    let src = conn.window.recv_slot(slot);
+    let dst = conn.window.data_slot(r.data_slot);
+    debug_assert!(rdmablk::nvme::SQE_LEN + off + c.len as usize <= src.len);
+    debug_assert!(c.len as usize <= dst.len);
+    // SAFETY: both ranges lie inside this connection's window (checked against the capsule
+    // slot and data slot sizes above), which the arena keeps mapped while the connection
+    // lives. Neither is a DMA target right now: the receive completed and is not reposted
+    // until this request is free, and the data slot belongs to this request alone, which
+    // has no RDMA or backend operation in flight yet. They do not overlap (the receive and
+    // data areas of a window are disjoint).
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            src.as_ptr().add(rdmablk::nvme::SQE_LEN + off),
+            dst.as_ptr(),
+            c.len as usize,
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,212 @@
+//! Controllers: created by an admin-queue Connect, shared by the controller's queues (which
+//! may live on different workers), removed when the admin queue goes.
+//!
+//! Everything a queue on another worker needs to see is atomic or behind a short mutex: the
+//! keep-alive clock, the `dead` flag that tells I/O queues to tear down, CC/CSTS, the number
+//! of I/O queues granted and the connected queue IDs.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use rdmablk::nvme::properties::{shn, shst};
+use rdmablk::nvme::{Cc, Csts};
+
+use super::subsystem::Subsystem;
+
+/// Controller IDs handed out (nvmet's dynamic range).
+const CNTLID_MIN: u16 = 1;
+const CNTLID_MAX: u16 = 0xFFEF;
+
+/// Register and feature state of one controller.
+#[derive(Debug)]
+pub struct CtrlState {
+    pub cc: Cc,
+    pub csts: Csts,
+    /// I/O queues granted by Set Features Number of Queues (1-based count).
+    pub io_queues: u16,
+    /// Async event configuration (feature 0x0B).
+    pub aec: u32,
+    /// Volatile write cache enable (feature 0x06).
+    pub vwc: bool,
+    /// `connected[qid]`: a queue with that ID is connected.
+    connected: Vec<bool>,
+}
+
+/// One controller.
+#[derive(Debug)]
+pub struct Controller {
+    pub cntlid: u16,
+    pub subsys: Arc<Subsystem>,
+    pub hostnqn: String,
+    pub hostid: [u8; 16],
+    state: Mutex<CtrlState>,
+    /// Keep-alive timeout, ms (0: none).
+    kato_ms: AtomicU64,
+    /// Last sign of life (Keep Alive or any command), ms since the target started.
+    last_seen_ms: AtomicU64,
+    /// Set when the controller is torn down: every queue of it disconnects.
+    dead: AtomicBool,
+}
+
+impl Controller {
+    pub fn state(&self) -> MutexGuard<'_, CtrlState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn kato_ms(&self) -> u64 {
+        self.kato_ms.load(Ordering::Relaxed)
+    }
+
+    pub fn set_kato_ms(&self, ms: u64) {
+        self.kato_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Records a sign of life at `now_ms`.
+    pub fn touch(&self, now_ms: u64) {
+        self.last_seen_ms.store(now_ms, Ordering::Relaxed);
+    }
+
+    /// Whether the keep-alive timer expired at `now_ms`.
+    pub fn keep_alive_expired(&self, now_ms: u64) -> bool {
+        let kato = self.kato_ms();
+        kato != 0 && now_ms.saturating_sub(self.last_seen_ms.load(Ordering::Relaxed)) > kato
+    }
+
+    pub fn is_dead(&self) -> bool {
+        self.dead.load(Ordering::Acquire)
+    }
+
+    /// Marks the controller dead: its queues disconnect at their worker's next check.
+    pub fn kill(&self) {
+        self.dead.store(true, Ordering::Release);
+    }
+
+    /// Whether I/O may be processed (CC.EN and CSTS.RDY, not shut down).
+    pub fn is_ready(&self) -> bool {
+        let s = self.state();
+        s.cc.en() && s.csts.rdy()
+    }
+
+    /// Registers I/O queue `qid`; false if it is out of range or already connected.
+    pub fn attach_queue(&self, qid: u16) -> bool {
+        let mut s = self.state();
+        match s.connected.get_mut(usize::from(qid)) {
+            Some(c) if !*c => {
+                *c = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    pub fn detach_queue(&self, qid: u16) {
+        if let Some(c) = self.state().connected.get_mut(usize::from(qid)) {
+            *c = false;
+        }
+    }
+
+    /// Applies a Property Set of CC; returns the new CSTS.
+    pub fn write_cc(&self, value: u32) -> Csts {
+        let mut s = self.state();
+        let new = Cc(value);
+        let old = s.cc;
+        if new.en() && !old.en() {
+            // The entry sizes must be the only ones we support (64-byte SQE, 16-byte CQE).
+            let ok = new.iosqes() == 6 && new.iocqes() == 4 && new.mps() == 0 && new.css() == 0;
+            s.csts = s.csts.with_rdy(ok).with_cfs(!ok).with_shst(shst::NORMAL);
+        } else if !new.en() && old.en() {
+            s.csts = s.csts.with_rdy(false).with_shst(shst::NORMAL);
+        }
+        if new.shn() != shn::NONE && old.shn() == shn::NONE {
+            s.csts = s.csts.with_shst(shst::COMPLETE);
+        }
+        s.cc = new;
+        s.csts
+    }
+}
+
+/// Every live controller of the target, by cntlid.
+#[derive(Debug, Default)]
+pub struct ControllerTable {
+    inner: Mutex<Table>,
+}
+
+#[derive(Debug, Default)]
+struct Table {
+    by_id: HashMap<u16, Arc<Controller>>,
+    next: u16,
+}
+
+impl ControllerTable {
+    /// Creates a controller with a fresh cntlid; `None` when all IDs are taken.
+    pub fn create(
+        &self,
+        subsys: Arc<Subsystem>,
+        hostnqn: String,
+        hostid: [u8; 16],
+        kato_ms: u64,
+        max_queues: u16,
+        now_ms: u64,
+    ) -> Option<Arc<Controller>> {
+        let mut t = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let span = usize::from(CNTLID_MAX - CNTLID_MIN) + 1;
+        let cntlid = (0..span).find_map(|i| {
+            let id = CNTLID_MIN + ((usize::from(t.next) + i) % span) as u16;
+            (!t.by_id.contains_key(&id)).then_some(id)
+        })?;
+        t.next = cntlid.wrapping_sub(CNTLID_MIN).wrapping_add(1);
+        let mut connected = vec![false; usize::from(max_queues)];
+        connected[0] = true;
+        let ctrl = Arc::new(Controller {
+            cntlid,
+            subsys,
+            hostnqn,
+            hostid,
+            state: Mutex::new(CtrlState {
+                cc: Cc(0),
+                csts: Csts(0),
+                io_queues: max_queues.saturating_sub(1),
+                aec: 0,
+                vwc: true,
+                connected,
+            }),
+            kato_ms: AtomicU64::new(kato_ms),
+            last_seen_ms: AtomicU64::new(now_ms),
+            dead: AtomicBool::new(false),
+        });
+        t.by_id.insert(cntlid, Arc::clone(&ctrl));
+        Some(ctrl)
+    }
+
+    pub fn get(&self, cntlid: u16) -> Option<Arc<Controller>> {
+        let t = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        t.by_id.get(&cntlid).cloned()
+    }
+
+    /// Removes and kills the controller (its admin queue went away).
+    pub fn remove(&self, cntlid: u16) {
+        let mut t = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = t.by_id.remove(&cntlid) {
+            c.kill();
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .by_id
+            .len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Milliseconds since `epoch`: the clock keep-alive uses.
+pub fn now_ms(epoch: Instant) -> u64 {
+    epoch.elapsed().as_millis() as u64
+}

@@ -1,0 +1,224 @@
+//! Fabrics commands: Connect, Property Get/Set, Disconnect.
+
+use rdmablk::nvme::fabrics::{offset, CNTLID_DYNAMIC, CONNECT_DATA_LEN};
+use rdmablk::nvme::opcodes::fctype;
+use rdmablk::nvme::properties::{self, PropertySize};
+use rdmablk::nvme::{
+    Cap, Connect, ConnectData, ConnectFailure, Disconnect, PropertyGet, PropertySet, Status, Vs,
+};
+
+use super::command::{data_phase, Next};
+use super::connection::Connection;
+use super::request::{Action, DataDir};
+use super::Shared;
+
+/// CAP.TO: worst-case time to ready, in 500 ms units (as nvmet: 7.5 s).
+const CAP_TIMEOUT_500MS: u8 = 15;
+
+fn fail_connect(conn: &mut Connection, slot: u32, f: ConnectFailure) -> Next {
+    let r = &mut conn.reqs[slot as usize];
+    r.fail(f.status);
+    r.dw0 = f.dw0();
+    Next::Respond
+}
+
+/// Checks a Fabrics command (opcode 0x7F) and runs those that need no data.
+pub fn prepare(conn: &mut Connection, slot: u32, shared: &Shared) -> Next {
+    let sqe = conn.reqs[slot as usize].sqe;
+    let ft = sqe.fctype();
+    if ft == fctype::CONNECT {
+        return prepare_connect(conn, slot, shared);
+    }
+    let r = &mut conn.reqs[slot as usize];
+    let Some(ctrl) = conn.ctrl.clone() else {
+        r.fail(Status::COMMAND_SEQUENCE_ERROR.with_dnr());
+        return Next::Respond;
+    };
+    ctrl.touch(shared.now_ms());
+    match ft {
+        fctype::PROPERTY_GET if conn.qid == 0 => match PropertyGet::from_sqe(&sqe) {
+            Ok(g) => match property_value(&ctrl, g.offset, shared) {
+                Some((v, size)) if size == PropertySize::Four || g.size == size => {
+                    r.dw0 = v as u32;
+                    r.dw1 = (v >> 32) as u32;
+                }
+                _ => r.fail(Status::INVALID_FIELD.with_dnr()),
+            },
+            Err(st) => r.fail(st),
+        },
+        fctype::PROPERTY_SET if conn.qid == 0 => match PropertySet::from_sqe(&sqe) {
+            Ok(s) if s.offset == properties::CC => {
+                let csts = ctrl.write_cc(s.value as u32);
+                tracing::debug!(
+                    cntlid = ctrl.cntlid,
+                    cc = s.value,
+                    csts = csts.0,
+                    "CC written"
+                );
+            }
+            Ok(_) => r.fail(Status::INVALID_FIELD.with_dnr()),
+            Err(st) => r.fail(st),
+        },
+        fctype::DISCONNECT => match Disconnect::from_sqe(&sqe) {
+            Ok(Disconnect) => r.close_after = true,
+            Err(st) => r.fail(st),
+        },
+        _ => r.fail(Status::INVALID_OPCODE.with_dnr()),
+    }
+    Next::Respond
+}
+
+/// Property value and its natural size.
+fn property_value(
+    ctrl: &super::controller::Controller,
+    offset: u32,
+    shared: &Shared,
+) -> Option<(u64, PropertySize)> {
+    let st = ctrl.state();
+    Some(match offset {
+        properties::CAP => {
+            let cap = Cap::default()
+                .with_mqes((shared.cfg.limits.max_queue_depth - 1).min(0xFFFF) as u16)
+                .with_cqr(true)
+                .with_timeout_500ms(CAP_TIMEOUT_500MS)
+                .with_css(Cap::CSS_NVM)
+                .with_mpsmin(0)
+                .with_mpsmax(0);
+            (cap.0, PropertySize::Eight)
+        }
+        properties::VS => (u64::from(Vs::V1_3.0), PropertySize::Four),
+        properties::CC => (u64::from(st.cc.0), PropertySize::Four),
+        properties::CSTS => (u64::from(st.csts.0), PropertySize::Four),
+        _ => return None,
+    })
+}
+
+fn prepare_connect(conn: &mut Connection, slot: u32, shared: &Shared) -> Next {
+    let sqe = conn.reqs[slot as usize].sqe;
+    if conn.ctrl.is_some() {
+        conn.reqs[slot as usize].fail(Status::COMMAND_SEQUENCE_ERROR.with_dnr());
+        return Next::Respond;
+    }
+    let c = match Connect::from_sqe(&sqe) {
+        Ok(c) => c,
+        Err(f) => return fail_connect(conn, slot, f),
+    };
+    if c.qid != conn.qid {
+        return fail_connect(conn, slot, ConnectFailure::invalid_command(offset::QID));
+    }
+    if c.queue_entries() > conn.depth {
+        return fail_connect(conn, slot, ConnectFailure::invalid_command(offset::SQSIZE));
+    }
+    conn.reqs[slot as usize].action = Action::Connect;
+    match data_phase(
+        conn,
+        slot,
+        DataDir::HostToController,
+        CONNECT_DATA_LEN as u32,
+        shared,
+    ) {
+        Ok(next) => next,
+        Err(st) => {
+            conn.reqs[slot as usize].fail(st);
+            Next::Respond
+        }
+    }
+}
+
+/// Executes a Connect whose 1024 data bytes are in the request's data slot.
+pub fn execute_connect(conn: &mut Connection, slot: u32, shared: &Shared) {
+    let r = conn.reqs[slot as usize];
+    let connect = match Connect::from_sqe(&r.sqe) {
+        Ok(c) => c,
+        Err(f) => {
+            fail_connect(conn, slot, f);
+            return;
+        }
+    };
+    let mut bytes = [0u8; CONNECT_DATA_LEN];
+    if conn
+        .mr()
+        .read_at(conn.data_offset(r.data_slot, 0), &mut bytes)
+        .is_err()
+    {
+        conn.reqs[slot as usize].fail(Status::INTERNAL);
+        return;
+    }
+    let data = match ConnectData::decode(&bytes) {
+        Ok(d) => d,
+        Err(f) => {
+            fail_connect(conn, slot, f);
+            return;
+        }
+    };
+    match connect_controller(conn, &connect, &data, shared) {
+        Ok(cntlid) => conn.reqs[slot as usize].dw0 = u32::from(cntlid),
+        Err(f) => {
+            tracing::info!(peer = %conn.peer, qid = conn.qid, subnqn = %data.subnqn,
+                hostnqn = %data.hostnqn, status = %f.status, "connect refused");
+            fail_connect(conn, slot, f);
+        }
+    }
+}
+
+fn connect_controller(
+    conn: &mut Connection,
+    c: &Connect,
+    d: &ConnectData,
+    shared: &Shared,
+) -> Result<u16, ConnectFailure> {
+    let subsys = shared
+        .subsystem(d.subnqn.as_str())
+        .ok_or(ConnectFailure::invalid_data(offset::SUBNQN))?;
+    if !subsys.allows(d.hostnqn.as_str()) {
+        return Err(ConnectFailure::invalid_host());
+    }
+    let now = shared.now_ms();
+    if conn.qid == 0 {
+        if d.cntlid != CNTLID_DYNAMIC {
+            return Err(ConnectFailure::invalid_data(offset::CNTLID));
+        }
+        let kato = match c.kato_ms {
+            0 => u64::from(shared.cfg.target.default_keep_alive_timeout_ms),
+            k => u64::from(k),
+        };
+        let max_queues = shared.cfg.limits.max_queues_per_controller.min(0xFFFF) as u16;
+        let ctrl = shared
+            .controllers
+            .create(
+                subsys.clone(),
+                d.hostnqn.as_str().to_owned(),
+                d.hostid,
+                kato,
+                max_queues,
+                now,
+            )
+            .ok_or(ConnectFailure::from(
+                Status::CONNECT_CONTROLLER_BUSY.with_dnr(),
+            ))?;
+        tracing::info!(peer = %conn.peer, cntlid = ctrl.cntlid, subnqn = %d.subnqn,
+            hostnqn = %d.hostnqn, kato_ms = kato, "controller created");
+        let id = ctrl.cntlid;
+        conn.ctrl = Some(ctrl);
+        return Ok(id);
+    }
+    let ctrl = shared
+        .controllers
+        .get(d.cntlid)
+        .filter(|k| {
+            !k.is_dead()
+                && k.subsys.nqn == subsys.nqn
+                && k.hostnqn == d.hostnqn.as_str()
+                && k.hostid == d.hostid
+        })
+        .ok_or(ConnectFailure::invalid_data(offset::CNTLID))?;
+    if conn.qid > ctrl.state().io_queues || !ctrl.attach_queue(conn.qid) {
+        return Err(ConnectFailure::invalid_command(offset::QID));
+    }
+    ctrl.touch(now);
+    tracing::info!(peer = %conn.peer, cntlid = ctrl.cntlid, qid = conn.qid, depth = conn.depth,
+        "I/O queue connected");
+    let id = ctrl.cntlid;
+    conn.ctrl = Some(ctrl);
+    Ok(id)
+}

@@ -1,0 +1,285 @@
+//! I/O commands (Read, Write, Flush, Write Zeroes, Dataset Management) and their backend
+//! operations.
+
+use std::collections::VecDeque;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use rdmablk::nvme::io::{DsmRange, DSM_RANGE_LEN};
+use rdmablk::nvme::opcodes::io as op;
+use rdmablk::nvme::{Dsm, ReadWrite, Sct, Status, WriteZeroes};
+
+use super::command::{data_phase, Next};
+use super::connection::Connection;
+use super::controller::Controller;
+use super::request::{Action, DataDir, WrId, WrKind};
+use super::Shared;
+use crate::backend::{IoBuf, IoError, IoErrorKind, IoOp, IoRequest, SubmitError};
+use crate::namespace::NamespaceQueue;
+
+/// Broadcast NSID (Flush of every namespace).
+const NSID_ALL: u32 = 0xFFFF_FFFF;
+
+/// Checks an I/O command; sets the request's action and data phase.
+pub fn prepare(conn: &mut Connection, slot: u32, shared: &Shared, ctrl: &Arc<Controller>) -> Next {
+    match check(conn, slot, shared, ctrl) {
+        Ok(n) => n,
+        Err(st) => {
+            conn.reqs[slot as usize].fail(st);
+            Next::Respond
+        }
+    }
+}
+
+fn check(
+    conn: &mut Connection,
+    slot: u32,
+    shared: &Shared,
+    ctrl: &Arc<Controller>,
+) -> Result<Next, Status> {
+    let sqe = conn.reqs[slot as usize].sqe;
+    let subsys = &ctrl.subsys;
+    let ns_index = |nsid: u32| -> Result<usize, Status> {
+        subsys
+            .ns_index(nsid)
+            .ok_or(Status::INVALID_NAMESPACE.with_dnr())
+    };
+    let flat = |i: usize| subsys.ns_base + i;
+    let action;
+    let (dir, len) = match sqe.opcode {
+        op::READ | op::WRITE => {
+            let rw = ReadWrite::from_sqe(&sqe);
+            let i = ns_index(rw.nsid)?;
+            let ns = &subsys.namespaces()[i];
+            let write = sqe.opcode == op::WRITE;
+            let bytes = rw.byte_len(ns.block_size());
+            let len =
+                u32::try_from(bytes).map_err(|_| Status::SGL_INVALID_DATA_LENGTH.with_dnr())?;
+            action = Action::ReadWrite {
+                ns: flat(i),
+                lba: rw.slba,
+                blocks: rw.blocks(),
+                write,
+                fua: rw.fua,
+            };
+            let dir = if write {
+                DataDir::HostToController
+            } else {
+                DataDir::ControllerToHost
+            };
+            // The data pointer first (MDTS, type), then the range, as nvmet orders them.
+            conn.reqs[slot as usize].action = action;
+            let next = data_phase(conn, slot, dir, len, shared)?;
+            rw.check_range(ns.num_blocks())?;
+            if write && ns.read_only() {
+                return Err(Status::NS_WRITE_PROTECTED.with_dnr());
+            }
+            return Ok(next);
+        }
+        op::FLUSH => {
+            let ns = if sqe.nsid == NSID_ALL {
+                None
+            } else {
+                Some(flat(ns_index(sqe.nsid)?))
+            };
+            action = Action::Flush { ns };
+            (DataDir::None, 0)
+        }
+        op::WRITE_ZEROES => {
+            let wz = WriteZeroes::from_sqe(&sqe);
+            let i = ns_index(wz.nsid)?;
+            wz.check_range(subsys.namespaces()[i].num_blocks())?;
+            action = Action::WriteZeroes {
+                ns: flat(i),
+                lba: wz.slba,
+                blocks: wz.blocks(),
+                deallocate: wz.deallocate,
+            };
+            (DataDir::None, 0)
+        }
+        op::DATASET_MANAGEMENT => {
+            let dsm = Dsm::from_sqe(&sqe);
+            let i = ns_index(dsm.nsid)?;
+            action = if dsm.deallocate {
+                Action::Deallocate {
+                    ns: flat(i),
+                    ranges: dsm.ranges() as u32,
+                }
+            } else {
+                // Attribute hints only: nothing to do, and no need to fetch the ranges.
+                Action::Respond
+            };
+            if action == Action::Respond {
+                (DataDir::None, 0)
+            } else {
+                (DataDir::HostToController, dsm.data_len())
+            }
+        }
+        _ => return Err(Status::INVALID_OPCODE.with_dnr()),
+    };
+    conn.reqs[slot as usize].action = action;
+    data_phase(conn, slot, dir, len, shared)
+}
+
+/// Prepares the backend operations of request `slot` once its data is in place: validates
+/// DSM ranges, counts operations. Returns false if nothing needs the backend.
+pub fn plan(conn: &mut Connection, slot: u32, shared: &Shared) -> bool {
+    let r = conn.reqs[slot as usize];
+    let total = match r.action {
+        Action::ReadWrite { .. } | Action::WriteZeroes { .. } => 1,
+        Action::Flush { ns: Some(_) } => 1,
+        Action::Flush { ns: None } => match &conn.ctrl {
+            Some(c) => c.subsys.namespaces().len() as u32,
+            None => 0,
+        },
+        Action::Deallocate { ns, ranges } => {
+            let nsze = shared.namespaces[ns].num_blocks();
+            for i in 0..ranges {
+                match dsm_range(conn, slot, i) {
+                    Some(rg) if rg.check_range(nsze).is_ok() => {}
+                    Some(_) => {
+                        conn.reqs[slot as usize].fail(Status::LBA_OUT_OF_RANGE.with_dnr());
+                        return false;
+                    }
+                    None => {
+                        conn.reqs[slot as usize].fail(Status::INTERNAL);
+                        return false;
+                    }
+                }
+            }
+            ranges
+        }
+        Action::Respond | Action::Connect => 0,
+    };
+    let r = &mut conn.reqs[slot as usize];
+    r.ops_total = total;
+    r.ops_next = 0;
+    total > 0
+}
+
+fn dsm_range(conn: &Connection, slot: u32, i: u32) -> Option<DsmRange> {
+    let ds = conn.reqs[slot as usize].data_slot;
+    let mut b = [0u8; DSM_RANGE_LEN];
+    conn.mr()
+        .read_at(conn.data_offset(ds, i as usize * DSM_RANGE_LEN), &mut b)
+        .ok()?;
+    Some(DsmRange::decode(&b))
+}
+
+/// Submits the request's remaining backend operations. On `Busy` the request is queued on
+/// `backlog` to be resumed when the backend has room.
+pub fn submit(
+    conn: &mut Connection,
+    slot: u32,
+    nsq: &mut [NamespaceQueue],
+    backlog: &mut VecDeque<u64>,
+) {
+    let key = conn.key;
+    while conn.reqs[slot as usize].ops_next < conn.reqs[slot as usize].ops_total {
+        let r = conn.reqs[slot as usize];
+        let i = r.ops_next;
+        let (ns, op) = match backend_op(conn, slot, i) {
+            Ok(Some(x)) => x,
+            Ok(None) => {
+                conn.reqs[slot as usize].ops_next += 1;
+                continue;
+            }
+            Err(()) => {
+                conn.reqs[slot as usize].fail(Status::INTERNAL);
+                conn.reqs[slot as usize].ops_next += 1;
+                continue;
+            }
+        };
+        let tag = WrId::new(key, WrKind::Backend, slot).encode();
+        match nsq[ns].submit(IoRequest { tag, op }) {
+            Ok(()) => {
+                let r = &mut conn.reqs[slot as usize];
+                r.ops_in_flight += 1;
+                r.ops_next += 1;
+                conn.backend_ops += 1;
+            }
+            Err(SubmitError::Busy) => {
+                backlog.push_back(tag);
+                return;
+            }
+            Err(SubmitError::Rejected(e)) => {
+                let r = &mut conn.reqs[slot as usize];
+                r.fail(status_of(e));
+                r.ops_next += 1;
+            }
+        }
+    }
+}
+
+/// Operation `i` of the request: `Ok(None)` when there is nothing to do (an empty DSM range).
+fn backend_op(conn: &Connection, slot: u32, i: u32) -> Result<Option<(usize, IoOp)>, ()> {
+    let r = &conn.reqs[slot as usize];
+    Ok(Some(match r.action {
+        Action::ReadWrite {
+            ns,
+            lba,
+            blocks,
+            write,
+            fua,
+        } => {
+            let region = conn.window.data_slot(r.data_slot);
+            debug_assert!(r.data_len as usize <= region.len);
+            let ptr = NonNull::new(region.as_ptr()).ok_or(())?;
+            // SAFETY: the data slot belongs to this request until it is free again, which
+            // happens only after this operation's completion has been polled; the window
+            // stays mapped until the connection is dropped, which waits for every backend
+            // operation of the connection (`Connection::backend_ops`). No RDMA work request
+            // names the slot while the backend owns it (READ completed before, WRITE is
+            // posted after the completion).
+            let buf = unsafe { IoBuf::from_raw_parts(ptr, r.data_len) };
+            if write {
+                (
+                    ns,
+                    IoOp::Write {
+                        lba,
+                        blocks,
+                        buf,
+                        fua,
+                    },
+                )
+            } else {
+                (ns, IoOp::Read { lba, blocks, buf })
+            }
+        }
+        Action::WriteZeroes {
+            ns, lba, blocks, ..
+        } => (ns, IoOp::WriteZeroes { lba, blocks }),
+        Action::Flush { ns: Some(ns) } => (ns, IoOp::Flush),
+        Action::Flush { ns: None } => {
+            let base = conn.ctrl.as_ref().ok_or(())?.subsys.ns_base;
+            (base + i as usize, IoOp::Flush)
+        }
+        Action::Deallocate { ns, .. } => {
+            let rg = dsm_range(conn, slot, i).ok_or(())?;
+            if rg.nlb == 0 {
+                return Ok(None);
+            }
+            (
+                ns,
+                IoOp::Deallocate {
+                    lba: rg.slba,
+                    blocks: rg.nlb,
+                },
+            )
+        }
+        Action::Respond | Action::Connect => return Err(()),
+    }))
+}
+
+/// The NVMe status of a backend failure.
+pub fn status_of(e: IoError) -> Status {
+    let (sct, sc) = e.kind.nvme_status();
+    let st = Status::new(Sct::from_bits(sct), sc);
+    match e.kind {
+        IoErrorKind::OutOfRange
+        | IoErrorKind::ReadOnly
+        | IoErrorKind::InvalidRequest
+        | IoErrorKind::WritesFenced => st.with_dnr(),
+        _ => st,
+    }
+}

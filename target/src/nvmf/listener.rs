@@ -1,0 +1,213 @@
+//! Connection requests: check the NVMe/RDMA CM private data, size the queue, carve its
+//! window from the arena, create the QP on a worker's completion queue and hand it over.
+//!
+//! Every refusal is an RDMA CM reject with the NVMe/RDMA status the host expects:
+//! bad record (INVALID_LEN / INVALID_RECFMT), queue ID past the controller's limit
+//! (INVALID_QID), queue too large (INVALID_HSQSIZE / INVALID_HRQSIZE), no arena space, no
+//! completion-queue room or too many connections (NO_RESOURCES). Nothing is ever allocated
+//! outside the arena for a connection's buffers.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_channel::Sender;
+use rdmablk::fabric::{ConnRequest, Cq, Listener, QpCaps, QpInit};
+use rdmablk::nvme::{CmReject, CmRejectStatus, CmRequest};
+
+use super::worker::PendingConn;
+use super::{cqes_per_connection, Shared, TargetError, ADMIN_QUEUE_DEPTH, SEND_WRS_PER_REQUEST};
+use crate::arena::ArenaError;
+
+/// How often a listener looks at the stop flag.
+const POLL: Duration = Duration::from_millis(50);
+
+pub(super) fn spawn(
+    index: usize,
+    listener: Listener,
+    shared: Arc<Shared>,
+    workers: Vec<Sender<PendingConn>>,
+    cqs: Vec<Cq>,
+) -> Result<JoinHandle<()>, TargetError> {
+    std::thread::Builder::new()
+        .name(format!("rdmablk-l{index}"))
+        .spawn(move || {
+            let mut l = Acceptor {
+                shared,
+                workers,
+                cqs,
+                next_worker: 0,
+            };
+            while !l.shared.stopping() {
+                match listener.get_request(Some(POLL)) {
+                    Ok(Some(req)) => l.handle(req),
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::error!(error = %e, "listener failed; no new connections");
+                        break;
+                    }
+                }
+            }
+            tracing::info!(addr = %listener.local_addr(), "listener stopped");
+        })
+        .map_err(TargetError::Thread)
+}
+
+struct Acceptor {
+    shared: Arc<Shared>,
+    workers: Vec<Sender<PendingConn>>,
+    cqs: Vec<Cq>,
+    next_worker: usize,
+}
+
+impl Acceptor {
+    fn handle(&mut self, req: ConnRequest) {
+        let peer = req.peer_addr();
+        match self.admit(req) {
+            Ok(()) => {}
+            Err((req, status)) => {
+                tracing::info!(%peer, %status, "connection rejected");
+                if let Err(e) = req.reject(&CmReject { status }.encode()) {
+                    tracing::warn!(%peer, error = %e, "reject failed");
+                }
+            }
+        }
+    }
+
+    /// Checks and sets up one request; on refusal gives it back with the reject status.
+    fn admit(&mut self, req: ConnRequest) -> Result<(), (ConnRequest, CmRejectStatus)> {
+        let cm = match CmRequest::decode(req.private_data()) {
+            Ok(cm) => cm,
+            Err(st) => return Err((req, st)),
+        };
+        let limits = self.shared.cfg.limits;
+        if u32::from(cm.qid) >= limits.max_queues_per_controller {
+            return Err((req, CmRejectStatus::InvalidQid));
+        }
+        let max_entries = if cm.qid == 0 {
+            ADMIN_QUEUE_DEPTH
+        } else {
+            limits.max_queue_depth
+        };
+        if let Err(st) = cm.check_queue_sizes(max_entries.min(u32::from(u16::MAX)) as u16) {
+            return Err((req, st));
+        }
+        let depth = cm.sq_entries();
+        if self.shared.stopping() {
+            return Err((req, CmRejectStatus::NoResources));
+        }
+        let live = self.shared.connections.fetch_add(1, Ordering::AcqRel);
+        if live >= limits.max_connections as usize {
+            self.shared.connections.fetch_sub(1, Ordering::AcqRel);
+            tracing::warn!(
+                limit = limits.max_connections,
+                "limits.max_connections reached"
+            );
+            return Err((req, CmRejectStatus::NoResources));
+        }
+        match self.setup(req, cm, depth) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                self.shared.connections.fetch_sub(1, Ordering::AcqRel);
+                Err(e)
+            }
+        }
+    }
+
+    fn setup(
+        &mut self,
+        req: ConnRequest,
+        cm: CmRequest,
+        depth: u32,
+    ) -> Result<(), (ConnRequest, CmRejectStatus)> {
+        let layout = self.shared.cfg.limits.window_layout(depth);
+        let window = match self.shared.arena.carve(layout) {
+            Ok(w) => w,
+            Err(e @ ArenaError::Full { .. }) | Err(e @ ArenaError::BadSize { .. }) => {
+                tracing::warn!(error = %e, qid = cm.qid, "no arena space for a queue");
+                return Err((req, CmRejectStatus::NoResources));
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "carving a window failed");
+                return Err((req, CmRejectStatus::NoResources));
+            }
+        };
+        let Some(worker) = self.reserve_worker(cqes_per_connection(depth)) else {
+            tracing::warn!(qid = cm.qid, "no worker has completion-queue room");
+            return Err((req, CmRejectStatus::NoResources));
+        };
+        let attr = &self.shared.attr;
+        let read_depth = depth
+            .min(attr.max_qp_init_rd_atom.max(1))
+            .min(u32::from(req.responder_resources()).max(1));
+        let responder = u32::from(req.initiator_depth()).min(attr.max_qp_rd_atom) as u8;
+        let caps = QpCaps {
+            max_send_wr: SEND_WRS_PER_REQUEST * depth + 2,
+            max_recv_wr: depth,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        };
+        let cq = &self.cqs[worker];
+        let init = QpInit {
+            pd: &self.shared.pd,
+            send_cq: cq,
+            recv_cq: cq,
+            caps,
+        };
+        let peer = req.peer_addr();
+        let qp = match req.create_qp(&init) {
+            Ok(qp) => qp,
+            Err(e) => {
+                // The request is consumed: dropping it rejected the connection.
+                tracing::warn!(%peer, error = %e, "cannot create a queue pair");
+                self.release_worker(worker, cqes_per_connection(depth));
+                return Ok(());
+            }
+        };
+        let pending = PendingConn {
+            qp,
+            window,
+            qid: cm.qid,
+            depth,
+            read_depth: read_depth.max(1),
+            responder_resources: responder,
+            push: cm.push.filter(|_| cm.qid != 0),
+            push_asked: cm.push.is_some(),
+            peer,
+            cqes: cqes_per_connection(depth),
+        };
+        if let Err(e) = self.workers[worker].send(pending) {
+            // The worker is gone (shutting down): dropping the QP refuses the host.
+            tracing::warn!(%peer, "worker {worker} is gone; connection dropped");
+            drop(e);
+            self.release_worker(worker, cqes_per_connection(depth));
+        }
+        Ok(())
+    }
+
+    /// Picks the next worker (round robin) with room for `cqes` completion entries.
+    fn reserve_worker(&mut self, cqes: u32) -> Option<usize> {
+        let n = self.workers.len();
+        for i in 0..n {
+            let w = (self.next_worker + i) % n;
+            let slot = &self.shared.cq_reserved[w];
+            let ok = slot
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                    (used + cqes <= self.shared.cq_capacity).then_some(used + cqes)
+                })
+                .is_ok();
+            if ok {
+                self.next_worker = (w + 1) % n;
+                return Some(w);
+            }
+        }
+        None
+    }
+
+    fn release_worker(&self, w: usize, cqes: u32) {
+        self.shared.cq_reserved[w].fetch_sub(cqes, Ordering::AcqRel);
+        self.shared.connections.fetch_sub(1, Ordering::AcqRel);
+    }
+}

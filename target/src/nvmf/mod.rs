@@ -1,0 +1,399 @@
+//! The NVMe-oF/RDMA protocol engine: listeners, connections, controllers and workers.
+//!
+//! ```text
+//!  listener thread (per [[listener]])          worker threads (target.worker_threads)
+//!  ─────────────────────────────────           ───────────────────────────────────────
+//!  get_request ─▶ CM private data checks        own: one CQ, the namespace queues (io_uring)
+//!             ─▶ carve a Window (arena)         poll CQ ─▶ requests' state machines
+//!             ─▶ create QP on a worker's CQ ──▶ post receives, bind MW (push), accept
+//!                (round robin)                  poll backends ─▶ RDMA WRITE + SEND
+//!                                               keep-alive, CM events, teardown
+//! ```
+//!
+//! - [`listener`]: connection requests: queue sizing, window carving, CM rejects.
+//! - [`connection`]: one queue pair with its window, requests and teardown.
+//! - [`request`]: the request state machine and work-request IDs.
+//! - [`command`]: checking a command and its data pointer; [`fabrics`], [`admin`], [`io`]:
+//!   the command sets.
+//! - [`controller`]: controllers, keep-alive; [`subsystem`]: NQNs, hosts, namespaces.
+//! - [`worker`]: the poll loop.
+//!
+//! Memory: everything a connection uses is its window, carved at connect and returned at
+//! teardown; per-I/O processing allocates nothing.
+
+pub mod admin;
+pub mod command;
+pub mod connection;
+pub mod controller;
+pub mod fabrics;
+pub mod io;
+pub mod listener;
+pub mod request;
+pub mod subsystem;
+pub mod worker;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use rdmablk::fabric::{Device, DeviceAttr, FabricError, Pd, ProviderKind};
+
+use crate::arena::{Arena, ArenaError, ArenaStats};
+use crate::backend::BackendError;
+use crate::config::{Config, ConfigError};
+use crate::namespace::Namespace;
+
+use controller::ControllerTable;
+use subsystem::Subsystem;
+
+/// Admin queue entries (NVMe-oF: the admin queue has 32 entries).
+pub const ADMIN_QUEUE_DEPTH: u32 = 32;
+/// Send work requests one request may have outstanding (RDMA WRITE + response SEND).
+pub const SEND_WRS_PER_REQUEST: u32 = 2;
+/// Firmware revision reported in Identify Controller.
+pub const FIRMWARE_REVISION: &str = concat!("rb", env!("CARGO_PKG_VERSION"));
+/// Model number reported in Identify Controller.
+pub const MODEL: &str = "rdmablk";
+
+/// Why the target could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("listener[{index}] ({provider} {addr}): cannot open the RDMA device: {source}")]
+    OpenDevice {
+        index: usize,
+        provider: ProviderKind,
+        addr: std::net::IpAddr,
+        #[source]
+        source: FabricError,
+    },
+    #[error(
+        "listener[{index}] is on device {device} but listener[0] is on {first}: one target \
+         serves one RDMA device (run a target per device)"
+    )]
+    SecondDevice {
+        index: usize,
+        device: String,
+        first: String,
+    },
+    #[error("device {device}: {op}: {source}")]
+    Device {
+        device: String,
+        op: &'static str,
+        #[source]
+        source: FabricError,
+    },
+    #[error(transparent)]
+    Arena(#[from] ArenaError),
+    #[error("subsystem {nqn} namespace {nsid}: {source}")]
+    Namespace {
+        nqn: String,
+        nsid: u32,
+        #[source]
+        source: BackendError,
+    },
+    #[error("worker {index}: {source}")]
+    Worker {
+        index: usize,
+        #[source]
+        source: BackendError,
+    },
+    #[error("listener[{index}]: cannot listen on {addr}: {source}")]
+    Listen {
+        index: usize,
+        addr: SocketAddr,
+        #[source]
+        source: FabricError,
+    },
+    #[error("cannot start a thread: {0}")]
+    Thread(#[source] std::io::Error),
+}
+
+/// What every thread of a running target shares.
+#[derive(Debug)]
+pub struct Shared {
+    pub cfg: Config,
+    pub subsystems: Vec<Arc<Subsystem>>,
+    /// Every namespace, in subsystem order (the index workers' namespace queues use).
+    pub namespaces: Vec<Arc<Namespace>>,
+    pub controllers: ControllerTable,
+    pub arena: Arc<Arena>,
+    pub pd: Pd,
+    pub attr: DeviceAttr,
+    /// Whether the device has type-2 memory windows (else push-write connections get a
+    /// per-connection memory region).
+    pub has_mw: bool,
+    pub epoch: Instant,
+    /// Set by [`Target::shutdown`]: stop accepting, drain, flush, exit.
+    pub stop: AtomicBool,
+    /// Queues (connections) alive.
+    pub connections: AtomicUsize,
+    /// Per worker: completion-queue entries reserved by its connections.
+    pub cq_reserved: Vec<AtomicU32>,
+    /// Per worker: CQ capacity.
+    pub cq_capacity: u32,
+}
+
+impl Shared {
+    pub fn now_ms(&self) -> u64 {
+        controller::now_ms(self.epoch)
+    }
+
+    pub fn subsystem(&self, nqn: &str) -> Option<&Arc<Subsystem>> {
+        self.subsystems.iter().find(|s| s.nqn == nqn)
+    }
+
+    pub fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
+    /// Logs arena usage (tests watch it return to idle).
+    pub fn log_arena(&self, event: &str) {
+        let s = self.arena.stats();
+        tracing::info!(
+            event,
+            arena_bytes_in_use = s.bytes_in_use,
+            arena_windows = s.windows,
+            arena_bytes = s.total_bytes,
+            connections = self.connections.load(Ordering::Relaxed),
+            "arena usage"
+        );
+    }
+}
+
+/// A running target.
+pub struct Target {
+    shared: Arc<Shared>,
+    addrs: Vec<SocketAddr>,
+    listeners: Vec<JoinHandle<()>>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Target")
+            .field("addrs", &self.addrs)
+            .finish()
+    }
+}
+
+impl Target {
+    /// Starts a target for a validated configuration: opens the device, registers the
+    /// arena, opens the namespaces, starts the workers and the listeners.
+    pub fn start(cfg: Config) -> Result<Target, TargetError> {
+        cfg.validate()?;
+        let device = open_device(&cfg)?;
+        let dev_err = |op, source| TargetError::Device {
+            device: device.name(),
+            op,
+            source,
+        };
+        let attr = device.attr().map_err(|e| dev_err("query attributes", e))?;
+        cfg.check_device(&attr, SEND_WRS_PER_REQUEST)?;
+        let pd = device
+            .alloc_pd()
+            .map_err(|e| dev_err("allocate a protection domain", e))?;
+        let arena = Arc::new(Arena::map(&cfg.arena)?.register(&pd)?);
+        let has_mw = match pd.alloc_mw() {
+            Ok(_) => true,
+            Err(FabricError::Unsupported { .. }) => {
+                tracing::warn!(
+                    device = %device.name(),
+                    "device has no memory windows: push-write connections get a \
+                     per-connection memory region instead"
+                );
+                false
+            }
+            Err(e) => return Err(dev_err("allocate a memory window", e)),
+        };
+        let (subsystems, namespaces) = open_subsystems(&cfg)?;
+        let workers_n = cfg.target.worker_threads.max(1) as usize;
+        let cq_capacity = cq_capacity(&cfg, &attr, workers_n);
+        let shared = Arc::new(Shared {
+            subsystems,
+            namespaces,
+            controllers: ControllerTable::default(),
+            arena,
+            pd,
+            attr,
+            has_mw,
+            epoch: Instant::now(),
+            stop: AtomicBool::new(false),
+            connections: AtomicUsize::new(0),
+            cq_reserved: (0..workers_n).map(|_| AtomicU32::new(0)).collect(),
+            cq_capacity,
+            cfg,
+        });
+        let mut target = Target {
+            shared: Arc::clone(&shared),
+            addrs: Vec::new(),
+            listeners: Vec::new(),
+            workers: Vec::new(),
+        };
+        let mut senders = Vec::new();
+        let mut cqs = Vec::new();
+        for index in 0..workers_n {
+            let cq = device
+                .create_cq(cq_capacity)
+                .map_err(|e| dev_err("create a completion queue", e))?;
+            let (tx, handle) = worker::spawn(index, Arc::clone(&shared), cq.clone())?;
+            target.workers.push(handle);
+            senders.push(tx);
+            cqs.push(cq);
+        }
+        for (index, l) in shared.cfg.listeners.iter().enumerate() {
+            let addr = SocketAddr::new(l.address, l.port);
+            let listener = device
+                .listen(addr, 128)
+                .map_err(|source| TargetError::Listen {
+                    index,
+                    addr,
+                    source,
+                })?;
+            let local = listener.local_addr();
+            tracing::info!(provider = %l.provider_kind(), %local, device = %device.name(),
+                "listening");
+            target.addrs.push(local);
+            let handle = listener::spawn(
+                index,
+                listener,
+                Arc::clone(&shared),
+                senders.clone(),
+                cqs.clone(),
+            )?;
+            target.listeners.push(handle);
+        }
+        shared.log_arena("started");
+        Ok(target)
+    }
+
+    /// The addresses listened on (with the real port where the configuration said 0).
+    pub fn local_addrs(&self) -> &[SocketAddr] {
+        &self.addrs
+    }
+
+    /// Arena accounting (bytes in use return to 0 when every host has gone).
+    pub fn arena_stats(&self) -> ArenaStats {
+        self.shared.arena.stats()
+    }
+
+    /// Queues connected right now.
+    pub fn connections(&self) -> usize {
+        self.shared.connections.load(Ordering::Acquire)
+    }
+
+    /// Controllers alive right now.
+    pub fn controllers(&self) -> usize {
+        self.shared.controllers.len()
+    }
+
+    /// Stops accepting, lets in-flight I/O finish, completes held events, flushes every
+    /// namespace, disconnects every host and waits for all threads.
+    pub fn shutdown(mut self) {
+        self.stop_and_join();
+    }
+
+    fn stop_and_join(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        for h in self.listeners.drain(..).chain(self.workers.drain(..)) {
+            if h.join().is_err() {
+                tracing::error!("a target thread panicked");
+            }
+        }
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        if !self.listeners.is_empty() || !self.workers.is_empty() {
+            self.stop_and_join();
+        }
+    }
+}
+
+impl crate::config::ListenerConfig {
+    /// The fabric provider of this listener.
+    pub fn provider_kind(&self) -> ProviderKind {
+        self.provider.into()
+    }
+}
+
+fn open_device(cfg: &Config) -> Result<Device, TargetError> {
+    let mut first: Option<Device> = None;
+    for (index, l) in cfg.listeners.iter().enumerate() {
+        let provider = l.provider_kind();
+        let d = Device::open_for_addr(provider, l.address).map_err(|source| {
+            TargetError::OpenDevice {
+                index,
+                provider,
+                addr: l.address,
+                source,
+            }
+        })?;
+        match &first {
+            None => first = Some(d),
+            Some(f) if f.provider() == d.provider() && f.name() == d.name() => {}
+            Some(f) => {
+                return Err(TargetError::SecondDevice {
+                    index,
+                    device: format!("{}:{}", d.provider(), d.name()),
+                    first: format!("{}:{}", f.provider(), f.name()),
+                })
+            }
+        }
+    }
+    // Validation guarantees at least one listener.
+    first.ok_or_else(|| {
+        TargetError::Config(ConfigError::Invalid {
+            path: None,
+            problems: vec![crate::config::Problem {
+                key: "listener".into(),
+                message: "no listener is configured".into(),
+            }],
+        })
+    })
+}
+
+type Opened = (Vec<Arc<Subsystem>>, Vec<Arc<Namespace>>);
+
+fn open_subsystems(cfg: &Config) -> Result<Opened, TargetError> {
+    let mut subsystems = Vec::new();
+    let mut all = Vec::new();
+    for s in &cfg.subsystems {
+        let mut namespaces = Vec::new();
+        for n in &s.namespaces {
+            let ns = Namespace::open(n).map_err(|source| TargetError::Namespace {
+                nqn: s.nqn.clone(),
+                nsid: n.nsid,
+                source,
+            })?;
+            tracing::info!(subsystem = %s.nqn, nsid = n.nsid, kind = n.backend.kind(),
+                blocks = ns.num_blocks(), block_size = ns.block_size(), "namespace open");
+            namespaces.push(Arc::new(ns));
+        }
+        let sub = Subsystem::new(s, namespaces, all.len());
+        all.extend(sub.namespaces().iter().cloned());
+        subsystems.push(Arc::new(sub));
+    }
+    Ok((subsystems, all))
+}
+
+/// CQ entries one connection of `depth` may need: its receives, and per request at most a
+/// signalled READ or a WRITE + SEND pair, plus the bind and invalidate of its window.
+pub fn cqes_per_connection(depth: u32) -> u32 {
+    depth + SEND_WRS_PER_REQUEST * depth + 2
+}
+
+fn cq_capacity(cfg: &Config, attr: &DeviceAttr, workers: usize) -> u32 {
+    let per_worker = cfg.limits.max_connections.div_ceil(workers as u32).max(1);
+    let want = u64::from(per_worker) * u64::from(cqes_per_connection(cfg.limits.max_queue_depth));
+    let max = if attr.max_cqe == 0 {
+        u32::MAX
+    } else {
+        attr.max_cqe
+    };
+    want.min(u64::from(max)).min(1 << 20) as u32
+}

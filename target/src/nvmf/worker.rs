@@ -1,0 +1,876 @@
+//! Worker threads: each owns one completion queue (shared by its connections' QPs), one
+//! queue per namespace on its own io_uring, and the connections the listeners gave it.
+//!
+//! The loop: take new connections; poll the CQ and drive each completion's request; poll
+//! the backends and answer finished requests; resume requests the backend had no room for;
+//! every few milliseconds look at connection events, keep-alive timers and closing
+//! connections. In `busy` poll mode it spins; in `interrupt` mode it arms the CQ and sleeps
+//! up to [`IDLE_WAIT`] when nothing is in flight.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use rdmablk::fabric::{Access, CmEvent, ConnParam, Cq, Qp, SendFlags, SendWr, Wc, WcStatus, WrOp};
+use rdmablk::nvme::{CmAccept, PushAnswer, PushRequest, PushWindow, Sqe, Status, SQE_LEN};
+
+use super::command::{self, Next};
+use super::connection::{Connection, Phase, RemoteKey, DRAIN_TIMEOUT, INVALIDATE_TIMEOUT};
+use super::request::{Action, ReqState, Request, WrId, WrKind};
+use super::{fabrics, io, Shared, TargetError};
+use crate::arena::Window;
+use crate::backend::{Completion, IoOp, IoRequest};
+use crate::config::PollMode;
+use crate::io::WorkerIo;
+use crate::namespace::NamespaceQueue;
+
+/// How long an idle worker in interrupt mode sleeps on its CQ before looking at connection
+/// events and timers again.
+const IDLE_WAIT: Duration = Duration::from_millis(5);
+/// How often connection events, keep-alive and teardown are looked at.
+const TICK: Duration = Duration::from_millis(5);
+/// At shutdown, how long connections get to finish in-flight commands.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+/// Backend queue depth per (worker, namespace).
+const BACKEND_DEPTH_MAX: u32 = 1024;
+
+/// A connection handed from a listener to a worker: QP created on the worker's CQ, window
+/// carved, nothing posted yet.
+pub struct PendingConn {
+    pub qp: Qp,
+    pub window: Window,
+    pub qid: u16,
+    pub depth: u32,
+    pub read_depth: u32,
+    pub responder_resources: u8,
+    /// The host's push-write request (never on the admin queue).
+    pub push: Option<PushRequest>,
+    /// Whether the host sent the extension at all (then it gets an answer).
+    pub push_asked: bool,
+    pub peer: SocketAddr,
+    pub cqes: u32,
+}
+
+pub(super) fn spawn(
+    index: usize,
+    shared: Arc<Shared>,
+    cq: Cq,
+) -> Result<(Sender<PendingConn>, JoinHandle<()>), TargetError> {
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let (ready_tx, ready_rx) = crossbeam_channel::bounded(1);
+    let handle = std::thread::Builder::new()
+        .name(format!("rdmablk-w{index}"))
+        .spawn(move || {
+            let depth = (shared.cfg.limits.max_queue_depth * 2).min(BACKEND_DEPTH_MAX);
+            let ring_entries = depth.saturating_mul(shared.namespaces.len().max(1) as u32);
+            let io = WorkerIo::new(ring_entries, Some(Arc::clone(&shared.arena)));
+            let mut nsq = Vec::with_capacity(shared.namespaces.len());
+            for ns in &shared.namespaces {
+                match ns.open_queue(&io, depth) {
+                    Ok(q) => nsq.push(q),
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                }
+            }
+            let _ = ready_tx.send(Ok(()));
+            let w = Worker {
+                index,
+                busy_poll: shared.cfg.target.poll_mode == PollMode::Busy,
+                shared,
+                cq,
+                rx,
+                conns: Vec::new(),
+                gens: Vec::new(),
+                nsq,
+                _io: io,
+                backlog: VecDeque::with_capacity(1024),
+                wcs: vec![Wc::default(); 32],
+                comps: vec![Completion::EMPTY; 64],
+                last_tick: Instant::now(),
+                stop_since: None,
+            };
+            w.run();
+        })
+        .map_err(TargetError::Thread)?;
+    match ready_rx.recv() {
+        Ok(Ok(())) => Ok((tx, handle)),
+        Ok(Err(source)) => {
+            let _ = handle.join();
+            Err(TargetError::Worker { index, source })
+        }
+        Err(_) => {
+            let _ = handle.join();
+            Err(TargetError::Thread(std::io::Error::other(
+                "worker exited at start",
+            )))
+        }
+    }
+}
+
+struct Worker {
+    index: usize,
+    busy_poll: bool,
+    shared: Arc<Shared>,
+    cq: Cq,
+    rx: Receiver<PendingConn>,
+    /// Connection slab; a connection's key is `index | generation << 16`.
+    conns: Vec<Option<Connection>>,
+    gens: Vec<u16>,
+    /// One queue per namespace (the target's flat namespace order). Dropped before `_io`.
+    nsq: Vec<NamespaceQueue>,
+    _io: WorkerIo,
+    /// Requests (as backend tags) waiting for backend room.
+    backlog: VecDeque<u64>,
+    wcs: Vec<Wc>,
+    comps: Vec<Completion>,
+    last_tick: Instant,
+    stop_since: Option<Instant>,
+}
+
+/// What request handlers need besides their connection.
+struct Ctx<'a> {
+    shared: &'a Shared,
+    nsq: &'a mut [NamespaceQueue],
+    backlog: &'a mut VecDeque<u64>,
+}
+
+fn slab_index(key: u32) -> usize {
+    (key & 0xFFFF) as usize
+}
+
+impl Worker {
+    fn run(mut self) {
+        tracing::debug!(worker = self.index, "worker started");
+        loop {
+            let mut busy = self.take_new();
+            busy |= self.poll_cq();
+            busy |= self.poll_backends();
+            if !self.backlog.is_empty() {
+                self.resume_backlog();
+            }
+            if self.last_tick.elapsed() >= TICK {
+                self.last_tick = Instant::now();
+                self.housekeeping();
+            }
+            if self.shared.stopping() && self.shutdown_step() {
+                break;
+            }
+            if !busy {
+                self.idle();
+            }
+        }
+        self.final_flush();
+        tracing::debug!(worker = self.index, "worker stopped");
+    }
+
+    fn ctx_and_conn(&mut self, key: u32) -> Option<(&mut Connection, Ctx<'_>)> {
+        let i = slab_index(key);
+        if self.gens.get(i).copied() != Some((key >> 16) as u16) {
+            return None;
+        }
+        let conn = self.conns.get_mut(i)?.as_mut()?;
+        Some((
+            conn,
+            Ctx {
+                shared: &self.shared,
+                nsq: &mut self.nsq,
+                backlog: &mut self.backlog,
+            },
+        ))
+    }
+
+    // ---------------------------------------------------------------- new connections
+
+    fn take_new(&mut self) -> bool {
+        let mut any = false;
+        while let Ok(p) = self.rx.try_recv() {
+            any = true;
+            if self.shared.stopping() {
+                self.release(p.cqes);
+                continue;
+            }
+            self.add(p);
+        }
+        any
+    }
+
+    fn release(&self, cqes: u32) {
+        self.shared.cq_reserved[self.index].fetch_sub(cqes, Ordering::AcqRel);
+        self.shared.connections.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    fn add(&mut self, p: PendingConn) {
+        let i = match self.conns.iter().position(Option::is_none) {
+            Some(i) => i,
+            None => {
+                self.conns.push(None);
+                self.gens.push(0);
+                self.conns.len() - 1
+            }
+        };
+        let key = i as u32 | u32::from(self.gens[i]) << 16;
+        let shared = Arc::clone(&self.shared);
+        let lkey = shared.arena.lkey().expect("the arena is registered");
+        let icd_bytes = if p.qid == 0 {
+            0
+        } else {
+            shared.cfg.limits.in_capsule_data_size
+        };
+        let mut conn = Connection {
+            qp: p.qp,
+            remote_key: None,
+            window: p.window,
+            key,
+            qid: p.qid,
+            depth: p.depth,
+            lkey,
+            peer: p.peer,
+            phase: Phase::Binding,
+            reqs: vec![Request::new(); p.depth as usize].into_boxed_slice(),
+            read_depth: p.read_depth,
+            reads_in_flight: 0,
+            read_wait: VecDeque::with_capacity(p.depth as usize),
+            sq_head: 0,
+            ctrl: None,
+            sends_out: 0,
+            recvs_out: 0,
+            backend_ops: 0,
+            push: None,
+            push_busy: Box::new([]),
+            accept: None,
+            icd_bytes,
+            aers: Vec::with_capacity(super::connection::MAX_HELD_AERS),
+            cqes: p.cqes,
+            close_reason: "",
+        };
+        for slot in 0..p.depth {
+            if let Err(e) = conn.post_recv(slot) {
+                tracing::warn!(peer = %p.peer, error = %e, "cannot post receives; dropping");
+                drop(conn);
+                self.release(p.cqes);
+                return;
+            }
+        }
+        let answer = self.setup_push(&mut conn, p.push, p.push_asked);
+        let param = ConnParam {
+            private_data: CmAccept {
+                crqsize: p.depth as u16,
+                push: answer,
+            }
+            .encode()
+            .to_vec(),
+            responder_resources: p.responder_resources,
+            initiator_depth: p.read_depth.min(255) as u8,
+            retry_count: 7,
+            rnr_retry_count: 7,
+        };
+        conn.accept = Some(param);
+        let bound_later = matches!(conn.remote_key, Some(RemoteKey::Window(_)));
+        self.conns[i] = Some(conn);
+        if !bound_later {
+            self.accept(key);
+        }
+    }
+
+    /// Sets up the push window if the host asked for one and it can be had; posts the bind
+    /// of a memory window (the accept waits for its completion).
+    fn setup_push(
+        &mut self,
+        conn: &mut Connection,
+        req: Option<PushRequest>,
+        asked: bool,
+    ) -> PushAnswer {
+        let Some(_want) = req else {
+            return if asked {
+                PushAnswer::Declined
+            } else {
+                PushAnswer::Absent
+            };
+        };
+        let area = conn.window.data_area();
+        let layout = *conn.window.layout();
+        let slots = layout.queue_depth.min(u32::from(u16::MAX)) as u16;
+        let key = if self.shared.has_mw {
+            match self.shared.pd.alloc_mw() {
+                Ok(mw) => {
+                    let mr = conn.mr();
+                    let wr = SendWr {
+                        wr_id: WrId::new(conn.key, WrKind::Bind, 0).encode(),
+                        op: WrOp::BindMw {
+                            mw: &mw,
+                            mr,
+                            addr: area.addr,
+                            length: area.len as u64,
+                            access: Access::REMOTE_WRITE,
+                        },
+                        sgl: &[],
+                        flags: SendFlags::SIGNALED,
+                    };
+                    match conn.qp.post_send(&[wr]) {
+                        Ok(()) => {
+                            conn.sends_out += 1;
+                            Some(RemoteKey::Window(mw))
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "memory window bind not posted");
+                            None
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "no memory window for a push connection");
+                    None
+                }
+            }
+        } else {
+            // SAFETY: the region covers this connection's data area, inside its window, which
+            // stays mapped while the connection lives; the connection drops the region (field
+            // `remote_key`) before its window, and after its QP, so no work request or peer
+            // access through it can outlive the memory. The data area is only touched through
+            // raw pointers and the arena's region, never through Rust references.
+            let mr = unsafe {
+                self.shared.pd.register_raw(
+                    area.as_ptr(),
+                    area.len,
+                    Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+                )
+            };
+            match mr {
+                Ok(mr) => {
+                    tracing::debug!(peer = %conn.peer, "push window through a per-connection memory region");
+                    Some(RemoteKey::Region(mr))
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot register a push region");
+                    None
+                }
+            }
+        };
+        let Some(key) = key else {
+            return PushAnswer::Declined;
+        };
+        let Some(grant) =
+            PushWindow::new(area.addr, key.rkey(), slots, layout.data_slot_bytes as u32)
+        else {
+            return PushAnswer::Declined;
+        };
+        conn.remote_key = Some(key);
+        conn.push = Some(grant);
+        conn.push_busy = vec![false; usize::from(slots)].into_boxed_slice();
+        PushAnswer::Granted(grant)
+    }
+
+    fn accept(&mut self, key: u32) {
+        let Some((conn, ctx)) = self.ctx_and_conn(key) else {
+            return;
+        };
+        let Some(param) = conn.accept.take() else {
+            return;
+        };
+        match conn.qp.accept(&param) {
+            Ok(()) => {
+                conn.phase = Phase::Live;
+                tracing::info!(peer = %conn.peer, qid = conn.qid, depth = conn.depth,
+                    read_depth = conn.read_depth, push = conn.push.is_some(),
+                    window_bytes = conn.window.len(), "queue connected");
+                ctx.shared.log_arena("queue connected");
+            }
+            Err(e) => {
+                tracing::warn!(peer = %conn.peer, error = %e, "accept failed");
+                begin_close(conn, "accept failed", ctx.shared);
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- completions
+
+    fn poll_cq(&mut self) -> bool {
+        let n = match self.cq.poll(&mut self.wcs) {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::error!(worker = self.index, error = %e, "CQ poll failed");
+                return false;
+            }
+        };
+        for i in 0..n {
+            let wc = self.wcs[i];
+            self.on_wc(wc);
+        }
+        n > 0
+    }
+
+    fn on_wc(&mut self, wc: Wc) {
+        let Some(id) = WrId::decode(wc.wr_id) else {
+            tracing::warn!(wr_id = wc.wr_id, "completion of an unknown work request");
+            return;
+        };
+        if id.kind == WrKind::Bind {
+            self.on_bind(id, wc);
+            return;
+        }
+        let Some((conn, mut ctx)) = self.ctx_and_conn(id.conn) else {
+            tracing::trace!(?id, "completion of a closed connection");
+            return;
+        };
+        let ok = wc.status.is_success();
+        if !ok && wc.status != WcStatus::WrFlushErr {
+            tracing::warn!(peer = %conn.peer, qid = conn.qid, kind = ?id.kind, status = %wc.status,
+                vendor_err = wc.vendor_err, "work request failed");
+        }
+        match id.kind {
+            WrKind::Recv => {
+                conn.recvs_out -= 1;
+                if ok {
+                    on_capsule(conn, id.slot, wc.byte_len, &mut ctx);
+                } else {
+                    begin_close(conn, "receive failed", ctx.shared);
+                }
+            }
+            WrKind::Send => {
+                conn.sends_out -= 1;
+                if ok {
+                    on_sent(conn, id.slot, &mut ctx);
+                } else {
+                    begin_close(conn, "response send failed", ctx.shared);
+                }
+            }
+            WrKind::Read => {
+                conn.sends_out -= 1;
+                conn.reads_in_flight -= 1;
+                if ok {
+                    execute(conn, id.slot, &mut ctx);
+                    start_reads(conn, ctx.shared);
+                } else {
+                    begin_close(conn, "RDMA READ of host data failed", ctx.shared);
+                }
+            }
+            WrKind::Write => begin_close(conn, "RDMA WRITE to the host failed", ctx.shared),
+            WrKind::Invalidate => {
+                conn.sends_out -= 1;
+                disconnect(conn);
+            }
+            WrKind::Bind | WrKind::Backend => {}
+        }
+    }
+
+    fn on_bind(&mut self, id: WrId, wc: Wc) {
+        let Some((conn, ctx)) = self.ctx_and_conn(id.conn) else {
+            return;
+        };
+        conn.sends_out -= 1;
+        if wc.status.is_success() {
+            self.accept(id.conn);
+        } else {
+            tracing::warn!(peer = %conn.peer, status = %wc.status, "memory window bind failed");
+            begin_close(conn, "memory window bind failed", ctx.shared);
+        }
+    }
+
+    fn poll_backends(&mut self) -> bool {
+        let mut any = false;
+        for q in 0..self.nsq.len() {
+            loop {
+                let n = self.nsq[q].poll(&mut self.comps);
+                for i in 0..n {
+                    let c = self.comps[i];
+                    self.on_backend(c);
+                }
+                any |= n > 0;
+                if n < self.comps.len() {
+                    break;
+                }
+            }
+        }
+        any
+    }
+
+    fn on_backend(&mut self, c: Completion) {
+        let Some(id) = WrId::decode(c.tag) else {
+            return;
+        };
+        let Some((conn, mut ctx)) = self.ctx_and_conn(id.conn) else {
+            tracing::error!(?id, "backend completion of a connection that is gone");
+            return;
+        };
+        conn.backend_ops -= 1;
+        let r = &mut conn.reqs[id.slot as usize];
+        r.ops_in_flight -= 1;
+        if let Err(e) = c.result {
+            tracing::debug!(qid = conn.qid, cid = r.sqe.cid, error = %e, "backend operation failed");
+            r.fail(io::status_of(e));
+        }
+        if r.ops_in_flight == 0 && r.ops_next >= r.ops_total {
+            respond(conn, id.slot, &mut ctx);
+        }
+    }
+
+    fn resume_backlog(&mut self) {
+        for _ in 0..self.backlog.len() {
+            let Some(tag) = self.backlog.pop_front() else {
+                break;
+            };
+            let Some(id) = WrId::decode(tag) else {
+                continue;
+            };
+            let before = self.backlog.len();
+            let Some((conn, mut ctx)) = self.ctx_and_conn(id.conn) else {
+                continue;
+            };
+            let slot = id.slot;
+            if conn.reqs[slot as usize].state != ReqState::Executing {
+                continue;
+            }
+            if conn.is_closing() {
+                let r = &mut conn.reqs[slot as usize];
+                r.ops_next = r.ops_total;
+                if r.ops_in_flight == 0 {
+                    respond(conn, slot, &mut ctx);
+                }
+                continue;
+            }
+            io::submit(conn, slot, ctx.nsq, ctx.backlog);
+            let r = &conn.reqs[slot as usize];
+            if r.ops_in_flight == 0 && r.ops_next >= r.ops_total {
+                respond(conn, slot, &mut ctx);
+            }
+            if self.backlog.len() > before {
+                break; // still no room
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- housekeeping
+
+    fn housekeeping(&mut self) {
+        let now = self.shared.now_ms();
+        for i in 0..self.conns.len() {
+            let Some(conn) = self.conns[i].as_mut() else {
+                continue;
+            };
+            let shared = &*self.shared;
+            while let Ok(Some(ev)) = conn.qp.cm_event(Some(Duration::ZERO)) {
+                match ev {
+                    CmEvent::Established => {
+                        tracing::debug!(peer = %conn.peer, qid = conn.qid, "established")
+                    }
+                    CmEvent::Disconnected => begin_close(conn, "host disconnected", shared),
+                    CmEvent::Error(e) => {
+                        tracing::warn!(peer = %conn.peer, error = %e, "connection error");
+                        begin_close(conn, "connection error", shared);
+                    }
+                }
+            }
+            match conn.phase {
+                Phase::Live | Phase::Binding => {
+                    if let Some(ctrl) = conn.ctrl.clone() {
+                        if ctrl.is_dead() {
+                            begin_close(conn, "controller torn down", shared);
+                        } else if conn.qid == 0 && ctrl.keep_alive_expired(now) {
+                            tracing::warn!(peer = %conn.peer, cntlid = ctrl.cntlid,
+                                kato_ms = ctrl.kato_ms(), "keep-alive timeout: tearing the controller down");
+                            begin_close(conn, "keep-alive timeout", shared);
+                        }
+                    }
+                }
+                Phase::Invalidating { since } if since.elapsed() > INVALIDATE_TIMEOUT => {
+                    disconnect(conn)
+                }
+                Phase::Invalidating { .. } => {}
+                Phase::Draining { since } => {
+                    let timed_out = since.elapsed() > DRAIN_TIMEOUT && conn.backend_ops == 0;
+                    if timed_out && !conn.drained() {
+                        tracing::warn!(peer = %conn.peer, qid = conn.qid, sends = conn.sends_out,
+                            recvs = conn.recvs_out, "flushed completions missing; destroying the QP anyway");
+                    }
+                    if conn.drained() || timed_out {
+                        self.finish(i);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Drops a drained connection: QP, then its remote key, then its window.
+    fn finish(&mut self, i: usize) {
+        let Some(conn) = self.conns[i].take() else {
+            return;
+        };
+        self.gens[i] = self.gens[i].wrapping_add(1);
+        if let Some(ctrl) = &conn.ctrl {
+            if conn.qid == 0 {
+                self.shared.controllers.remove(ctrl.cntlid);
+            } else {
+                ctrl.detach_queue(conn.qid);
+            }
+        }
+        let (peer, qid, reason, cqes) = (conn.peer, conn.qid, conn.close_reason, conn.cqes);
+        drop(conn);
+        self.release(cqes);
+        tracing::info!(%peer, qid, reason, "queue closed");
+        self.shared.log_arena("queue closed");
+    }
+
+    fn idle(&mut self) {
+        if self.busy_poll {
+            std::hint::spin_loop();
+            return;
+        }
+        let backend_busy = !self.backlog.is_empty() || self.nsq.iter().any(|q| q.in_flight() > 0);
+        if backend_busy {
+            std::thread::yield_now();
+            return;
+        }
+        if self.cq.arm().is_err() {
+            std::thread::sleep(Duration::from_micros(200));
+            return;
+        }
+        if self.poll_cq() {
+            return;
+        }
+        let _ = self.cq.wait(Some(IDLE_WAIT));
+    }
+
+    // ---------------------------------------------------------------- shutdown
+
+    /// One step of the shutdown; true when every connection is gone.
+    fn shutdown_step(&mut self) -> bool {
+        let first = self.stop_since.is_none();
+        let since = *self.stop_since.get_or_insert_with(Instant::now);
+        let grace_over = since.elapsed() > SHUTDOWN_GRACE;
+        for i in 0..self.conns.len() {
+            let key = match &self.conns[i] {
+                Some(c) => c.key,
+                None => continue,
+            };
+            let Some((conn, mut ctx)) = self.ctx_and_conn(key) else {
+                continue;
+            };
+            if first && conn.is_live() {
+                for slot in std::mem::take(&mut conn.aers) {
+                    conn.reqs[slot as usize].fail(Status::ABORT_SQ_DELETED);
+                    respond(conn, slot, &mut ctx);
+                }
+            }
+            let idle = conn.busy_requests() == 0;
+            if !conn.is_closing() && (idle || grace_over) {
+                begin_close(conn, "target shutting down", ctx.shared);
+            }
+        }
+        self.conns.iter().all(Option::is_none) && since.elapsed() > Duration::from_millis(100)
+    }
+
+    /// Flushes every namespace through this worker's queues before exiting.
+    fn final_flush(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for (i, q) in self.nsq.iter_mut().enumerate() {
+            let nsid = self.shared.namespaces[i].nsid();
+            let tag = u64::MAX;
+            if let Err(e) = q.submit(IoRequest {
+                tag,
+                op: IoOp::Flush,
+            }) {
+                tracing::error!(nsid, error = ?e, "final flush refused");
+                continue;
+            }
+            loop {
+                let n = q.poll(&mut self.comps);
+                if let Some(c) = self.comps[..n].iter().find(|c| c.tag == tag) {
+                    match c.result {
+                        Ok(()) => tracing::debug!(nsid, "namespace flushed"),
+                        Err(e) => tracing::error!(nsid, error = %e, "final flush failed"),
+                    }
+                    break;
+                }
+                if q.in_flight() == 0 || Instant::now() > deadline {
+                    break;
+                }
+                std::thread::sleep(Duration::from_micros(100));
+            }
+        }
+    }
+}
+
+// -------------------------------------------------------------------- request flow
+
+/// A command capsule arrived in receive slot `slot`.
+fn on_capsule(conn: &mut Connection, slot: u32, len: u32, ctx: &mut Ctx<'_>) {
+    if (len as usize) < SQE_LEN {
+        tracing::warn!(peer = %conn.peer, qid = conn.qid, len,
+            "command capsule shorter than an SQE: fatal for the queue");
+        begin_close(conn, "short command capsule", ctx.shared);
+        return;
+    }
+    if conn.reqs[slot as usize].state != ReqState::Free {
+        tracing::error!(peer = %conn.peer, slot, "capsule for a busy request slot");
+        begin_close(conn, "receive into a busy slot", ctx.shared);
+        return;
+    }
+    let mut b = [0u8; SQE_LEN];
+    if conn.mr().read_at(conn.recv_offset(slot), &mut b).is_err() {
+        begin_close(conn, "receive slot unreadable", ctx.shared);
+        return;
+    }
+    let sqe = Sqe::decode(&b);
+    conn.sq_head = ((u32::from(conn.sq_head) + 1) % conn.depth) as u16;
+    let data_slot = match &conn.push {
+        Some(_) => u32::from(sqe.cid) % conn.depth,
+        None => slot,
+    };
+    let (qid, push) = (conn.qid, conn.push.is_some());
+    let r = &mut conn.reqs[slot as usize];
+    r.reset(sqe, len, data_slot);
+    r.enter(ReqState::New, qid, slot);
+    if push {
+        if conn.push_busy[data_slot as usize] {
+            conn.reqs[slot as usize].fail(Status::CID_CONFLICT.with_dnr());
+            respond(conn, slot, ctx);
+            return;
+        }
+        conn.push_busy[data_slot as usize] = true;
+        conn.reqs[slot as usize].holds_push_slot = true;
+    }
+    let next = command::prepare(conn, slot, ctx.shared);
+    proceed(conn, slot, next, ctx);
+}
+
+fn proceed(conn: &mut Connection, slot: u32, next: Next, ctx: &mut Ctx<'_>) {
+    let qid = conn.qid;
+    match next {
+        Next::Respond => respond(conn, slot, ctx),
+        Next::Execute => execute(conn, slot, ctx),
+        Next::Hold => conn.reqs[slot as usize].enter(ReqState::Held, qid, slot),
+        Next::Fetch => {
+            conn.reqs[slot as usize].enter(ReqState::NeedData, qid, slot);
+            conn.read_wait.push_back(slot);
+            start_reads(conn, ctx.shared);
+        }
+    }
+}
+
+/// Posts queued RDMA READs while read credits last.
+fn start_reads(conn: &mut Connection, shared: &Shared) {
+    while conn.is_live() && conn.reads_in_flight < conn.read_depth {
+        let Some(slot) = conn.read_wait.pop_front() else {
+            break;
+        };
+        let qid = conn.qid;
+        conn.reqs[slot as usize].enter(ReqState::ReadingFromHost, qid, slot);
+        if let Err(e) = conn.post_read(slot) {
+            tracing::warn!(peer = %conn.peer, error = %e, "RDMA READ not posted");
+            begin_close(conn, "RDMA READ not posted", shared);
+            return;
+        }
+    }
+}
+
+/// The request's data is in place: run it.
+fn execute(conn: &mut Connection, slot: u32, ctx: &mut Ctx<'_>) {
+    let r = conn.reqs[slot as usize];
+    match r.action {
+        Action::Connect => {
+            fabrics::execute_connect(conn, slot, ctx.shared);
+            respond(conn, slot, ctx);
+        }
+        Action::Respond => respond(conn, slot, ctx),
+        _ if !r.status.is_success() || !conn.is_live() => respond(conn, slot, ctx),
+        _ => {
+            if !io::plan(conn, slot, ctx.shared) {
+                respond(conn, slot, ctx);
+                return;
+            }
+            let qid = conn.qid;
+            conn.reqs[slot as usize].enter(ReqState::Executing, qid, slot);
+            io::submit(conn, slot, ctx.nsq, ctx.backlog);
+            let r = &conn.reqs[slot as usize];
+            if r.ops_in_flight == 0 && r.ops_next >= r.ops_total {
+                respond(conn, slot, ctx);
+            }
+        }
+    }
+}
+
+/// Completes request `slot`: posts its response (and data), or on a closing connection
+/// just frees it.
+fn respond(conn: &mut Connection, slot: u32, ctx: &mut Ctx<'_>) {
+    let qid = conn.qid;
+    conn.reqs[slot as usize].enter(ReqState::Responding, qid, slot);
+    if !conn.is_live() {
+        free(conn, slot);
+        return;
+    }
+    let r = &conn.reqs[slot as usize];
+    if !r.status.is_success() {
+        tracing::debug!(qid, cid = r.sqe.cid, opcode = r.sqe.opcode, status = %r.status, "command failed");
+    }
+    if let Err(e) = conn.post_response(slot) {
+        tracing::warn!(peer = %conn.peer, error = %e, "response not posted");
+        begin_close(conn, "response not posted", ctx.shared);
+    }
+}
+
+fn free(conn: &mut Connection, slot: u32) {
+    let qid = conn.qid;
+    let r = &mut conn.reqs[slot as usize];
+    r.enter(ReqState::Free, qid, slot);
+    if r.holds_push_slot {
+        r.holds_push_slot = false;
+        let ds = r.data_slot as usize;
+        if let Some(b) = conn.push_busy.get_mut(ds) {
+            *b = false;
+        }
+    }
+}
+
+/// The response SEND completed: the request is free and its receive goes back.
+fn on_sent(conn: &mut Connection, slot: u32, ctx: &mut Ctx<'_>) {
+    let close = conn.reqs[slot as usize].close_after;
+    free(conn, slot);
+    if close {
+        begin_close(conn, "host sent Disconnect", ctx.shared);
+        return;
+    }
+    if conn.is_live() {
+        if let Err(e) = conn.post_recv(slot) {
+            tracing::warn!(peer = %conn.peer, error = %e, "receive not reposted");
+            begin_close(conn, "receive not reposted", ctx.shared);
+        }
+    }
+}
+
+/// Starts tearing a connection down (idempotent).
+fn begin_close(conn: &mut Connection, reason: &'static str, shared: &Shared) {
+    if conn.is_closing() {
+        return;
+    }
+    conn.close_reason = reason;
+    tracing::info!(peer = %conn.peer, qid = conn.qid,
+        cntlid = conn.ctrl.as_ref().map(|c| c.cntlid), reason, "queue closing");
+    if let Some(ctrl) = &conn.ctrl {
+        if conn.qid == 0 {
+            // The controller goes with its admin queue; its I/O queues follow.
+            shared.controllers.remove(ctrl.cntlid);
+        }
+    }
+    if conn.phase == Phase::Live && conn.post_invalidate() {
+        conn.phase = Phase::Invalidating {
+            since: Instant::now(),
+        };
+        return;
+    }
+    disconnect(conn);
+}
+
+fn disconnect(conn: &mut Connection) {
+    if let Err(e) = conn.qp.disconnect() {
+        tracing::debug!(peer = %conn.peer, error = %e, "disconnect");
+    }
+    conn.phase = Phase::Draining {
+        since: Instant::now(),
+    };
+}
