@@ -70,9 +70,15 @@ impl EventChannel {
                     _ => return Err(errno_err("rdma_get_cm_event")),
                 }
             }
+            // librdmacm turns a failed QP transition on a CONNECT_RESPONSE into CONNECT_ERROR
+            // with status -1 and the real cause left in errno: keep it.
+            let cause = errno();
             // SAFETY: `e` is a live event until acknowledged below; its private data pointer
             // and length describe a buffer owned by the event.
-            let event = unsafe { Event::copy(&*e) };
+            let mut event = unsafe { Event::copy(&*e) };
+            if event.kind == ev::RDMA_CM_EVENT_CONNECT_ERROR && event.status == -1 && cause > 0 {
+                event.status = -cause;
+            }
             // SAFETY: acknowledged exactly once, after the copy.
             unsafe { sys::rdma_ack_cm_event(e) };
             tracing::trace!(event = %event.name(), status = event.status, "rdma cm event");
@@ -98,6 +104,8 @@ pub(crate) struct Event {
     pub initiator_depth: u8,
     /// READs the peer may issue against us.
     pub responder_resources: u8,
+    /// A connect request's RNR retry count (what the requester asked for).
+    pub rnr_retry_count: u8,
 }
 
 impl Event {
@@ -137,6 +145,7 @@ impl Event {
             } else {
                 0
             },
+            rnr_retry_count: if conn_event { conn.rnr_retry_count } else { 7 },
         }
     }
 
@@ -490,6 +499,8 @@ pub struct ConnRequest {
     our_initiator_depth: u8,
     /// READs the peer wants to issue against us (its initiator depth).
     peer_initiator_depth: u8,
+    /// The RNR retry count the requester asked for (see `Qp::accept`).
+    peer_rnr_retry: u8,
     device: Device,
 }
 
@@ -508,6 +519,7 @@ impl ConnRequest {
             peer,
             our_initiator_depth: e.initiator_depth,
             peer_initiator_depth: e.responder_resources,
+            peer_rnr_retry: e.rnr_retry_count,
             device,
         })
     }
@@ -541,7 +553,11 @@ impl ConnRequest {
             initiator_depth: self.our_initiator_depth,
             responder_resources: self.peer_initiator_depth,
         };
-        match Qp::create(id, init, Side::Passive { offered }, self.peer) {
+        let side = Side::Passive {
+            offered,
+            peer_rnr_retry: self.peer_rnr_retry,
+        };
+        match Qp::create(id, init, side, self.peer) {
             Ok(qp) => Ok(qp),
             Err((e, id)) => {
                 // Reject so the peer does not wait for its timeout; `id` is destroyed here.

@@ -6,10 +6,11 @@
 
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 
-use super::cm::{cm_call, CmId};
+use super::cm::{cm_call, CmId, Event};
 use super::cq::Cq;
 use super::pd::Pd;
 use super::wr::{self, PostTarget};
@@ -20,6 +21,9 @@ use crate::fabric::{
 };
 
 use sys::rdma_cm_event_type as ev;
+
+/// How long a disconnect waits for an accepted connection's handshake to finish.
+const HANDSHAKE_SETTLE: Duration = Duration::from_secs(2);
 
 /// READ depths of a connection, from this side's perspective.
 #[derive(Clone, Copy, Debug)]
@@ -32,8 +36,8 @@ pub(crate) struct Depths {
 
 /// Which end of the connection the QP is.
 pub(crate) enum Side {
-    /// Accepting: what the peer's request offered.
-    Passive { offered: Depths },
+    /// Accepting: what the peer's request offered, and the RNR retry count it asked for.
+    Passive { offered: Depths, peer_rnr_retry: u8 },
     /// Connecting: what we ask for (already capped by the device).
     Active { wanted: Depths },
 }
@@ -61,13 +65,20 @@ pub struct Qp {
     qp_num: u32,
     peer: SocketAddr,
     offered: Option<Depths>,
+    /// Passive side: the requester's RNR retry count, echoed in the accept.
+    peer_rnr_retry: u8,
     initiator_depth: AtomicU8,
     responder_resources: AtomicU8,
     state: AtomicU8,
+    /// Passive side: ESTABLISHED was seen (the peer's RTU arrived).
+    established: AtomicBool,
+    /// An event `settle_handshake` read that `cm_event` must still report.
+    pending: Mutex<Option<Event>>,
 }
 
 // SAFETY: posting and CM calls on one QP/id are thread-safe in libibverbs/librdmacm; the raw
-// QP pointer in `target` lives as long as `id`; mutable state is atomic.
+// QP pointer in `target` lives as long as `id`; mutable state is atomic or behind a Mutex
+// (the pending event only carries pointers that are never dereferenced again).
 unsafe impl Send for Qp {}
 // SAFETY: as above.
 unsafe impl Sync for Qp {}
@@ -145,15 +156,19 @@ impl Qp {
             max_recv_sge: cap.max_recv_sge,
             max_inline_data: cap.max_inline_data,
         };
-        let (offered, depths) = match side {
-            Side::Passive { offered } => (
+        let (offered, peer_rnr_retry, depths) = match side {
+            Side::Passive {
+                offered,
+                peer_rnr_retry,
+            } => (
                 Some(offered),
+                peer_rnr_retry,
                 Depths {
                     initiator_depth: 0,
                     responder_resources: 0,
                 },
             ),
-            Side::Active { wanted } => (None, wanted),
+            Side::Active { wanted } => (None, 7, wanted),
         };
         Ok(Qp {
             id,
@@ -168,9 +183,12 @@ impl Qp {
             qp_num,
             peer,
             offered,
+            peer_rnr_retry,
             initiator_depth: AtomicU8::new(depths.initiator_depth),
             responder_resources: AtomicU8::new(depths.responder_resources),
             state: AtomicU8::new(State::Idle as u8),
+            established: AtomicBool::new(false),
+            pending: Mutex::new(None),
         })
     }
 
@@ -266,7 +284,11 @@ impl Qp {
             responder_resources,
             initiator_depth,
             retry_count: param.retry_count.min(7),
-            rnr_retry_count: 7,
+            // The accept's (REP's) RNR retry count governs the *requester's* QP, and the
+            // request's governs ours (IB CM). Echoing the requester's value makes a connect's
+            // `rnr_retry_count` mean what it says for its own sends; NVMe hosts ask for 7,
+            // which is what nvmet answers too.
+            rnr_retry_count: self.peer_rnr_retry.min(7),
             ..Default::default()
         };
         // SAFETY: the id is live with its QP; `conn` and its private data outlive the call.
@@ -286,8 +308,32 @@ impl Qp {
             State::Idle => Err(FabricError::NotConnected),
             State::Down => Ok(()),
             State::Connected => {
+                self.settle_handshake();
                 self.set_state(State::Down);
                 self.id.disconnect()
+            }
+        }
+    }
+
+    /// Passive side, accepted but ESTABLISHED not yet seen: waits (bounded) for the peer's
+    /// RTU before a disconnect. A DREQ that overtakes the handshake makes the peer's connect
+    /// fail with CONNECT_ERROR (its CM can no longer move its QP to RTR/RTS) instead of
+    /// connecting and then seeing DISCONNECTED, which is what the fabric contract promises.
+    fn settle_handshake(&self) {
+        if self.offered.is_none() || self.established.load(Ordering::Acquire) {
+            return;
+        }
+        let deadline = fd::deadline(Some(HANDSHAKE_SETTLE));
+        while let Ok(Some(e)) = self.id.next_event(deadline) {
+            if e.kind == ev::RDMA_CM_EVENT_ESTABLISHED {
+                self.established.store(true, Ordering::Release);
+                return;
+            }
+            if e.kind != ev::RDMA_CM_EVENT_TIMEWAIT_EXIT {
+                // Anything else (DISCONNECTED, errors) ends the handshake too; keep it for
+                // `cm_event`.
+                *self.pending.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                return;
             }
         }
     }
@@ -295,11 +341,23 @@ impl Qp {
     pub fn cm_event(&self, timeout: Option<Duration>) -> Result<Option<CmEvent>> {
         let deadline = fd::deadline(timeout);
         loop {
-            let Some(e) = self.id.next_event(deadline)? else {
-                return Ok(None);
+            let pending = self
+                .pending
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
+            let e = match pending {
+                Some(e) => e,
+                None => match self.id.next_event(deadline)? {
+                    Some(e) => e,
+                    None => return Ok(None),
+                },
             };
             let mapped = match e.kind {
-                ev::RDMA_CM_EVENT_ESTABLISHED => CmEvent::Established,
+                ev::RDMA_CM_EVENT_ESTABLISHED => {
+                    self.established.store(true, Ordering::Release);
+                    CmEvent::Established
+                }
                 ev::RDMA_CM_EVENT_DISCONNECTED => {
                     // Peer-initiated: answer its DREQ now (rdma_disconnect sends the DREP), so
                     // the peer's DISCONNECTED comes at once instead of after its DREQ timeout.
@@ -343,7 +401,10 @@ impl Drop for Qp {
         let r = match self.state() {
             // Passive and never accepted: tell the peer no.
             State::Idle if self.offered.is_some() => self.id.reject(&[]),
-            State::Connected => self.id.disconnect(),
+            State::Connected => {
+                self.settle_handshake();
+                self.id.disconnect()
+            }
             _ => Ok(()),
         };
         if let Err(e) = r {

@@ -453,23 +453,25 @@ fn send_without_receive_is_rnr_retry_exceeded() {
         rnr_retry_count: 0,
         ..hello()
     };
-    // The connect's rnr_retry_count goes into the CM request and governs the *passive* QP's
-    // sends (the active QP's comes from the accept, which is always 7).
-    let (_c, s) = pair(&dev, ip, param, 0);
-    let sge = [s.mr.sge(0, 8)];
+    // The connect's rnr_retry_count goes into the CM request, which sets the *passive* QP's;
+    // the accept echoes it back for the active QP, so the connecting side's sends give up at
+    // once. (After that error the client QP drops packets, so the server's side is not probed.)
+    let (c, s) = pair(&dev, ip, param, 0);
+    let sge = [c.mr.sge(0, 8)];
     let send = SendWr {
-        wr_id: 7,
+        wr_id: 8,
         op: WrOp::Send,
         sgl: &sge,
         flags: SendFlags::SIGNALED,
     };
-    s.qp.post_send(&[send]).unwrap();
-    let wc = next_wc(&s.cq);
+    c.qp.post_send(&[send]).unwrap();
+    let wc = next_wc(&c.cq);
     assert_eq!(
         (wc.wr_id, wc.status),
-        (7, WcStatus::RnrRetryExcErr),
+        (8, WcStatus::RnrRetryExcErr),
         "{wc:?}"
     );
+    drop(s);
 }
 
 #[test]

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# guest-steps.sh - runs INSIDE the rxe VM (started by tools/test-rxe): every verbs check of
+# the run, in one VM start. Each step's output goes to the terminal and to $OUT/<step>.log;
+# its result is a line "<step> <rc> <seconds> <detail>" in $OUT/results.
+#
+# Env (from tools/test-rxe): OUT, LIBTEST (rdmablk lib test binary), CONFORMANCE (binary or
+# empty), RXE_ADDR (10.0.2.15), STEP_TIMEOUT (seconds per step).
+set -u
+: "${OUT:?}" "${LIBTEST:?}" "${RXE_ADDR:?}"
+STEP_TIMEOUT=${STEP_TIMEOUT:-300}
+: > "$OUT/results"
+
+# run_step NAME CMD...: runs CMD with a timeout, logs it, records rc and duration.
+run_step() {
+  local name=$1; shift
+  echo "=== rxe step: $name: $*"
+  local t0 t1 rc
+  t0=$(date +%s)
+  timeout -k 5 "$STEP_TIMEOUT" "$@" 2>&1 | tee "$OUT/$name.log"
+  rc=${PIPESTATUS[0]}
+  t1=$(date +%s)
+  echo "$name $rc $((t1 - t0))" >> "$OUT/results"
+  echo "=== rxe step: $name: rc=$rc ($((t1 - t0)) s)"
+}
+
+run_step devinfo ibv_devinfo -d rxe0
+grep -q PORT_ACTIVE "$OUT/devinfo.log" || echo "devinfo 1 0 port-not-active" >> "$OUT/results"
+
+# The provider's own tests; RDMABLK_REQUIRE_RDMA turns "skip: no device" into a failure.
+RDMABLK_REQUIRE_RDMA=1 RDMABLK_TEST_ADDR=$RXE_ADDR RUST_BACKTRACE=1 \
+  run_step verbs-tests "$LIBTEST" fabric::verbs --test-threads=1
+
+if [ -n "${CONFORMANCE:-}" ]; then
+  run_step conformance "$CONFORMANCE" --provider verbs --addr "$RXE_ADDR"
+fi
+exit 0
