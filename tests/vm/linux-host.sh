@@ -106,6 +106,7 @@ say "block device $DEV ($(cat /sys/block/$(basename "$DEV")/size) sectors)"
 
 common=(--filename="$DEV" --direct=1 --ioengine=libaio --iodepth=16 --bsrange=4k-128k
         --size="$FIO_SIZE" --randrepeat=1 --randseed=42 --verify=crc32c --verify_fatal=1)
+cd "$WORK" || fail "cd $WORK"   # fio writes its verify state files into the current directory
 say "fio: random writes of 4k-128k, then verify every block (crc32c)"
 fio --name=write-verify --rw=randwrite --do_verify=1 "${common[@]}" \
   --output="$WORK/fio1.txt" || { cat "$WORK/fio1.txt"; fail "fio write+verify"; }

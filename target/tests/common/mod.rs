@@ -32,6 +32,10 @@ pub const DEPTH: u32 = 32;
 
 const RECV_OFF: usize = 0;
 const CMD_OFF: usize = 8 << 10;
+/// Capsule buffers, used in turn: a posted SEND reads its buffer when it executes, so a
+/// capsule must not be overwritten by the next one before then.
+const CMD_SLOT: usize = 64 + 4096 + 64;
+const CMD_SLOTS: usize = 12;
 /// Host data buffer (keyed SGLs point here).
 pub const DATA_OFF: usize = 64 << 10;
 const BUF_LEN: usize = DATA_OFF + 2 * MAX_IO as usize;
@@ -130,6 +134,7 @@ pub struct Host {
     pub depth: u32,
     pub accept: CmAccept,
     next_cid: u16,
+    next_cmd_slot: std::cell::Cell<usize>,
     /// The last response's receive completion.
     pub last_wc: Option<Wc>,
 }
@@ -192,6 +197,7 @@ impl Host {
             depth,
             accept,
             next_cid: 1,
+            next_cmd_slot: std::cell::Cell::new(0),
             last_wc: None,
         };
         for i in 0..depth {
@@ -232,8 +238,12 @@ impl Host {
 
     /// Sends raw capsule bytes (no response expected by this call).
     pub fn send_capsule(&self, bytes: &[u8]) {
-        self.mr.write_at(CMD_OFF, bytes).unwrap();
-        let sge = [self.mr.sge(CMD_OFF, bytes.len() as u32)];
+        assert!(bytes.len() <= CMD_SLOT);
+        let slot = self.next_cmd_slot.get();
+        self.next_cmd_slot.set((slot + 1) % CMD_SLOTS);
+        let off = CMD_OFF + slot * CMD_SLOT;
+        self.mr.write_at(off, bytes).unwrap();
+        let sge = [self.mr.sge(off, bytes.len() as u32)];
         self.qp
             .post_send(&[SendWr {
                 wr_id: SEND_ID,
