@@ -1,1 +1,44 @@
-//! rdmablk initiator library.
+//! rdmablk-initiator: use a remote NVMe namespace over NVMe-oF/RDMA as if it were a local
+//! block device.
+//!
+//! ```no_run
+//! use rdmablk_initiator::Controller;
+//!
+//! let ctrl = Controller::connect("rdma://10.0.0.2:4420/nqn.2024-01.io.example:ram0")?;
+//! let ns = ctrl.namespace(1)?;
+//! let data = vec![0xA5u8; 8192];
+//! ns.write_at(0, &data)?;
+//! let mut back = vec![0u8; 8192];
+//! ns.read_at(0, &mut back)?;
+//! assert_eq!(data, back);
+//! ns.flush()?;
+//! # Ok::<(), rdmablk_initiator::Error>(())
+//! ```
+//!
+//! - [`Controller`]: connect by URL (`rdma://` verbs, `soft://` rdmablk's soft provider),
+//!   keep-alive, reconnect; the threading model is in its module doc.
+//! - [`Namespace`]: the synchronous block-device API (checks, MDTS splitting, retries).
+//! - [`IoQueue`]: the batched asynchronous API (caller tags, `QueueFull` as a value).
+//! - [`IoBuf`]: registered buffers for zero-copy I/O.
+//!
+//! See `docs/initiator.md` for the design: data paths (keyed SGL, in-capsule, push writes),
+//! buffers, failure handling.
+
+mod buf;
+mod controller;
+mod error;
+mod ioqueue;
+mod namespace;
+mod options;
+mod queue;
+mod session;
+mod stats;
+
+pub use buf::{BufPool, IoBuf, PAGE_BYTES};
+pub use controller::Controller;
+pub use error::{Error, ErrorKind, Result};
+pub use ioqueue::{Completion, IoQueue, Op, SubmitError};
+pub use namespace::Namespace;
+pub use options::{default_host_identity, ConnectOptions, TargetUrl, DEFAULT_PORT};
+pub use session::{ControllerInfo, NamespaceInfo};
+pub use stats::StatsSnapshot;

@@ -27,7 +27,12 @@
 //! Work requests of one queue complete in the order they were posted. A send WR without
 //! [`SendFlags::SIGNALED`] produces a completion only if it fails. After any error completion
 //! the QP is in the error state: every outstanding and later-posted WR completes with
-//! [`WcStatus::WrFlushErr`].
+//! [`WcStatus::WrFlushErr`]. Posting to a QP in the error state succeeds (the WR then
+//! completes with `WrFlushErr`); it is not a post-time error. A `SEND_WITH_INV` completes with
+//! opcode [`WcOpcode::Send`], as in verbs.
+//!
+//! A memory region is deregistered when its [`Mr`] is dropped; a failed [`Qp::accept`] (bad
+//! private data length) leaves the request acceptable again.
 
 pub mod error;
 pub mod membuf;

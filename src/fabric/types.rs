@@ -79,7 +79,9 @@ flag_set! {
         SIGNALED = 2,
         /// Set the solicited-event bit (wakes an armed solicited-only CQ at the peer).
         SOLICITED = 4,
-        /// Copy the payload at post time; the SGEs' lkeys are not checked.
+        /// Copy the payload at post time (the buffers may be reused as soon as the post
+        /// returns). Unlike raw verbs, the SGEs must still name registered memory of the QP's
+        /// PD, checked at post time (`BadWr` otherwise): that keeps `post_send` safe.
         INLINE = 8,
     }
 }
@@ -323,7 +325,9 @@ pub struct ConnParam {
     pub initiator_depth: u8,
     /// Transport retries before RETRY_EXC_ERR (0..=7).
     pub retry_count: u8,
-    /// RNR retries before RNR_RETRY_EXC_ERR (0..=7; 7 means retry forever).
+    /// RNR retries before RNR_RETRY_EXC_ERR (0..=7; 7 means retry forever). RDMA CM carries
+    /// this value in the connection exchange and its effect on which side's SENDs differs
+    /// between CM versions, so set the same value on connect and on accept (NVMe-oF uses 7).
     pub rnr_retry_count: u8,
 }
 

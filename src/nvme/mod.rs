@@ -54,6 +54,6 @@ pub use properties::{Cap, Cc, Csts, PropertySize, Vs};
 pub use rdma_cm::{
     CmAccept, CmReject, CmRejectStatus, CmRequest, PushAnswer, PushRequest, PushWindow,
 };
-pub use sgl::{InCapsuleSgl, KeyedSgl, Sgl, SglLimits};
+pub use sgl::{InCapsuleSgl, KeyedSgl, PushedSgl, Sgl, SglLimits};
 pub use sqe::{Sqe, SQE_LEN};
 pub use status::{CommandKind, Sct, Status};

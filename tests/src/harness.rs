@@ -79,6 +79,19 @@ impl Side<'_> {
         Endpoint::try_connect(self.kind, self.server_addr, opts)
     }
 
+    /// The device test connections of this side use: on the client the one a resolve of the
+    /// server's address gives (where the API says to create objects shared by connections),
+    /// on the server the listener's.
+    pub fn test_device(&self) -> CaseResult<Device> {
+        if self.is_client() {
+            let r = rdmablk::fabric::resolve(self.kind, self.server_addr, OP_TIMEOUT)
+                .map_err(|e| fail(format!("resolve {}: {e}", self.server_addr)))?;
+            Ok(r.device())
+        } else {
+            Ok(self.ctl.ep.device.clone())
+        }
+    }
+
     /// Server: the next test connection request, giving up early if the client half failed.
     pub fn request(&mut self) -> CaseResult<ConnRequest> {
         let listener = self
@@ -253,7 +266,8 @@ pub fn serve(
                         let ms = started.elapsed().as_millis();
                         match o {
                             Outcome::Fail(s) => eprintln!("server: FAILED {name} ({ms} ms) {s}"),
-                            _ => eprintln!("server: done {name} ({ms} ms)"),
+                            Outcome::Skip(s) => eprintln!("server: skipped {name} ({ms} ms) {s}"),
+                            Outcome::Pass => {}
                         }
                     }
                 }
@@ -443,4 +457,61 @@ pub fn run(env: &Env, filter: Option<&str>) -> Report {
     }
     println!("{}", report.summary());
     report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_case_passes_only_when_both_halves_pass() {
+        assert_eq!(combine(Ok(()), Ok(Outcome::Pass)), Outcome::Pass);
+        assert!(matches!(
+            combine(Ok(()), Ok(Outcome::Fail("x".into()))),
+            Outcome::Fail(_)
+        ));
+        assert!(matches!(
+            combine(Ok(()), Err("lost".into())),
+            Outcome::Fail(_)
+        ));
+        assert!(matches!(
+            combine(Err(fail("x")), Ok(Outcome::Pass)),
+            Outcome::Fail(_)
+        ));
+    }
+
+    #[test]
+    fn a_skip_never_hides_a_failure() {
+        let skip = || Outcome::Skip("no windows".into());
+        assert_eq!(
+            combine(Err(CaseError::Skip("s".into())), Ok(skip())),
+            Outcome::Skip("s".into())
+        );
+        assert_eq!(combine(Ok(()), Ok(skip())), skip());
+        assert!(matches!(
+            combine(Err(fail("x")), Ok(skip())),
+            Outcome::Fail(_)
+        ));
+        assert!(matches!(
+            combine(
+                Err(CaseError::Skip("s".into())),
+                Ok(Outcome::Fail("y".into()))
+            ),
+            Outcome::Fail(_)
+        ));
+    }
+
+    #[test]
+    fn the_original_failure_is_reported_not_the_echo() {
+        let o = combine(
+            Err(CaseError::PeerFailed("bad data".into())),
+            Ok(Outcome::Fail("bad data".into())),
+        );
+        assert_eq!(o, Outcome::Fail("server: bad data".into()));
+        let o = combine(
+            Err(fail("no completion")),
+            Ok(Outcome::Fail("(after the peer) no completion".into())),
+        );
+        assert_eq!(o, Outcome::Fail("client: no completion".into()));
+    }
 }

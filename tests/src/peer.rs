@@ -224,11 +224,22 @@ impl Ctl {
         self.send_raw(&encode_data(label, vals))
     }
 
-    /// Takes in whatever messages have arrived, without waiting.
+    /// Takes in whatever messages have arrived, without waiting. Stops at the peer's outcome,
+    /// its last message: the peer may disconnect right after it, flushing the rest.
     fn pump(&mut self) -> CaseResult<()> {
+        if self.peer.is_some() {
+            return Ok(());
+        }
         if let Some(b) = &self.broken {
             return Err(fail(b.clone()));
         }
+        // Look at the connection events first: messages that arrived before a disconnect are
+        // in the CQ by the time its event is seen, and are taken below.
+        let lost = match self.ep.qp.cm_event(Some(Duration::ZERO)) {
+            Ok(Some(CmEvent::Established)) | Ok(None) => None,
+            Ok(Some(ev)) => Some(format!("control connection lost: {ev:?}")),
+            Err(e) => Some(format!("control connection: Qp::cm_event: {e}")),
+        };
         while let Some(wc) = poll_one(&self.ep.recv_cq)? {
             if wc.status != WcStatus::Success {
                 let why = format!(
@@ -247,18 +258,16 @@ impl Ctl {
             self.post_slot(slot)?;
             match decode(&b) {
                 Some(Msg::Data(l, v)) => self.pending.push_back((l, v)),
-                Some(Msg::Done(o)) => self.peer = Some(o),
+                Some(Msg::Done(o)) => {
+                    self.peer = Some(o);
+                    return Ok(());
+                }
                 None => return Err(fail(format!("undecodable control message {b:02x?}"))),
             }
         }
-        if self.peer.is_none() {
-            if let Ok(Some(ev)) = self.ep.qp.cm_event(Some(Duration::ZERO)) {
-                if ev != CmEvent::Established {
-                    let why = format!("control connection lost: {ev:?}");
-                    self.broken = Some(why.clone());
-                    return Err(fail(why));
-                }
-            }
+        if let Some(why) = lost {
+            self.broken = Some(why.clone());
+            return Err(fail(why));
         }
         Ok(())
     }

@@ -22,7 +22,7 @@ use super::cm::{write_cm, Offer};
 use super::cq::CqInner;
 use super::device::{DeviceInner, Pd, MAX_INLINE, MAX_QP_WR, MAX_RD_ATOM, MAX_SGE};
 use super::event::EventQueue;
-use super::mr::inc_key;
+use super::mr::{inc_key, resolve_local};
 use super::queue::{BindArgs, InlineFill, RecvQueue, SendQueue, SqOp, SqParams};
 use super::wire::{CmBody, Opcode};
 use super::{rx, tx};
@@ -288,12 +288,8 @@ impl Qp {
                     wr.op,
                     WrOp::Send | WrOp::SendWithInv { .. } | WrOp::RdmaWrite { .. }
                 );
-            let mut gather = |dst: &mut [u8]| -> u32 {
-                // SAFETY: INLINE is the verbs contract "the provider copies the payload at post
-                // time": the SGEs name memory the caller owns and that is readable now. Lengths
-                // were checked against the inline limit (the size of `dst`).
-                unsafe { gather_inline(wr.sgl, dst) }
-            };
+            let (dev, pd_id) = (&self.sh.dev, self.sh.pd_id);
+            let mut gather = |dst: &mut [u8]| -> u32 { gather_inline(dev, pd_id, wr.sgl, dst) };
             let sgl = if inline { &[][..] } else { wr.sgl };
             sq.push(
                 wr.wr_id,
@@ -326,6 +322,26 @@ impl Qp {
             }
             if matches!(wr.op, WrOp::RdmaRead { .. }) {
                 return bad("RDMA READ cannot be inline".into());
+            }
+            // Inline payloads are read at post time, so they too must name registered memory:
+            // that is what keeps a safe post_send from reading arbitrary addresses.
+            for sge in wr.sgl {
+                if resolve_local(
+                    &self.sh.dev,
+                    sge.lkey,
+                    sge.addr,
+                    sge.length,
+                    false,
+                    self.sh.pd_id,
+                )
+                .is_err()
+                {
+                    return bad(format!(
+                        "inline SGE {:#x}+{} (lkey {:#x}) is not inside a registered memory \
+                         region of this QP's protection domain",
+                        sge.addr, sge.length, sge.lkey
+                    ));
+                }
             }
         } else if wr.sgl.len() > caps.max_send_sge as usize {
             return bad(format!(
@@ -488,18 +504,17 @@ impl Drop for Qp {
     }
 }
 
-/// Copies the payload of `sgl` into `dst`; returns the length.
-///
-/// # Safety
-/// Every SGE names `length` readable bytes at `addr`, and their total fits in `dst`.
-unsafe fn gather_inline(sgl: &[crate::fabric::Sge], dst: &mut [u8]) -> u32 {
+/// Copies the payload of `sgl` into `dst`; returns the length. The SGEs were checked against the
+/// key table at post time; one deregistered since (a caller race) contributes zeroes.
+fn gather_inline(dev: &DeviceInner, pd_id: u32, sgl: &[crate::fabric::Sge], dst: &mut [u8]) -> u32 {
     let mut off = 0usize;
     for s in sgl {
         let len = s.length as usize;
-        assert!(off + len <= dst.len());
-        // SAFETY: the caller promises `addr..addr + len` is readable; `dst` has room (asserted)
-        // and is our own buffer, so the ranges cannot overlap.
-        unsafe { std::ptr::copy_nonoverlapping(s.addr as *const u8, dst[off..].as_mut_ptr(), len) };
+        let out = &mut dst[off..off + len];
+        match resolve_local(dev, s.lkey, s.addr, s.length, false, pd_id) {
+            Ok(access) => out.copy_from_slice(access.slice(s.addr, len)),
+            Err(_) => out.fill(0),
+        }
         off += len;
     }
     off as u32

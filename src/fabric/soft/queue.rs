@@ -341,6 +341,13 @@ impl SendQueue {
             let range = self.sge_range(idx);
             sges.clear();
             sges.extend_from_slice(&self.sges[range]);
+            tracing::trace!(
+                qpn = self.p.qpn,
+                idx,
+                psn,
+                ?kind,
+                "send WR Queued -> InFlight"
+            );
             let s = self.slot_mut(idx);
             s.psn = psn;
             s.state = SlotState::InFlight;
@@ -412,6 +419,7 @@ impl SendQueue {
             return false;
         }
         let in_flight = s.state == SlotState::InFlight;
+        tracing::trace!(idx, from = ?s.state, ?status, "send WR -> Done");
         s.state = SlotState::Done(status);
         s.byte_len = byte_len;
         if was_read && in_flight {
@@ -435,6 +443,8 @@ impl SendQueue {
             self.complete(idx, WcStatus::RnrRetryExcErr, 0);
             return false;
         }
+        let tries = s.rnr_tries;
+        tracing::trace!(qpn = self.p.qpn, idx, tries, "RNR: InFlight -> Queued");
         self.next_psn = self.slot(idx).psn;
         for i in idx..self.next {
             let is_read = matches!(self.slot(i).op, SqOp::Read { .. });

@@ -276,13 +276,13 @@ impl Rx {
             }
             inv = Some(h.rkey);
         }
-        self.sh
-            .rq
-            .lock()
-            .unwrap()
-            .finish_head(WcStatus::Success, len, inv);
         self.expected_psn = self.expected_psn.wrapping_add(1);
-        self.respond(h.psn, RespKind::Ack)
+        // The ACK is queued before the receive completes, so a disconnect the application
+        // starts on seeing that completion goes out after the ACK, not before it.
+        let r = self.respond(h.psn, RespKind::Ack);
+        let mut rq = self.sh.rq.lock().unwrap();
+        rq.finish_head(WcStatus::Success, len, inv);
+        r
     }
 
     fn on_ack(&mut self, h: &Header) -> Result<(), Closed> {

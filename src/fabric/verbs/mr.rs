@@ -63,14 +63,16 @@ impl Mr {
                 std::io::Error::from_raw_os_error(e),
             ));
         }
-        Ok(Mr {
+        let region = Mr {
             mr,
             addr,
             len,
             access,
             buf: None,
             pd: pd.clone(),
-        })
+        };
+        pd.track_region(region.lkey(), addr as u64, len);
+        Ok(region)
     }
 
     pub(crate) fn raw(&self) -> *mut sys::ibv_mr {
@@ -110,6 +112,8 @@ impl Mr {
 
 impl Drop for Mr {
     fn drop(&mut self) {
+        // First, so no inline post can start reading the region from here on.
+        self.pd.untrack_region(self.lkey());
         // SAFETY: the MR is live and deregistered once, here; windows bound over it hold their
         // own kernel reference, so the device reports an error instead of faulting if any
         // remain.

@@ -1,6 +1,7 @@
 //! Protection domains: memory regions, windows and QPs of one PD work together.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use super::device::Device;
 use super::mr::Mr;
@@ -17,7 +18,14 @@ pub struct Pd {
 struct PdInner {
     pd: *mut sys::ibv_pd,
     device: Device,
+    /// Live regions of this PD by lkey: `(addr, len)`. Inline sends are read by the CPU at
+    /// post time, which verbs does not check; this table lets `post_send` refuse an inline SGE
+    /// that names no registered memory, so a safe call cannot read arbitrary addresses.
+    regions: RwLock<Regions>,
 }
+
+/// lkey -> (address, length) of the PD's live memory regions.
+pub(crate) type Regions = HashMap<u32, (u64, usize)>;
 
 // SAFETY: the PD pointer is only passed to libibverbs calls, which are thread-safe; it is
 // deallocated once, in Drop, when no clone is left.
@@ -51,6 +59,7 @@ impl Pd {
             inner: Arc::new(PdInner {
                 pd,
                 device: device.clone(),
+                regions: RwLock::new(HashMap::new()),
             }),
         })
     }
@@ -61,6 +70,27 @@ impl Pd {
 
     pub(crate) fn device(&self) -> &Device {
         &self.inner.device
+    }
+
+    pub(crate) fn track_region(&self, lkey: u32, addr: u64, len: usize) {
+        self.regions_mut().insert(lkey, (addr, len));
+    }
+
+    /// Forgets a region; waits for inline posts that are reading it (they hold the read lock).
+    pub(crate) fn untrack_region(&self, lkey: u32) {
+        self.regions_mut().remove(&lkey);
+    }
+
+    /// The region table, read-locked: hold it across a post that reads inline SGEs.
+    pub(crate) fn regions(&self) -> RwLockReadGuard<'_, Regions> {
+        self.inner.regions.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn regions_mut(&self) -> std::sync::RwLockWriteGuard<'_, Regions> {
+        self.inner
+            .regions
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     pub fn register(&self, buf: MemBuf, access: Access) -> Result<Mr> {

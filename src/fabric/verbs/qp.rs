@@ -172,11 +172,12 @@ impl Qp {
         };
         Ok(Qp {
             id,
-            pd,
+            pd: pd.clone(),
             send_cq,
             recv_cq,
             target: PostTarget {
                 qp,
+                pd_obj: pd,
                 pd: pd_raw,
                 caps,
             },

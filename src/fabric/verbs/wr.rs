@@ -8,6 +8,7 @@
 use std::mem::{align_of, offset_of, size_of};
 
 use super::mw::Mw;
+use super::pd::Regions;
 use super::{rc_err, sys};
 use crate::fabric::{FabricError, QpCaps, RecvWr, Result, SendFlags, SendWr, Sge, WrOp};
 
@@ -52,6 +53,8 @@ fn sg_ptr(sgl: &[Sge]) -> *mut sys::ibv_sge {
 /// What the QP needs to know to check and post.
 pub struct PostTarget {
     pub qp: *mut sys::ibv_qp,
+    /// The QP's protection domain object (its region table checks inline SGEs).
+    pub pd_obj: super::pd::Pd,
     /// The QP's protection domain (type-2 windows bind only within it).
     pub pd: *mut sys::ibv_pd,
     pub caps: QpCaps,
@@ -64,6 +67,7 @@ fn fill_send<'a>(
     wr: &SendWr<'a>,
     index: usize,
     target: &PostTarget,
+    regions: Option<&Regions>,
 ) -> Result<Option<(&'a Mw, u32)>> {
     use sys::ibv_wr_opcode as op;
     if wr.sgl.len() > target.caps.max_send_sge as usize {
@@ -86,6 +90,24 @@ fn fill_send<'a>(
                     target.caps.max_inline_data
                 ),
             ));
+        }
+        // The CPU reads inline payloads during ibv_post_send: only registered memory of this
+        // PD may be named (the caller holds the table's read lock across the post).
+        let regions = regions.expect("post_send read-locks the region table for inline WRs");
+        for s in wr.sgl {
+            let inside = regions.get(&s.lkey).is_some_and(|&(addr, len)| {
+                s.addr >= addr && s.addr - addr + u64::from(s.length) <= len as u64
+            });
+            if !inside {
+                return Err(bad(
+                    index,
+                    format!(
+                        "inline SGE {:#x}+{} (lkey {:#x}) is not inside a registered memory \
+                         region of this QP's protection domain",
+                        s.addr, s.length, s.lkey
+                    ),
+                ));
+            }
         }
     }
     raw.wr_id = wr.wr_id;
@@ -156,6 +178,12 @@ fn fill_send<'a>(
 
 /// Posts `wrs` on `target.qp`.
 pub fn post_send(target: &PostTarget, wrs: &[SendWr<'_>]) -> Result<()> {
+    // Held across the posts when any WR is inline: a region cannot be deregistered (and its
+    // memory unmapped) while the provider copies from it.
+    let regions = wrs
+        .iter()
+        .any(|w| w.flags.contains(SendFlags::INLINE))
+        .then(|| target.pd_obj.regions());
     let mut start = 0;
     while start < wrs.len() {
         let mut raw = [sys::ibv_send_wr::default(); CHUNK];
@@ -174,7 +202,7 @@ pub fn post_send(target: &PostTarget, wrs: &[SendWr<'_>]) -> Result<()> {
                     break;
                 }
             }
-            match fill_send(&mut raw[n], wr, start + n, target) {
+            match fill_send(&mut raw[n], wr, start + n, target, regions.as_deref()) {
                 Ok(r) => rekeys[n] = r,
                 Err(e) => {
                     fill_error = Some(e);

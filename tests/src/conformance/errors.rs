@@ -225,6 +225,32 @@ fn post_checks_client(side: &mut Side<'_>) -> CaseResult {
         0,
         &format!("INLINE SEND of {} B > max_inline_data", big[0].length),
     )?;
+    // An inline SGE is read at post time, so it must name registered memory: a bogus lkey
+    // (or an address outside the region) is refused instead of reading arbitrary memory.
+    let bogus_key = [Sge {
+        lkey: !mr.lkey(),
+        ..mr.sge(0, 8)
+    }];
+    let bogus_addr = [Sge {
+        addr: mr.addr() + mr.len() as u64,
+        ..mr.sge(0, 8)
+    }];
+    for (what, sgl) in [
+        ("a bogus lkey", &bogus_key),
+        ("an address past the region", &bogus_addr),
+    ] {
+        let wr = SendWr {
+            wr_id: 5,
+            sgl,
+            flags: SendFlags::SIGNALED | SendFlags::INLINE,
+            ..good
+        };
+        expect_bad_wr(
+            ep.qp.post_send(&[wr]),
+            0,
+            &format!("INLINE SEND naming {what}"),
+        )?;
+    }
     let inv = SendWr {
         wr_id: 4,
         op: WrOp::LocalInv { rkey: 0x1234 },

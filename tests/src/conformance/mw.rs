@@ -38,6 +38,10 @@ pub const CASES: &[Case] = &[
         Sc::SendInv
     )),
     case!("mw_other_qp", other_qp_client, |s| server(s, Sc::OtherQp)),
+    case!("mw_rebind_new_rkey", rebind_client, |s| server(
+        s,
+        Sc::Rebind
+    )),
 ];
 
 const REGION: usize = 64 * 1024;
@@ -52,6 +56,7 @@ enum Sc {
     LocalInv,
     SendInv,
     OtherQp,
+    Rebind,
 }
 
 /// The window as the client sees it.
@@ -142,6 +147,26 @@ fn server(side: &mut Side<'_>, sc: Sc) -> CaseResult {
             let wc = expect_wc(&ep.send_cq, "LocalInv of the window", 51, WcStatus::Success)?;
             ensure_eq!(wc.opcode, WcOpcode::LocalInv, "LocalInv wc opcode");
             side.ctl.send("invalidated", &[])?;
+        }
+        Sc::Rebind => {
+            side.ctl.recv("used")?;
+            let old = mw.rkey();
+            post1(
+                &ep.qp,
+                51,
+                WrOp::LocalInv { rkey: old },
+                &[],
+                SendFlags::SIGNALED,
+            )?;
+            expect_wc(
+                &ep.send_cq,
+                "LocalInv before the rebind",
+                51,
+                WcStatus::Success,
+            )?;
+            bind(&ep, &mw, &mr)?;
+            ensure!(mw.rkey() != old, "rebinding kept the rkey {old:#x}");
+            side.ctl.send("rebound", &[mw.rkey() as u64])?;
         }
         Sc::SendInv => {
             let wc = expect_wc(
@@ -341,6 +366,31 @@ fn other_qp_client(side: &mut Side<'_>) -> CaseResult {
         "WRITE through the QP the window is bound to",
         1,
         WcStatus::Success,
+    )?;
+    finish(side, &[0, 64, 5])
+}
+
+/// After LocalInv and a second bind the window has a new rkey: the new one works, the old one
+/// is refused.
+fn rebind_client(side: &mut Side<'_>) -> CaseResult {
+    let (ep, lmr, w) = setup(side)?;
+    write(&ep, &lmr, &w, w.rkey, 0, 64)?;
+    expect_wc(
+        &ep.send_cq,
+        "WRITE with the first binding",
+        1,
+        WcStatus::Success,
+    )?;
+    side.ctl.send("used", &[])?;
+    let new = side.ctl.recv("rebound")?[0] as u32;
+    read(&ep, &lmr, &w, new, 0, 64)?;
+    expect_wc(&ep.send_cq, "READ with the new rkey", 2, WcStatus::Success)?;
+    read(&ep, &lmr, &w, w.rkey, 0, 64)?;
+    expect_wc(
+        &ep.send_cq,
+        "READ with the rkey of the first binding",
+        2,
+        WcStatus::RemAccessErr,
     )?;
     finish(side, &[0, 64, 5])
 }

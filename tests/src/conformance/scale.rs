@@ -19,7 +19,7 @@ const REPLY: u64 = 1_000_000;
 
 /// One PD and one send and one receive CQ for all connections of a side.
 fn shared(side: &Side<'_>) -> CaseResult<EpOpts> {
-    let dev = &side.ctl.ep.device;
+    let dev = side.test_device()?;
     Ok(EpOpts {
         pd: Some(dev.alloc_pd().or_fail("alloc_pd")?),
         send_cq: Some(dev.create_cq(4 * QPS as u32).or_fail("create_cq")?),

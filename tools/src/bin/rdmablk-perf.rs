@@ -1,1 +1,27 @@
-fn main() {}
+//! `rdmablk-perf`: parses the flags and runs [`rdmablk_tools::perf::main`].
+
+use clap::Parser;
+use rdmablk_tools::perf::{self, args::Args};
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = match Args::try_parse() {
+        Ok(a) => a,
+        Err(e) => {
+            // clap exits 2 on bad flags, but 2 means "verify failed" here: usage errors are 1.
+            let _ = e.print();
+            std::process::exit(if e.use_stderr() {
+                perf::EXIT_USAGE
+            } else {
+                perf::EXIT_OK
+            });
+        }
+    };
+    std::process::exit(perf::main(&args));
+}

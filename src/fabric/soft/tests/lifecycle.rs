@@ -98,14 +98,14 @@ fn cross_process_child() {
 #[test]
 fn works_across_processes() {
     let l = listener();
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
             "fabric::soft::tests::lifecycle::cross_process_child",
             "--ignored",
         ])
         .env(CHILD_ADDR, l.local_addr().to_string())
-        .stdout(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     let pd = dev().alloc_pd().unwrap();
@@ -133,5 +133,7 @@ fn works_across_processes() {
     remote.read_at(0, &mut got).unwrap();
     assert_eq!(got, pattern(4096, 77));
     qp.disconnect().unwrap();
-    assert!(child.wait().unwrap().success());
+    let out = child.wait_with_output().unwrap();
+    let log = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "child process failed:\n{log}");
 }

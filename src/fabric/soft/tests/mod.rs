@@ -178,15 +178,13 @@ fn send_recv_with_data_check() {
         sgl: &[rmr.sge(0, 3), rmr.sge(100, 100)],
     }])
     .unwrap();
-    let inline = *b"inline!";
-    let sge = Sge {
-        addr: inline.as_ptr() as u64,
-        length: 7,
-        lkey: 0,
-    };
+    // Inline: copied at post time, so overwriting the source right after must not matter.
+    smr.write_at(2000, b"inline!").unwrap();
+    let sge = smr.sge(2000, 7);
     let mut w = sw(2, WrOp::Send, std::slice::from_ref(&sge));
     w.flags |= SendFlags::INLINE;
     a.qp.post_send(&[w]).unwrap();
+    smr.write_at(2000, b"XXXXXXX").unwrap();
     assert_eq!(wc(&a.cq).status, WcStatus::Success);
     assert_eq!(wc(&p.cq).byte_len, 7);
     let mut got = [0u8; 7];

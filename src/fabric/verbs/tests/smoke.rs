@@ -254,7 +254,7 @@ fn connect_send_recv_write_read_disconnect() {
     c.mr.read_at(2048, &mut r).unwrap();
     assert_eq!(&r, b"read me back");
 
-    // Inline SEND (the lkey is not checked; the payload is copied at post time).
+    // Inline SEND: the payload is copied at post time (its SGE must still name the MR).
     c.mr.write_at(0, b"inl").unwrap();
     let sge = [c.mr.sge(0, 3)];
     let inline = SendWr {

@@ -1,0 +1,442 @@
+//! Target URLs and connect options.
+//!
+//! ```text
+//! rdma://10.0.0.2:4420/nqn.2024-01.io.example:ram0          verbs provider (RNIC, rxe, siw)
+//! soft://127.0.0.1:4420/nqn.2024-01.io.example:ram0         rdmablk's soft provider (TCP)
+//! rdma://[fe80::1]:4420/NQN?io_queues=4&queue_size=64&push=0
+//! ```
+//!
+//! The port defaults to 4420. Everything after the first `/` up to `?` is the subsystem NQN
+//! (NQNs contain `:`). Query parameters set [`ConnectOptions`] fields by their names.
+
+use std::fs;
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::time::Duration;
+
+use rdmablk::fabric::ProviderKind;
+use rdmablk::nvme::Nqn;
+
+use crate::error::{Error, Result};
+
+/// The NVMe-oF/RDMA well-known port.
+pub const DEFAULT_PORT: u16 = 4420;
+
+/// Where to connect: provider, address and subsystem.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TargetUrl {
+    /// `rdma://` is [`ProviderKind::Verbs`], `soft://` is [`ProviderKind::Soft`].
+    pub provider: ProviderKind,
+    pub addr: SocketAddr,
+    /// Subsystem NQN.
+    pub subnqn: String,
+}
+
+/// Options of a controller connection. `Default` is what a Linux host would use, with push
+/// writes asked for (standard targets ignore the request).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectOptions {
+    /// Host NQN. Default: `/etc/nvme/hostnqn`, else one derived from `/etc/machine-id`
+    /// (`nqn.2014-08.org.nvmexpress:uuid:<uuid>`), stable across runs on one machine.
+    pub hostnqn: String,
+    /// Host identifier (16 bytes). Default: `/etc/nvme/hostid`, else the UUID of the NQN.
+    pub hostid: [u8; 16],
+    /// I/O queues to ask for (the controller may grant fewer). Default 2.
+    pub io_queues: u16,
+    /// Entries per I/O queue (clamped to CAP.MQES + 1 and MAXCMD). Default 128.
+    pub queue_size: u16,
+    /// Keep-alive timeout sent in Connect; Keep Alive is sent every half of it. 0 disables.
+    pub kato_ms: u32,
+    /// A command without a response after this long fails its queue (and triggers a
+    /// reconnect). Default 30 s.
+    pub io_timeout_ms: u32,
+    /// Timeout of each connect step (address resolution, CM connect, controller ready).
+    pub connect_timeout_ms: u32,
+    /// Ask the target for push writes (rdmablk extension). Default true.
+    pub push_writes: bool,
+    /// Largest data one command carries (the sync API splits bigger I/O); also capped by
+    /// the controller's MDTS. Default 128 KiB.
+    pub max_io_bytes: u32,
+    /// Registered buffer pool size (IoBufs, bounce buffers). Default 16 MiB.
+    pub buffer_pool_bytes: usize,
+    /// Reconnect attempts after a failure before the controller gives up (0: never
+    /// reconnect). Default 10.
+    pub reconnect_attempts: u32,
+    /// First delay between reconnect attempts; doubles up to `reconnect_max_delay_ms`.
+    pub reconnect_delay_ms: u32,
+    pub reconnect_max_delay_ms: u32,
+    /// Re-send writes whose outcome a transport failure left unknown (sync API). Block writes
+    /// are idempotent, so this is safe unless the application itself issues overlapping
+    /// writes concurrently. Default true.
+    pub retry_writes: bool,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        let (hostnqn, hostid) = default_host_identity();
+        ConnectOptions {
+            hostnqn,
+            hostid,
+            io_queues: 2,
+            queue_size: 128,
+            kato_ms: 5_000,
+            io_timeout_ms: 30_000,
+            connect_timeout_ms: 5_000,
+            push_writes: true,
+            max_io_bytes: 128 << 10,
+            buffer_pool_bytes: 16 << 20,
+            reconnect_attempts: 10,
+            reconnect_delay_ms: 100,
+            reconnect_max_delay_ms: 2_000,
+            retry_writes: true,
+        }
+    }
+}
+
+impl ConnectOptions {
+    pub fn io_timeout(&self) -> Duration {
+        Duration::from_millis(u64::from(self.io_timeout_ms))
+    }
+
+    pub fn connect_timeout(&self) -> Duration {
+        Duration::from_millis(u64::from(self.connect_timeout_ms))
+    }
+
+    /// Checks every limit; called by `Controller::connect`.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |name, reason: String| Err(Error::Option { name, reason });
+        if let Err(e) = Nqn::new(&self.hostnqn) {
+            return bad("hostnqn", e.to_string());
+        }
+        if !(1..=128).contains(&self.io_queues) {
+            return bad("io_queues", format!("{} is not in 1..=128", self.io_queues));
+        }
+        if !(2..=1024).contains(&self.queue_size) {
+            return bad(
+                "queue_size",
+                format!("{} is not in 2..=1024", self.queue_size),
+            );
+        }
+        if self.max_io_bytes < 4096 || self.max_io_bytes > (8 << 20) {
+            return bad(
+                "max_io_bytes",
+                format!("{} is not in 4 KiB..=8 MiB", self.max_io_bytes),
+            );
+        }
+        if self.buffer_pool_bytes < 2 * self.max_io_bytes as usize {
+            return bad(
+                "buffer_pool_bytes",
+                format!(
+                    "{} is below two I/Os of max_io_bytes {}",
+                    self.buffer_pool_bytes, self.max_io_bytes
+                ),
+            );
+        }
+        if self.io_timeout_ms < 10 || self.connect_timeout_ms < 10 {
+            return bad("io_timeout_ms", "timeouts below 10 ms".into());
+        }
+        Ok(())
+    }
+
+    /// Sets one option by its name (URL query parameters use this).
+    pub fn set(&mut self, name: &str, value: &str) -> Result<()> {
+        fn num<T: std::str::FromStr>(name: &'static str, v: &str) -> Result<T> {
+            v.parse().map_err(|_| Error::Option {
+                name,
+                reason: format!("{v:?} is not a number"),
+            })
+        }
+        fn flag(name: &'static str, v: &str) -> Result<bool> {
+            match v {
+                "1" | "true" | "on" | "yes" => Ok(true),
+                "0" | "false" | "off" | "no" => Ok(false),
+                _ => Err(Error::Option {
+                    name,
+                    reason: format!("{v:?} is not a boolean (1/0, true/false, on/off)"),
+                }),
+            }
+        }
+        match name {
+            "hostnqn" => self.hostnqn = value.to_string(),
+            "hostid" => {
+                self.hostid = parse_uuid(value).ok_or_else(|| Error::Option {
+                    name: "hostid",
+                    reason: format!("{value:?} is not a UUID"),
+                })?
+            }
+            "io_queues" | "nr_io_queues" => self.io_queues = num("io_queues", value)?,
+            "queue_size" => self.queue_size = num("queue_size", value)?,
+            "kato_ms" => self.kato_ms = num("kato_ms", value)?,
+            "io_timeout_ms" => self.io_timeout_ms = num("io_timeout_ms", value)?,
+            "connect_timeout_ms" => self.connect_timeout_ms = num("connect_timeout_ms", value)?,
+            "push" | "push_writes" => self.push_writes = flag("push_writes", value)?,
+            "max_io_bytes" => self.max_io_bytes = num("max_io_bytes", value)?,
+            "buffer_pool_bytes" => self.buffer_pool_bytes = num("buffer_pool_bytes", value)?,
+            "reconnect_attempts" => self.reconnect_attempts = num("reconnect_attempts", value)?,
+            "reconnect_delay_ms" => self.reconnect_delay_ms = num("reconnect_delay_ms", value)?,
+            "reconnect_max_delay_ms" => {
+                self.reconnect_max_delay_ms = num("reconnect_max_delay_ms", value)?
+            }
+            "retry_writes" => self.retry_writes = flag("retry_writes", value)?,
+            other => {
+                return Err(Error::Option {
+                    name: "url query",
+                    reason: format!("unknown option {other:?}"),
+                })
+            }
+        }
+        Ok(())
+    }
+}
+
+impl TargetUrl {
+    /// Parses a URL; its query parameters are applied to `opts`.
+    pub fn parse_with(url: &str, opts: &mut ConnectOptions) -> Result<TargetUrl> {
+        let err = |reason: &str| Error::Url {
+            url: url.to_string(),
+            reason: reason.to_string(),
+        };
+        let (scheme, rest) = url.split_once("://").ok_or_else(|| err("missing scheme"))?;
+        let provider = match scheme {
+            "rdma" => ProviderKind::Verbs,
+            "soft" => ProviderKind::Soft,
+            _ => return Err(err(&format!("unknown scheme {scheme:?}"))),
+        };
+        let (rest, query) = match rest.split_once('?') {
+            Some((r, q)) => (r, Some(q)),
+            None => (rest, None),
+        };
+        let (hostport, subnqn) = rest.split_once('/').ok_or_else(|| err("missing /SUBNQN"))?;
+        if subnqn.is_empty() {
+            return Err(err("empty subsystem NQN"));
+        }
+        Nqn::new(subnqn).map_err(|e| err(&e.to_string()))?;
+        let addr = parse_hostport(hostport).map_err(|r| err(&r))?;
+        if let Some(q) = query {
+            for kv in q.split('&').filter(|s| !s.is_empty()) {
+                let (k, v) = kv
+                    .split_once('=')
+                    .ok_or_else(|| err(&format!("query item {kv:?} is not key=value")))?;
+                opts.set(k, v)?;
+            }
+        }
+        Ok(TargetUrl {
+            provider,
+            addr,
+            subnqn: subnqn.to_string(),
+        })
+    }
+
+    /// Parses a URL with default options (query parameters are refused).
+    pub fn parse(url: &str) -> Result<TargetUrl> {
+        let mut o = ConnectOptions::default();
+        let u = Self::parse_with(url, &mut o)?;
+        if o != ConnectOptions::default() {
+            return Err(Error::Url {
+                url: url.into(),
+                reason: "options in the query need TargetUrl::parse_with".into(),
+            });
+        }
+        Ok(u)
+    }
+}
+
+impl std::fmt::Display for TargetUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let scheme = match self.provider {
+            ProviderKind::Verbs => "rdma",
+            ProviderKind::Soft => "soft",
+        };
+        write!(f, "{scheme}://{}/{}", self.addr, self.subnqn)
+    }
+}
+
+fn parse_hostport(s: &str) -> std::result::Result<SocketAddr, String> {
+    if s.is_empty() {
+        return Err("missing host".into());
+    }
+    let (host, port) = if let Some(v6) = s.strip_prefix('[') {
+        let (h, rest) = v6.split_once(']').ok_or("unclosed [ in IPv6 address")?;
+        let port = match rest.strip_prefix(':') {
+            Some(p) => Some(p),
+            None if rest.is_empty() => None,
+            None => return Err(format!("junk {rest:?} after IPv6 address")),
+        };
+        (h, port)
+    } else {
+        match s.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (s, None),
+        }
+    };
+    let port = match port {
+        Some(p) => p.parse::<u16>().map_err(|_| format!("bad port {p:?}"))?,
+        None => DEFAULT_PORT,
+    };
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return Ok(SocketAddr::new(ip, port));
+    }
+    (host, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {host:?}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{host:?} has no address"))
+}
+
+/// Parses `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` (or 32 bare hex digits).
+pub fn parse_uuid(s: &str) -> Option<[u8; 16]> {
+    let hex: String = s.trim().chars().filter(|c| *c != '-').collect();
+    if hex.len() != 32 {
+        return None;
+    }
+    let mut out = [0u8; 16];
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+/// Formats 16 bytes as a UUID string.
+pub fn format_uuid(u: &[u8; 16]) -> String {
+    let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+/// A version-4-shaped UUID derived from the machine ID: stable per machine.
+fn machine_uuid() -> [u8; 16] {
+    let id = fs::read_to_string("/etc/machine-id")
+        .ok()
+        .and_then(|s| parse_uuid(&s));
+    let mut u = id.unwrap_or_else(|| {
+        // No machine ID: derive from the host name (still stable on this machine).
+        let name = fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        let mut u = [0u8; 16];
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for (i, b) in name.bytes().chain(*b"rdmablk-host").enumerate() {
+            h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+            u[i % 16] ^= (h >> 32) as u8;
+        }
+        u
+    });
+    u[6] = (u[6] & 0x0F) | 0x40;
+    u[8] = (u[8] & 0x3F) | 0x80;
+    u
+}
+
+/// The host NQN and ID a default [`ConnectOptions`] uses (nvme-cli's files when present).
+pub fn default_host_identity() -> (String, [u8; 16]) {
+    let file_nqn = fs::read_to_string("/etc/nvme/hostnqn")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| Nqn::new(s).is_ok() && !s.is_empty());
+    let file_id = fs::read_to_string("/etc/nvme/hostid")
+        .ok()
+        .and_then(|s| parse_uuid(&s));
+    let uuid = file_id.unwrap_or_else(machine_uuid);
+    let nqn = file_nqn
+        .unwrap_or_else(|| format!("nqn.2014-08.org.nvmexpress:uuid:{}", format_uuid(&uuid)));
+    (nqn, uuid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NQN: &str = "nqn.2024-01.io.rdmablk:ram0";
+
+    #[test]
+    fn parses_schemes_ports_and_nqn_with_colons() {
+        let u = TargetUrl::parse(&format!("rdma://10.0.2.15:4420/{NQN}")).unwrap();
+        assert_eq!(u.provider, ProviderKind::Verbs);
+        assert_eq!(u.addr, "10.0.2.15:4420".parse().unwrap());
+        assert_eq!(u.subnqn, NQN);
+        assert_eq!(u.to_string(), format!("rdma://10.0.2.15:4420/{NQN}"));
+        let u = TargetUrl::parse(&format!("soft://127.0.0.1/{NQN}")).unwrap();
+        assert_eq!(u.provider, ProviderKind::Soft);
+        assert_eq!(u.addr.port(), DEFAULT_PORT);
+        let u = TargetUrl::parse(&format!("rdma://[::1]:9/{NQN}")).unwrap();
+        assert_eq!(u.addr, "[::1]:9".parse().unwrap());
+        let u = TargetUrl::parse(&format!("soft://localhost:7/{NQN}")).unwrap();
+        assert_eq!(u.addr.port(), 7);
+    }
+
+    #[test]
+    fn bad_urls_say_what_is_wrong() {
+        for (url, needle) in [
+            ("tcp://1.2.3.4/x", "unknown scheme"),
+            ("rdma//1.2.3.4/x", "missing scheme"),
+            ("rdma://1.2.3.4", "missing /SUBNQN"),
+            ("rdma://1.2.3.4/", "empty subsystem NQN"),
+            ("rdma://1.2.3.4:99999/nqn.x", "bad port"),
+            ("rdma://[::1/nqn.x", "unclosed"),
+            ("rdma:///nqn.x", "missing host"),
+        ] {
+            let e = TargetUrl::parse(url).unwrap_err().to_string();
+            assert!(e.contains(needle), "{url}: {e}");
+        }
+        let long = format!("rdma://1.2.3.4/{}", "n".repeat(300));
+        assert!(TargetUrl::parse(&long).is_err());
+    }
+
+    #[test]
+    fn query_sets_options() {
+        let mut o = ConnectOptions::default();
+        let u = TargetUrl::parse_with(
+            &format!(
+                "soft://127.0.0.1:4420/{NQN}?io_queues=4&queue_size=32&push=0&kato_ms=0\
+                 &hostid=00112233-4455-6677-8899-aabbccddeeff&hostnqn=nqn.2014-08.x:h1"
+            ),
+            &mut o,
+        )
+        .unwrap();
+        assert_eq!(u.subnqn, NQN);
+        assert_eq!(o.io_queues, 4);
+        assert_eq!(o.queue_size, 32);
+        assert!(!o.push_writes);
+        assert_eq!(o.kato_ms, 0);
+        assert_eq!(o.hostnqn, "nqn.2014-08.x:h1");
+        assert_eq!(o.hostid[0], 0x00);
+        assert_eq!(o.hostid[15], 0xff);
+        o.validate().unwrap();
+        let mut o = ConnectOptions::default();
+        let e = TargetUrl::parse_with(&format!("soft://127.0.0.1:1/{NQN}?bogus=1"), &mut o)
+            .unwrap_err();
+        assert!(e.to_string().contains("unknown option"), "{e}");
+        let e = TargetUrl::parse_with(&format!("soft://127.0.0.1:1/{NQN}?push=maybe"), &mut o)
+            .unwrap_err();
+        assert!(e.to_string().contains("not a boolean"), "{e}");
+        assert!(TargetUrl::parse(&format!("soft://127.0.0.1:1/{NQN}?push=0")).is_err());
+    }
+
+    #[test]
+    fn validation_limits() {
+        let mut o = ConnectOptions::default();
+        o.validate().unwrap();
+        o.queue_size = 1;
+        assert!(o.validate().is_err());
+        o.queue_size = 64;
+        o.io_queues = 0;
+        assert!(o.validate().is_err());
+        o.io_queues = 1;
+        o.buffer_pool_bytes = 4096;
+        assert!(o.validate().is_err());
+    }
+
+    #[test]
+    fn default_host_identity_is_stable_and_valid() {
+        let (a, ida) = default_host_identity();
+        let (b, idb) = default_host_identity();
+        assert_eq!(a, b);
+        assert_eq!(ida, idb);
+        assert!(Nqn::new(&a).is_ok());
+        assert!(a.starts_with("nqn."), "{a}");
+        let s = format_uuid(&ida);
+        assert_eq!(parse_uuid(&s), Some(ida));
+    }
+}

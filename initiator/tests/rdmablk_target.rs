@@ -1,0 +1,254 @@
+//! End-to-end tests against the real `rdmablk-target`, started in-process through its library
+//! API on the soft provider (127.0.0.1), with a namespace backed by a file in a temporary
+//! directory so data survives a target restart.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use rdmablk_initiator::{ConnectOptions, Controller, Op};
+use rdmablk_target::config::Config;
+use rdmablk_target::Target;
+
+const NQN: &str = "nqn.2026-11.io.rdmablk:initiator-e2e";
+
+fn tmp_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("rdmablk-init-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A port nobody listens on right now (the target refuses port 0 in its config).
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+fn start(port: u16, block_size: u32, img: &std::path::Path) -> Target {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    let toml = format!(
+        r#"
+[[listener]]
+provider = "soft"
+address = "127.0.0.1"
+port = {port}
+
+[target]
+worker_threads = 1
+poll_mode = "interrupt"
+
+[arena]
+bytes = "96MiB"
+lock = false
+
+[[subsystem]]
+nqn = "{NQN}"
+allow_any_host = true
+
+[[subsystem.namespace]]
+nsid = 1
+block_size = {block_size}
+backend = {{ kind = "file", path = "{}", create_size = "32MiB", direct = false }}
+"#,
+        img.display()
+    );
+    let cfg: Config = Config::from_str(&toml).expect("config");
+    Target::start(cfg).expect("target starts")
+}
+
+fn url(t: &Target, query: &str) -> String {
+    format!("soft://{}/{NQN}{query}", t.local_addrs()[0])
+}
+
+fn opts() -> ConnectOptions {
+    ConnectOptions {
+        queue_size: 32,
+        io_queues: 2,
+        kato_ms: 1_000,
+        io_timeout_ms: 5_000,
+        connect_timeout_ms: 2_000,
+        reconnect_delay_ms: 50,
+        reconnect_attempts: 60,
+        ..ConnectOptions::default()
+    }
+}
+
+fn pattern(offset: u64, len: usize, pass: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| {
+            let x = offset + i as u64;
+            (x ^ (x >> 9) ^ (x >> 17)) as u8 ^ pass.wrapping_mul(0x5B)
+        })
+        .collect()
+}
+
+fn sync_sizes(ctrl: &Controller, pass: u8) {
+    let ns = ctrl.namespace(1).unwrap();
+    let bs = ns.block_size() as usize;
+    let (mut off, mut size) = (0u64, bs);
+    while size <= 1 << 20 {
+        let data = pattern(off, size, pass);
+        ns.write_at(off, &data).unwrap();
+        let mut back = vec![0u8; size];
+        ns.read_at(off, &mut back).unwrap();
+        assert!(back == data, "{size} B at {off}: data differs");
+        off += size as u64;
+        size *= 2;
+    }
+    ns.flush().unwrap();
+}
+
+fn async_round(ctrl: &Controller, pass: u8) {
+    let mut q = ctrl.io_queue(1).unwrap();
+    let mut done = Vec::new();
+    for op in [Op::Write, Op::Read] {
+        let mut next = 0u64;
+        while next < 256 || q.in_flight() > 0 {
+            while next < 256 {
+                let off = (4 << 20) + next * 8192;
+                let mut b = ctrl.alloc(8192).unwrap();
+                if op == Op::Write {
+                    b.as_mut_slice().copy_from_slice(&pattern(off, 8192, pass));
+                }
+                match q.submit(op, off, 8192, b, next) {
+                    Ok(()) => next += 1,
+                    Err(rdmablk_initiator::SubmitError::QueueFull(_)) => break,
+                    Err(e) => panic!("{:?}", e.into_error()),
+                }
+            }
+            q.wait(&mut done, 1).unwrap();
+            for c in done.drain(..) {
+                c.result.unwrap();
+                if op == Op::Read {
+                    assert!(c.buf.as_slice() == &pattern(c.offset, 8192, pass)[..]);
+                }
+            }
+        }
+    }
+}
+
+/// Push asked for: whatever the target answers, data is verified and the counters agree
+/// with the answer (granted: every write pushed; declined: standard paths, none pushed).
+#[test]
+fn sync_and_async_verified_push_asked_512b_blocks() {
+    let dir = tmp_dir("push");
+    let t = start(free_port(), 512, &dir.join("ns.img"));
+    let ctrl = Controller::connect_with(&url(&t, ""), opts()).unwrap();
+    let info = ctrl.info();
+    assert_eq!(ctrl.namespace(1).unwrap().block_size(), 512);
+    sync_sizes(&ctrl, 1);
+    async_round(&ctrl, 2);
+    let s = ctrl.stats();
+    if info.push_window.is_some() {
+        assert!(s.pushed_writes > 0, "{s:?}");
+        assert_eq!(s.keyed_writes, 0, "every write fits a 128 KiB slot: {s:?}");
+    } else {
+        eprintln!("NOTE: rdmablk-target declined push writes; standard paths verified instead");
+        assert_eq!(s.pushed_writes, 0, "{s:?}");
+    }
+    drop(ctrl);
+    t.shutdown();
+}
+
+#[test]
+#[ignore = "rdmablk-target declines push on the soft provider: it posts the memory-window bind \
+            before accept and the soft QP refuses it (NotConnected); target-engine to fix"]
+fn push_writes_granted_and_used_by_rdmablk_target() {
+    let dir = tmp_dir("push-granted");
+    let t = start(free_port(), 512, &dir.join("ns.img"));
+    let ctrl = Controller::connect_with(&url(&t, ""), opts()).unwrap();
+    assert!(ctrl.info().push_window.is_some(), "{:?}", ctrl.info());
+    sync_sizes(&ctrl, 8);
+    let s = ctrl.stats();
+    assert!(s.pushed_writes > 0 && s.keyed_writes == 0, "{s:?}");
+    drop(ctrl);
+    t.shutdown();
+}
+
+#[test]
+fn without_push_uses_in_capsule_and_keyed_writes() {
+    let dir = tmp_dir("nopush");
+    let t = start(free_port(), 4096, &dir.join("ns.img"));
+    let ctrl = Controller::connect_with(&url(&t, "?push=0"), opts()).unwrap();
+    assert_eq!(ctrl.info().push_window, None);
+    sync_sizes(&ctrl, 3);
+    async_round(&ctrl, 4);
+    let s = ctrl.stats();
+    assert_eq!(s.pushed_writes, 0);
+    assert!(s.in_capsule_writes > 0 && s.keyed_writes > 0, "{s:?}");
+    drop(ctrl);
+    t.shutdown();
+}
+
+#[test]
+fn reconnects_after_target_restart_and_io_resumes() {
+    let dir = tmp_dir("restart");
+    let img = dir.join("ns.img");
+    let t = start(free_port(), 512, &img);
+    let port = t.local_addrs()[0].port();
+    let ctrl = Controller::connect_with(&url(&t, ""), opts()).unwrap();
+    let ns = ctrl.namespace(1).unwrap();
+    let data = pattern(0, 256 << 10, 5);
+    ns.write_at(0, &data).unwrap();
+    ns.flush().unwrap();
+    t.shutdown();
+    let img2 = img.clone();
+    let h = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(500));
+        start(port, 512, &img2)
+    });
+    // Issued while the target is down: completes once the controller has reconnected.
+    let mut back = vec![0u8; 256 << 10];
+    ns.read_at(0, &mut back).unwrap();
+    assert!(back == data, "data after restart differs");
+    let t2 = h.join().unwrap();
+    assert!(ctrl.stats().reconnects >= 1, "{:?}", ctrl.stats());
+    sync_sizes(&ctrl, 6);
+    async_round(&ctrl, 7);
+    drop((ns, ctrl));
+    t2.shutdown();
+}
+
+/// Cost of slice I/O (bounce through the pool) against zero-copy `IoBuf` I/O, 128 KiB writes
+/// and reads. Prints MB/s; run with `--ignored --nocapture` (a measurement, not a check).
+#[test]
+#[ignore = "measurement: run with --ignored --nocapture"]
+fn bounce_vs_zero_copy_cost() {
+    let dir = tmp_dir("bench");
+    let t = start(free_port(), 4096, &dir.join("ns.img"));
+    let ctrl = Controller::connect_with(&url(&t, "?push=0"), opts()).unwrap();
+    let ns = ctrl.namespace(1).unwrap();
+    const LEN: usize = 128 << 10;
+    const N: usize = 200;
+    let data = pattern(0, LEN, 9);
+    let mut back = vec![0u8; LEN];
+    let mut buf = ctrl.alloc(LEN).unwrap();
+    buf.as_mut_slice().copy_from_slice(&data);
+    let mb = (N * LEN) as f64 / 1e6;
+    for round in 0..2 {
+        let t0 = std::time::Instant::now();
+        for i in 0..N {
+            let off = (i % 64 * LEN) as u64;
+            ns.write_at(off, &data).unwrap();
+            ns.read_at(off, &mut back).unwrap();
+        }
+        let slice = t0.elapsed();
+        let t0 = std::time::Instant::now();
+        for i in 0..N {
+            let off = (i % 64 * LEN) as u64;
+            ns.write_buf(off, &buf).unwrap();
+            ns.read_buf(off, &mut buf).unwrap();
+        }
+        let zc = t0.elapsed();
+        eprintln!(
+            "round {round}: slices {:.0} MB/s, IoBuf {:.0} MB/s (write+read of {N} x 128 KiB)",
+            2.0 * mb / slice.as_secs_f64(),
+            2.0 * mb / zc.as_secs_f64()
+        );
+    }
+    drop((ns, ctrl));
+    t.shutdown();
+}
