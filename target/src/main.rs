@@ -1,6 +1,7 @@
 //! `rdmablk-target --config FILE`: serve the configured namespaces to NVMe-oF hosts over RDMA
 //! until SIGINT or SIGTERM, then drain, flush and exit 0.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -28,6 +29,7 @@ fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let cfg = Config::from_file(&args.config)?;
     if args.check {

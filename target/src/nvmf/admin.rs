@@ -151,7 +151,7 @@ fn identify(
 fn uuid_of(nqn: &str, ns: &crate::namespace::Namespace) -> [u8; 16] {
     ns.uuid().unwrap_or_else(|| {
         let a = fnv1a(nqn.as_bytes());
-        let b = fnv1a(&[nqn.as_bytes(), &ns.nsid().to_le_bytes()].concat());
+        let b = fnv1a(&a.to_le_bytes()) ^ u64::from(ns.nsid()).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         let mut u = [0u8; 16];
         u[..8].copy_from_slice(&a.to_be_bytes());
         u[8..].copy_from_slice(&b.to_be_bytes());

@@ -75,8 +75,10 @@ pub fn data_phase(
     let icd_bytes = conn.icd_bytes;
     let push = conn.push;
     let r = &mut conn.reqs[slot as usize];
-    r.dir = dir;
-    r.data_len = len;
+    // The data phase is recorded only once the descriptor passed every check: a response
+    // never moves data for a command whose pointer was refused.
+    r.dir = DataDir::None;
+    r.data_len = 0;
     if dir == DataDir::None {
         if let Ok(sgl @ Sgl::Keyed(_)) = Sgl::decode(&r.sqe.dptr) {
             r.sgl = Some(sgl);
@@ -95,9 +97,10 @@ pub fn data_phase(
         if idx >= u64::from(p.slots) || idx != u64::from(r.data_slot) {
             return Err(Status::SGL_INVALID_OFFSET.with_dnr());
         }
-        if plen != len || plen > p.slot_bytes {
+        if plen != len || plen > p.slot_bytes || plen > max_transfer {
             return Err(Status::SGL_INVALID_DATA_LENGTH.with_dnr());
         }
+        (r.dir, r.data_len) = (dir, len);
         return Ok(Next::Execute);
     }
     let sgl = Sgl::decode(&r.sqe.dptr)?;
@@ -112,10 +115,13 @@ pub fn data_phase(
     match sgl {
         Sgl::Keyed(_) => {
             r.sgl = Some(sgl);
+            (r.dir, r.data_len) = (dir, len);
             Ok(if h2c { Next::Fetch } else { Next::Execute })
         }
         Sgl::InCapsule(c) => {
             copy_in_capsule(conn, slot, c)?;
+            let r = &mut conn.reqs[slot as usize];
+            (r.dir, r.data_len) = (dir, len);
             Ok(Next::Execute)
         }
     }

@@ -182,7 +182,11 @@ impl Connection {
 
     fn data_sge(&self, data_slot: u32, len: u32) -> Sge {
         let region = self.window.data_slot(data_slot);
-        debug_assert!(len as usize <= region.len);
+        // Lengths are checked against max_io_size (<= the slot) before a data phase is set.
+        assert!(
+            len as usize <= region.len,
+            "data phase longer than its slot"
+        );
         Sge {
             addr: region.addr,
             length: len,
@@ -216,13 +220,13 @@ impl Connection {
             sgl: &resp_sge,
             flags: SendFlags::SIGNALED,
         };
-        let data_sge = [self.data_sge(r.data_slot, r.data_len)];
         match keyed {
             Some(k)
                 if r.status.is_success()
                     && r.dir == DataDir::ControllerToHost
                     && r.data_len > 0 =>
             {
+                let data_sge = [self.data_sge(r.data_slot, r.data_len)];
                 let write = SendWr {
                     wr_id: self.wr(WrKind::Write, slot),
                     op: WrOp::RdmaWrite {

@@ -271,11 +271,8 @@ impl Worker {
             rnr_retry_count: 7,
         };
         conn.accept = Some(param);
-        let bound_later = matches!(conn.remote_key, Some(RemoteKey::Window(_)));
         self.conns[i] = Some(conn);
-        if !bound_later {
-            self.accept(key);
-        }
+        self.accept(key);
     }
 
     /// Sets up the push window if the host asked for one and it can be had; posts the bind
@@ -298,31 +295,7 @@ impl Worker {
         let slots = layout.queue_depth.min(u32::from(u16::MAX)) as u16;
         let key = if self.shared.has_mw {
             match self.shared.pd.alloc_mw() {
-                Ok(mw) => {
-                    let mr = conn.mr();
-                    let wr = SendWr {
-                        wr_id: WrId::new(conn.key, WrKind::Bind, 0).encode(),
-                        op: WrOp::BindMw {
-                            mw: &mw,
-                            mr,
-                            addr: area.addr,
-                            length: area.len as u64,
-                            access: Access::REMOTE_WRITE,
-                        },
-                        sgl: &[],
-                        flags: SendFlags::SIGNALED,
-                    };
-                    match conn.qp.post_send(&[wr]) {
-                        Ok(()) => {
-                            conn.sends_out += 1;
-                            Some(RemoteKey::Window(mw))
-                        }
-                        Err(e) => {
-                            tracing::warn!(error = %e, "memory window bind not posted");
-                            None
-                        }
-                    }
-                }
+                Ok(mw) => Some(RemoteKey::Window(mw)),
                 Err(e) => {
                     tracing::warn!(error = %e, "no memory window for a push connection");
                     None
@@ -355,8 +328,13 @@ impl Worker {
         let Some(key) = key else {
             return PushAnswer::Declined;
         };
-        let Some(grant) =
-            PushWindow::new(area.addr, key.rkey(), slots, layout.data_slot_bytes as u32)
+        // A window's key changes at its bind, which can only be posted once the QP is
+        // accepted: offer the key the bind will give it (ibv_inc_rkey, both providers).
+        let rkey = match &key {
+            RemoteKey::Window(mw) => next_rkey(mw.rkey()),
+            RemoteKey::Region(mr) => mr.rkey(),
+        };
+        let Some(grant) = PushWindow::new(area.addr, rkey, slots, layout.data_slot_bytes as u32)
         else {
             return PushAnswer::Declined;
         };
@@ -376,6 +354,10 @@ impl Worker {
         match conn.qp.accept(&param) {
             Ok(()) => {
                 conn.phase = Phase::Live;
+                if !bind_push_window(conn) {
+                    begin_close(conn, "memory window bind failed", ctx.shared);
+                    return;
+                }
                 tracing::info!(peer = %conn.peer, qid = conn.qid, depth = conn.depth,
                     read_depth = conn.read_depth, push = conn.push.is_some(),
                     window_bytes = conn.window.len(), "queue connected");
@@ -697,6 +679,44 @@ impl Worker {
 }
 
 // -------------------------------------------------------------------- request flow
+
+/// The key a type-2 window gets at its next bind (`ibv_inc_rkey`: same index, tag + 1).
+fn next_rkey(rkey: u32) -> u32 {
+    (rkey & 0xFFFF_FF00) | (rkey.wrapping_add(1) & 0xFF)
+}
+
+/// Posts the bind of the push memory window over the data area, right after the accept.
+/// The send queue executes in order, so the bind is done before the response to the
+/// queue's Connect: a host pushes only after that response. True if nothing was to be bound.
+fn bind_push_window(conn: &mut Connection) -> bool {
+    let Some(RemoteKey::Window(mw)) = &conn.remote_key else {
+        return true;
+    };
+    let area = conn.window.data_area();
+    let expected = conn.push.map(|p| p.rkey);
+    let wr = SendWr {
+        wr_id: WrId::new(conn.key, WrKind::Bind, 0).encode(),
+        op: WrOp::BindMw {
+            mw,
+            mr: conn.mr(),
+            addr: area.addr,
+            length: area.len as u64,
+            access: Access::REMOTE_WRITE,
+        },
+        sgl: &[],
+        flags: SendFlags::SIGNALED,
+    };
+    if let Err(e) = conn.qp.post_send(&[wr]) {
+        tracing::warn!(peer = %conn.peer, error = %e, "memory window bind not posted");
+        return false;
+    }
+    conn.sends_out += 1;
+    if expected != Some(mw.rkey()) {
+        tracing::error!(offered = ?expected, bound = mw.rkey(), "push window key mismatch");
+        return false;
+    }
+    true
+}
 
 /// A command capsule arrived in receive slot `slot`.
 fn on_capsule(conn: &mut Connection, slot: u32, len: u32, ctx: &mut Ctx<'_>) {

@@ -1,0 +1,449 @@
+//! A raw NVMe-oF/RDMA test host built directly on `rdmablk::fabric` and `rdmablk::nvme`
+//! (deliberately not the initiator crate): one command at a time, every byte under the test's
+//! control, so bad input can be sent on purpose.
+
+#![allow(dead_code)]
+
+use std::net::{SocketAddr, TcpListener};
+use std::time::{Duration, Instant};
+
+use rdmablk::fabric::{
+    self, Access, CmEvent, ConnParam, Cq, FabricError, MemBuf, Mr, Pd, ProviderKind, Qp, QpCaps,
+    QpInit, RecvWr, SendFlags, SendWr, Wc, WrOp,
+};
+use rdmablk::nvme::fabrics::CNTLID_DYNAMIC;
+use rdmablk::nvme::opcodes::{admin, fctype, io};
+use rdmablk::nvme::{
+    CmAccept, CmReject, CmRejectStatus, CmRequest, Connect, ConnectData, Cqe, InCapsuleSgl,
+    KeyedSgl, Nqn, PropertyGet, PropertySet, PropertySize, ReadWrite, Sgl, Sqe, Status,
+};
+use rdmablk_target::config::Config;
+use rdmablk_target::Target;
+
+pub const SUBNQN: &str = "nqn.2026-11.io.rdmablk:test";
+pub const HOSTNQN: &str = "nqn.2026-11.io.rdmablk:host-a";
+pub const OTHER_HOSTNQN: &str = "nqn.2026-11.io.rdmablk:host-b";
+pub const HOSTID: [u8; 16] = *b"rdmablk-test-hid";
+/// Namespace 1: 16 MiB of RAM in 512-byte blocks.
+pub const NS_BLOCKS: u64 = 32768;
+pub const BLOCK: u32 = 512;
+pub const MAX_IO: u32 = 128 << 10;
+pub const DEPTH: u32 = 32;
+
+const RECV_OFF: usize = 0;
+const CMD_OFF: usize = 8 << 10;
+/// Capsule buffers, used in turn: a posted SEND reads its buffer when it executes, so a
+/// capsule must not be overwritten by the next one before then.
+const CMD_SLOT: usize = 64 + 4096 + 64;
+const CMD_SLOTS: usize = 12;
+/// Host data buffer (keyed SGLs point here).
+pub const DATA_OFF: usize = 64 << 10;
+const BUF_LEN: usize = DATA_OFF + 2 * MAX_IO as usize;
+const SEND_ID: u64 = 1 << 40;
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A free TCP port on 127.0.0.1 (the soft provider listens on TCP).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// A target configuration text on `port` with `arena` bytes.
+pub fn config_text(port: u16, arena: &str, extra_target: &str) -> String {
+    format!(
+        r#"
+[[listener]]
+provider = "soft"
+address = "127.0.0.1"
+port = {port}
+
+[target]
+worker_threads = 1
+poll_mode = "interrupt"
+keep_alive_granularity_ms = 100
+{extra_target}
+
+[arena]
+bytes = "{arena}"
+lock = false
+
+[limits]
+max_queue_depth = {DEPTH}
+max_io_size = {MAX_IO}
+in_capsule_data_size = 4096
+max_queues_per_controller = 4
+max_connections = 16
+
+[[subsystem]]
+nqn = "{SUBNQN}"
+hosts = ["{HOSTNQN}"]
+
+[[subsystem.namespace]]
+nsid = 1
+block_size = {BLOCK}
+backend = {{ kind = "ram", size = "16MiB" }}
+"#
+    )
+}
+
+pub fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_test_writer()
+        .try_init();
+}
+
+/// Starts an in-process target; returns it and its address.
+pub fn start_target(arena: &str, extra_target: &str) -> (Target, SocketAddr) {
+    init_tracing();
+    let port = free_port();
+    let cfg: Config = Config::from_str(&config_text(port, arena, extra_target)).expect("config");
+    let t = Target::start(cfg).expect("target starts");
+    let addr = t.local_addrs()[0];
+    (t, addr)
+}
+
+/// Waits until the target's arena is idle (no windows) and no connection is left.
+pub fn wait_idle(t: &Target) {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let s = t.arena_stats();
+        if s.bytes_in_use == 0 && s.windows == 0 && t.connections() == 0 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "arena not idle: {s:?}, {} connections",
+            t.connections()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// One host queue.
+pub struct Host {
+    pub qp: Qp,
+    pub cq: Cq,
+    pub pd: Pd,
+    pub mr: Mr,
+    pub depth: u32,
+    pub accept: CmAccept,
+    next_cid: u16,
+    next_cmd_slot: std::cell::Cell<usize>,
+    /// The last response's receive completion.
+    pub last_wc: Option<Wc>,
+}
+
+pub fn cm_request(qid: u16, depth: u16) -> CmRequest {
+    CmRequest {
+        qid,
+        hrqsize: depth,
+        hsqsize: depth - 1,
+        cntlid: 0,
+        push: None,
+    }
+}
+
+impl Host {
+    /// CM connect with `cm` as private data.
+    pub fn connect(addr: SocketAddr, cm: CmRequest) -> Result<Host, FabricError> {
+        Host::connect_raw(addr, cm.encode().to_vec(), u32::from(cm.hrqsize).max(1))
+    }
+
+    /// CM connect with arbitrary private data.
+    pub fn connect_raw(
+        addr: SocketAddr,
+        private_data: Vec<u8>,
+        depth: u32,
+    ) -> Result<Host, FabricError> {
+        let resolved = fabric::resolve(ProviderKind::Soft, addr, TIMEOUT)?;
+        let dev = resolved.device();
+        let pd = dev.alloc_pd()?;
+        let cq = dev.create_cq(4 * depth + 16)?;
+        let access =
+            Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE | Access::MW_BIND;
+        let mr = pd.register(MemBuf::zeroed(BUF_LEN)?, access)?;
+        let init = QpInit {
+            pd: &pd,
+            send_cq: &cq,
+            recv_cq: &cq,
+            caps: QpCaps {
+                max_send_wr: 2 * depth + 4,
+                max_recv_wr: depth,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+        };
+        let param = ConnParam {
+            private_data,
+            responder_resources: 16,
+            initiator_depth: 16,
+            retry_count: 7,
+            rnr_retry_count: 7,
+        };
+        let c = resolved.connect(&init, &param, TIMEOUT)?;
+        let accept = CmAccept::decode(&c.private_data).expect("accept private data");
+        let h = Host {
+            qp: c.qp,
+            cq,
+            pd,
+            mr,
+            depth,
+            accept,
+            next_cid: 1,
+            next_cmd_slot: std::cell::Cell::new(0),
+            last_wc: None,
+        };
+        for i in 0..depth {
+            h.post_recv(i);
+        }
+        Ok(h)
+    }
+
+    fn post_recv(&self, i: u32) {
+        let sge = [self.mr.sge(RECV_OFF + i as usize * 16, 16)];
+        self.qp
+            .post_recv(&[RecvWr {
+                wr_id: u64::from(i),
+                sgl: &sge,
+            }])
+            .expect("post recv");
+    }
+
+    /// A keyed SGL over `len` bytes of the data buffer at `off`.
+    pub fn keyed(&self, off: usize, len: u32) -> Sgl {
+        Sgl::Keyed(KeyedSgl {
+            addr: self.mr.addr() + (DATA_OFF + off) as u64,
+            len,
+            key: self.mr.rkey(),
+            invalidate: false,
+        })
+    }
+
+    pub fn write_data(&self, off: usize, bytes: &[u8]) {
+        self.mr.write_at(DATA_OFF + off, bytes).unwrap();
+    }
+
+    pub fn read_data(&self, off: usize, len: usize) -> Vec<u8> {
+        let mut v = vec![0u8; len];
+        self.mr.read_at(DATA_OFF + off, &mut v).unwrap();
+        v
+    }
+
+    /// Sends raw capsule bytes (no response expected by this call).
+    pub fn send_capsule(&self, bytes: &[u8]) {
+        assert!(bytes.len() <= CMD_SLOT);
+        let slot = self.next_cmd_slot.get();
+        self.next_cmd_slot.set((slot + 1) % CMD_SLOTS);
+        let off = CMD_OFF + slot * CMD_SLOT;
+        self.mr.write_at(off, bytes).unwrap();
+        let sge = [self.mr.sge(off, bytes.len() as u32)];
+        self.qp
+            .post_send(&[SendWr {
+                wr_id: SEND_ID,
+                op: WrOp::Send,
+                sgl: &sge,
+                flags: SendFlags::SIGNALED,
+            }])
+            .expect("post send");
+    }
+
+    /// Sends `sqe` (cid assigned here) with in-capsule `data`; waits for its response.
+    pub fn submit(&mut self, mut sqe: Sqe, data: &[u8]) -> Cqe {
+        sqe.cid = self.next_cid;
+        self.next_cid = self.next_cid.wrapping_add(1).max(1);
+        let mut capsule = sqe.to_bytes().to_vec();
+        capsule.extend_from_slice(data);
+        self.send_capsule(&capsule);
+        let cqe = self.wait_response().expect("a response");
+        assert_eq!(cqe.cid, sqe.cid, "response for another command");
+        cqe
+    }
+
+    /// Waits for the next response capsule.
+    pub fn wait_response(&mut self) -> Result<Cqe, String> {
+        let deadline = Instant::now() + TIMEOUT;
+        let mut wcs = [Wc::default(); 8];
+        loop {
+            let n = self.cq.poll(&mut wcs).map_err(|e| e.to_string())?;
+            for wc in &wcs[..n] {
+                if wc.wr_id == SEND_ID {
+                    if !wc.status.is_success() {
+                        return Err(format!("send failed: {}", wc.status));
+                    }
+                    continue;
+                }
+                if !wc.status.is_success() {
+                    return Err(format!("receive failed: {}", wc.status));
+                }
+                let slot = wc.wr_id as u32;
+                let mut b = [0u8; 16];
+                self.mr
+                    .read_at(RECV_OFF + slot as usize * 16, &mut b)
+                    .unwrap();
+                self.post_recv(slot);
+                self.last_wc = Some(*wc);
+                return Ok(Cqe::decode(&b));
+            }
+            if Instant::now() > deadline {
+                return Err("no response in time".into());
+            }
+            if n == 0 {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+    }
+
+    /// Waits for the connection to be torn down by the target.
+    pub fn wait_disconnected(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            match self.qp.cm_event(Some(Duration::from_millis(50))) {
+                Ok(Some(CmEvent::Disconnected)) | Ok(Some(CmEvent::Error(_))) => return true,
+                Ok(_) => {}
+                Err(_) => return true,
+            }
+        }
+        false
+    }
+
+    /// Fabrics Connect; the 1024-byte data goes keyed (admin) or in-capsule (I/O queues).
+    pub fn fabrics_connect(
+        &mut self,
+        qid: u16,
+        subnqn: &str,
+        hostnqn: &str,
+        cntlid: u16,
+        kato_ms: u32,
+    ) -> Cqe {
+        let data = ConnectData {
+            hostid: HOSTID,
+            cntlid,
+            subnqn: Nqn::new(subnqn).unwrap(),
+            hostnqn: Nqn::new(hostnqn).unwrap(),
+        }
+        .encode();
+        let c = Connect {
+            qid,
+            sqsize: (self.depth - 1) as u16,
+            cattr: 0,
+            kato_ms,
+        };
+        if qid == 0 {
+            self.write_data(0, &data);
+            let sgl = self.keyed(0, data.len() as u32);
+            self.submit(c.to_sqe(0, &sgl), &[])
+        } else {
+            let sgl = Sgl::InCapsule(InCapsuleSgl {
+                offset: 0,
+                len: data.len() as u32,
+            });
+            self.submit(c.to_sqe(0, &sgl), &data)
+        }
+    }
+
+    pub fn property_get(&mut self, offset: u32, size: PropertySize) -> Cqe {
+        self.submit(PropertyGet { size, offset }.to_sqe(0), &[])
+    }
+
+    pub fn property_set(&mut self, offset: u32, value: u64) -> Cqe {
+        self.submit(
+            PropertySet {
+                size: PropertySize::Four,
+                offset,
+                value,
+            }
+            .to_sqe(0),
+            &[],
+        )
+    }
+
+    /// Read (`write` false) or Write of `blocks` at `lba` with a keyed SGL at data offset 0.
+    pub fn rw(&mut self, write: bool, nsid: u32, lba: u64, blocks: u32) -> Cqe {
+        let sgl = self.keyed(0, blocks * BLOCK);
+        self.submit(rw_sqe(write, nsid, lba, blocks, &sgl), &[])
+    }
+}
+
+pub fn rw_sqe(write: bool, nsid: u32, lba: u64, blocks: u32, sgl: &Sgl) -> Sqe {
+    let op = if write { io::WRITE } else { io::READ };
+    let mut sqe = ReadWrite {
+        nsid,
+        slba: lba,
+        nlb: (blocks - 1) as u16,
+        fua: false,
+        lr: false,
+        dsm: 0,
+    }
+    .to_sqe(op, 0);
+    sqe.set_sgl(sgl);
+    sqe
+}
+
+/// An admin queue through Connect and CC.EN; returns it and the cntlid.
+pub fn admin_queue(addr: SocketAddr, kato_ms: u32) -> (Host, u16) {
+    let mut h = Host::connect(addr, cm_request(0, 32)).expect("admin CM connect");
+    let c = h.fabrics_connect(0, SUBNQN, HOSTNQN, CNTLID_DYNAMIC, kato_ms);
+    assert!(c.status.is_success(), "admin connect: {}", c.status);
+    let cntlid = c.dw0 as u16;
+    let c = h.property_set(rdmablk::nvme::properties::CC, 0x0046_0001);
+    assert!(c.status.is_success(), "CC.EN: {}", c.status);
+    (h, cntlid)
+}
+
+/// A connected I/O queue `qid` of controller `cntlid`.
+pub fn io_queue(addr: SocketAddr, qid: u16, cntlid: u16) -> Host {
+    let mut h = Host::connect(addr, cm_request(qid, DEPTH as u16)).expect("I/O CM connect");
+    let c = h.fabrics_connect(qid, SUBNQN, HOSTNQN, cntlid, 0);
+    assert!(c.status.is_success(), "I/O connect: {}", c.status);
+    h
+}
+
+/// The reject status of a refused CM connect.
+pub fn reject_status(r: Result<Host, FabricError>) -> CmRejectStatus {
+    match r {
+        Err(FabricError::Rejected { private_data, .. }) => {
+            CmReject::decode(&private_data).expect("reject data").status
+        }
+        Err(e) => panic!("expected a reject, got {e}"),
+        Ok(_) => panic!("expected a reject, got a connection"),
+    }
+}
+
+pub fn assert_status(c: &Cqe, want: Status) {
+    assert!(
+        c.status.same_code(&want),
+        "status {} (sct {:?} sc {:#x}), wanted {} (sct {:?} sc {:#x})",
+        c.status,
+        c.status.sct,
+        c.status.sc,
+        want,
+        want.sct,
+        want.sc
+    );
+}
+
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+pub fn admin_sqe(opcode: u8) -> Sqe {
+    Sqe::new(opcode, 0)
+}
+
+pub const ADMIN_IDENTIFY: u8 = admin::IDENTIFY;
+pub const FABRICS_DISCONNECT: u8 = fctype::DISCONNECT;

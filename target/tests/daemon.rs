@@ -1,0 +1,78 @@
+//! The `rdmablk-target` binary: starts from a config file, serves a host, exits 0 on SIGTERM
+//! after the host has gone, and refuses a bad configuration with the key named.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+
+#[test]
+fn serves_then_exits_zero_on_sigterm() {
+    let dir = std::env::temp_dir().join(format!("rdmablk-daemon-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = free_port();
+    let cfg = dir.join("target.toml");
+    std::fs::write(&cfg, config_text(port, "32MiB", "")).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rdmablk-target"))
+        .arg("--config")
+        .arg(&cfg)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start rdmablk-target");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(
+        line.starts_with("listening 127.0.0.1:"),
+        "first line: {line:?}"
+    );
+    let addr = line
+        .trim()
+        .strip_prefix("listening ")
+        .unwrap()
+        .parse()
+        .unwrap();
+
+    let (admin, cntlid) = admin_queue(addr, 0);
+    let mut q = io_queue(addr, 1, cntlid);
+    let data = pattern(3, 8192);
+    q.write_data(0, &data);
+    assert!(q.rw(true, 1, 8, 16).status.is_success());
+    q.write_data(0, &[0u8; 8192]);
+    assert!(q.rw(false, 1, 8, 16).status.is_success());
+    assert_eq!(q.read_data(0, 8192), data);
+    drop(q);
+    drop(admin);
+    std::thread::sleep(Duration::from_millis(200));
+
+    // SAFETY: kill has no memory-safety preconditions; the pid is our live child.
+    let rc = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    assert_eq!(rc, 0);
+    let status = child.wait().unwrap();
+    assert!(status.success(), "exit status {status:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_config_names_the_key() {
+    let dir = std::env::temp_dir().join(format!("rdmablk-badcfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("bad.toml");
+    let text =
+        config_text(free_port(), "32MiB", "").replace("max_io_size = 131072", "max_io_size = 1000");
+    std::fs::write(&cfg, text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_rdmablk-target"))
+        .arg("--config")
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("limits.max_io_size"), "stderr: {err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,585 @@
+//! End to end over the soft provider: an in-process target and a raw test host.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use rdmablk::fabric::{Access, SendFlags, SendWr, WrOp};
+use rdmablk::nvme::fabrics::{Disconnect, CNTLID_DYNAMIC};
+use rdmablk::nvme::identify::{cns, IDENTIFY_LEN};
+use rdmablk::nvme::io::{DsmRange, DSM_RANGE_LEN};
+use rdmablk::nvme::opcodes::admin;
+use rdmablk::nvme::properties::{self, PropertySize};
+use rdmablk::nvme::{
+    Cap, CmRejectStatus, Dsm, IdentifyCmd, IdentifyController, IdentifyNamespace, InCapsuleSgl,
+    KeyedSgl, NumQueues, SetFeatures, Sgl, Sqe, Status, Vs, WriteZeroes,
+};
+
+fn identify(h: &mut Host, cns: u8, nsid: u32) -> (rdmablk::nvme::Cqe, [u8; IDENTIFY_LEN]) {
+    let sgl = h.keyed(0, IDENTIFY_LEN as u32);
+    let mut sqe = IdentifyCmd {
+        cns,
+        cntid: 0,
+        csi: 0,
+        nsid,
+    }
+    .to_sqe(0);
+    sqe.set_sgl(&sgl);
+    let c = h.submit(sqe, &[]);
+    let mut b = [0u8; IDENTIFY_LEN];
+    b.copy_from_slice(&h.read_data(0, IDENTIFY_LEN));
+    (c, b)
+}
+
+#[test]
+fn admin_bring_up_like_a_linux_host() {
+    let (t, addr) = start_target("32MiB", "");
+    let (mut h, cntlid) = admin_queue(addr, 5000);
+    assert!(cntlid >= 1);
+
+    let c = h.property_get(properties::CAP, PropertySize::Eight);
+    assert!(c.status.is_success());
+    let cap = Cap(c.result64());
+    assert_eq!(cap.mqes(), (DEPTH - 1) as u16);
+    assert!(cap.supports_nvm());
+    assert!(cap.timeout_500ms() > 0);
+    let c = h.property_get(properties::VS, PropertySize::Four);
+    assert_eq!(c.dw0, Vs::V1_3.0);
+    let c = h.property_get(properties::CSTS, PropertySize::Four);
+    assert_eq!(c.dw0 & 1, 1, "CSTS.RDY after CC.EN");
+
+    let (c, b) = identify(&mut h, cns::CONTROLLER, 0);
+    assert!(c.status.is_success(), "{}", c.status);
+    let id = IdentifyController::decode(&b).unwrap();
+    id.check_fabrics(cntlid)
+        .expect("what the Linux host enforces");
+    assert_eq!(id.mdts, 5, "128 KiB in 4 KiB pages");
+    assert_eq!(id.nn, 1);
+    assert_eq!(id.subnqn.as_ref().unwrap().as_str(), SUBNQN);
+    assert_eq!(id.in_capsule_bytes(), 4096);
+    assert_ne!(id.sgls & (1 << 20), 0);
+
+    let (c, b) = identify(&mut h, cns::NAMESPACE, 1);
+    assert!(c.status.is_success());
+    let ns = IdentifyNamespace::decode(&b);
+    assert_eq!(ns.nsze, NS_BLOCKS);
+    assert_eq!(ns.block_bytes().unwrap(), BLOCK);
+    let (c, b) = identify(&mut h, cns::ACTIVE_NS_LIST, 0);
+    assert!(c.status.is_success());
+    assert_eq!(&b[..8], &[1, 0, 0, 0, 0, 0, 0, 0]);
+    let (c, _) = identify(&mut h, cns::NS_DESC_LIST, 1);
+    assert!(c.status.is_success());
+    // CSI-specific CNS: newer hosts probe it and skip on Invalid Field.
+    let (c, _) = identify(&mut h, 0x06, 0);
+    assert_status(&c, Status::INVALID_FIELD);
+    let (c, _) = identify(&mut h, cns::NAMESPACE, 0);
+    assert_status(&c, Status::INVALID_NAMESPACE);
+
+    let want = NumQueues { nsq: 7, ncq: 7 };
+    let c = h.submit(
+        SetFeatures {
+            fid: rdmablk::nvme::features::fid::NUM_QUEUES,
+            save: false,
+            nsid: 0,
+            value: want.to_dword(),
+        }
+        .to_sqe(0),
+        &[],
+    );
+    assert!(c.status.is_success());
+    assert_eq!(
+        NumQueues::from_dword(c.dw0),
+        NumQueues { nsq: 2, ncq: 2 },
+        "capped at 3 I/O queues"
+    );
+
+    let c = h.submit(rdmablk::nvme::admin::keep_alive_sqe(0), &[]);
+    assert!(c.status.is_success());
+    let c = h.submit(admin_sqe(0xC5), &[]);
+    assert_status(&c, Status::INVALID_OPCODE);
+
+    // Get Log Page (SMART, 512 bytes).
+    let glp = rdmablk::nvme::GetLogPage::new(0x02, 0xFFFF_FFFF, 0, 512);
+    let mut sqe = glp.to_sqe(0);
+    sqe.set_sgl(&h.keyed(0, 512));
+    assert!(h.submit(sqe, &[]).status.is_success());
+
+    let c = h.submit(Disconnect::to_sqe(0), &[]);
+    assert!(c.status.is_success());
+    assert!(h.wait_disconnected(Duration::from_secs(5)));
+    wait_idle(&t);
+    assert_eq!(t.controllers(), 0);
+    t.shutdown();
+}
+
+#[test]
+fn write_read_verify_every_size_and_data_path() {
+    let (t, addr) = start_target("32MiB", "");
+    let (_admin, cntlid) = admin_queue(addr, 0);
+    let mut q = io_queue(addr, 1, cntlid);
+
+    let mut lba = 0u64;
+    let mut blocks = 1u32;
+    while blocks * BLOCK <= MAX_IO {
+        let len = (blocks * BLOCK) as usize;
+        let data = pattern(lba + 1, len);
+        q.write_data(0, &data);
+        let c = q.rw(true, 1, lba, blocks);
+        assert!(c.status.is_success(), "write {len}: {}", c.status);
+        q.write_data(0, &vec![0u8; len]);
+        let c = q.rw(false, 1, lba, blocks);
+        assert!(c.status.is_success(), "read {len}: {}", c.status);
+        assert_eq!(q.read_data(0, len), data, "data of {len} bytes");
+        lba += u64::from(blocks);
+        blocks *= 2;
+    }
+
+    // In-capsule write (SGL 0x01), read back.
+    let data = pattern(99, 4096);
+    let sgl = Sgl::InCapsule(InCapsuleSgl {
+        offset: 0,
+        len: 4096,
+    });
+    let c = q.submit(rw_sqe(true, 1, 1000, 8, &sgl), &data);
+    assert!(c.status.is_success(), "in-capsule write: {}", c.status);
+    let c = q.rw(false, 1, 1000, 8);
+    assert!(c.status.is_success());
+    assert_eq!(q.read_data(0, 4096), data);
+
+    // Flush.
+    let c = q.submit(rdmablk::nvme::io::flush_sqe(1, 0), &[]);
+    assert!(c.status.is_success());
+
+    // Write Zeroes.
+    let wz = WriteZeroes {
+        nsid: 1,
+        slba: 1000,
+        nlb: 3,
+        deallocate: false,
+        fua: false,
+    };
+    assert!(q.submit(wz.to_sqe(0), &[]).status.is_success());
+    assert!(q.rw(false, 1, 1000, 8).status.is_success());
+    let back = q.read_data(0, 4096);
+    assert!(back[..2048].iter().all(|&b| b == 0), "zeroed blocks");
+    assert_eq!(&back[2048..], &data[2048..], "untouched blocks");
+
+    // Dataset Management deallocate (ranges in-capsule... and keyed).
+    let ranges = [
+        DsmRange {
+            cattr: 0,
+            nlb: 4,
+            slba: 1004,
+        },
+        DsmRange {
+            cattr: 0,
+            nlb: 0,
+            slba: 0,
+        },
+    ];
+    let bytes: Vec<u8> = ranges.iter().flat_map(|r| r.encode()).collect();
+    q.write_data(0, &bytes);
+    let mut sqe = Dsm {
+        nsid: 1,
+        nr: 1,
+        idr: false,
+        idw: false,
+        deallocate: true,
+    }
+    .to_sqe(0);
+    sqe.set_sgl(&q.keyed(0, (2 * DSM_RANGE_LEN) as u32));
+    assert!(q.submit(sqe, &[]).status.is_success());
+    assert!(q.rw(false, 1, 1000, 8).status.is_success());
+    assert!(
+        q.read_data(0, 4096).iter().all(|&b| b == 0),
+        "deallocated blocks read zero"
+    );
+
+    // Keyed SGL with invalidate (0x4F) through a host memory window: the target answers
+    // with SEND_WITH_INV of exactly that key.
+    let mw = q.pd.alloc_mw().expect("soft provider has windows");
+    let bind = SendWr {
+        wr_id: 77,
+        op: WrOp::BindMw {
+            mw: &mw,
+            mr: &q.mr,
+            addr: q.mr.addr() + DATA_OFF as u64,
+            length: 4096,
+            access: Access::REMOTE_READ | Access::REMOTE_WRITE,
+        },
+        sgl: &[],
+        flags: SendFlags::empty(),
+    };
+    q.qp.post_send(&[bind]).unwrap();
+    let key = mw.rkey();
+    let sgl = Sgl::Keyed(KeyedSgl {
+        addr: q.mr.addr() + DATA_OFF as u64,
+        len: 4096,
+        key,
+        invalidate: true,
+    });
+    let c = q.submit(rw_sqe(false, 1, 0, 8, &sgl), &[]);
+    assert!(c.status.is_success());
+    assert_eq!(q.last_wc.unwrap().invalidated_rkey, Some(key));
+
+    drop(q);
+    drop(_admin);
+    wait_idle(&t);
+    t.shutdown();
+}
+
+#[test]
+fn bad_commands_get_their_status() {
+    let (t, addr) = start_target("32MiB", "");
+    let (_admin, cntlid) = admin_queue(addr, 0);
+
+    // I/O on a queue before Connect.
+    let mut raw = Host::connect(addr, cm_request(2, DEPTH as u16)).unwrap();
+    let c = raw.rw(false, 1, 0, 1);
+    assert_status(&c, Status::COMMAND_SEQUENCE_ERROR);
+    drop(raw);
+
+    let mut q = io_queue(addr, 1, cntlid);
+    // Bad SGL type.
+    let mut sqe = rw_sqe(false, 1, 0, 1, &q.keyed(0, BLOCK));
+    sqe.dptr[15] = 0x20;
+    assert_status(&q.submit(sqe, &[]), Status::SGL_INVALID_TYPE);
+    // SGL length > MDTS.
+    let blocks = 2 * MAX_IO / BLOCK;
+    let sgl = Sgl::Keyed(KeyedSgl {
+        addr: q.mr.addr(),
+        len: blocks * BLOCK,
+        key: q.mr.rkey(),
+        invalidate: false,
+    });
+    assert_status(
+        &q.submit(rw_sqe(false, 1, 0, blocks, &sgl), &[]),
+        Status::SGL_INVALID_DATA_LENGTH,
+    );
+    // SGL length differing from the blocks.
+    let sqe = rw_sqe(false, 1, 0, 2, &q.keyed(0, BLOCK));
+    assert_status(&q.submit(sqe, &[]), Status::SGL_INVALID_DATA_LENGTH);
+    // LBA out of range.
+    assert_status(&q.rw(false, 1, NS_BLOCKS, 1), Status::LBA_OUT_OF_RANGE);
+    assert_status(&q.rw(true, 1, NS_BLOCKS - 1, 2), Status::LBA_OUT_OF_RANGE);
+    // Bad NSID.
+    assert_status(&q.rw(false, 99, 0, 1), Status::INVALID_NAMESPACE);
+    assert_status(&q.rw(false, 0, 0, 1), Status::INVALID_NAMESPACE);
+    // Unknown I/O opcode.
+    assert_status(&q.submit(Sqe::new(0x55, 0), &[]), Status::INVALID_OPCODE);
+    // In-capsule data longer than what arrived.
+    let sgl = Sgl::InCapsule(InCapsuleSgl {
+        offset: 0,
+        len: 4096,
+    });
+    assert_status(
+        &q.submit(rw_sqe(true, 1, 0, 8, &sgl), &[0u8; 512]),
+        Status::SGL_INVALID_DATA_LENGTH,
+    );
+    // In-capsule data on a read.
+    let sgl = Sgl::InCapsule(InCapsuleSgl {
+        offset: 0,
+        len: 512,
+    });
+    assert_status(
+        &q.submit(rw_sqe(false, 1, 0, 1, &sgl), &[]),
+        Status::INVALID_FIELD,
+    );
+    // A DSM range out of range.
+    let r = DsmRange {
+        cattr: 0,
+        nlb: 8,
+        slba: NS_BLOCKS - 4,
+    };
+    let mut sqe = Dsm {
+        nsid: 1,
+        nr: 0,
+        idr: false,
+        idw: false,
+        deallocate: true,
+    }
+    .to_sqe(0);
+    sqe.set_sgl(&Sgl::InCapsule(InCapsuleSgl { offset: 0, len: 16 }));
+    assert_status(&q.submit(sqe, &r.encode()), Status::LBA_OUT_OF_RANGE);
+    // Second Connect on a connected queue.
+    let c = q.fabrics_connect(1, SUBNQN, HOSTNQN, cntlid, 0);
+    assert_status(&c, Status::COMMAND_SEQUENCE_ERROR);
+    // The queue still works.
+    assert!(q.rw(false, 1, 0, 1).status.is_success());
+
+    // Connect to an I/O queue of a controller that does not exist / another host.
+    let mut raw = Host::connect(addr, cm_request(2, DEPTH as u16)).unwrap();
+    let c = raw.fabrics_connect(2, SUBNQN, HOSTNQN, cntlid + 100, 0);
+    assert_status(&c, Status::CONNECT_INVALID_PARAMETERS);
+    assert_eq!(c.dw0, 0x0001_0010, "IATTR data, IPO cntlid");
+    drop(raw);
+    drop(q);
+    drop(_admin);
+    wait_idle(&t);
+    t.shutdown();
+}
+
+#[test]
+fn connect_refusals() {
+    let (t, addr) = start_target("32MiB", "");
+    // Unknown subsystem NQN: Invalid Parameters pointing at SUBNQN in the data.
+    let mut h = Host::connect(addr, cm_request(0, 32)).unwrap();
+    let c = h.fabrics_connect(0, "nqn.2026-11.io.rdmablk:nope", HOSTNQN, CNTLID_DYNAMIC, 0);
+    assert_status(&c, Status::CONNECT_INVALID_PARAMETERS);
+    assert_eq!(c.dw0, 0x0001_0100);
+    // Host not allowed.
+    let c = h.fabrics_connect(0, SUBNQN, OTHER_HOSTNQN, CNTLID_DYNAMIC, 0);
+    assert_status(&c, Status::CONNECT_INVALID_HOST);
+    // Admin Connect with a static cntlid.
+    let c = h.fabrics_connect(0, SUBNQN, HOSTNQN, 5, 0);
+    assert_status(&c, Status::CONNECT_INVALID_PARAMETERS);
+    // Admin commands before Connect.
+    let (c, _) = {
+        let sgl = h.keyed(0, 4096);
+        let mut sqe = IdentifyCmd {
+            cns: 1,
+            cntid: 0,
+            csi: 0,
+            nsid: 0,
+        }
+        .to_sqe(0);
+        sqe.set_sgl(&sgl);
+        (h.submit(sqe, &[]), ())
+    };
+    assert_status(&c, Status::COMMAND_SEQUENCE_ERROR);
+    drop(h);
+
+    // Bad CM private data.
+    let mut bad = cm_request(0, 32).encode();
+    bad[0] = 1;
+    assert_eq!(
+        reject_status(Host::connect_raw(addr, bad.to_vec(), 32)),
+        CmRejectStatus::InvalidRecordFormat
+    );
+    assert_eq!(
+        reject_status(Host::connect_raw(addr, vec![0u8; 8], 32)),
+        CmRejectStatus::InvalidLength
+    );
+    assert_eq!(
+        reject_status(Host::connect(addr, cm_request(0, 64))),
+        CmRejectStatus::InvalidHsqsize
+    );
+    assert_eq!(
+        reject_status(Host::connect(addr, cm_request(1, (DEPTH + 1) as u16))),
+        CmRejectStatus::InvalidHsqsize
+    );
+    assert_eq!(
+        reject_status(Host::connect(addr, cm_request(9, 8))),
+        CmRejectStatus::InvalidQid
+    );
+    let mut r = cm_request(1, 8);
+    r.hrqsize = 0;
+    assert_eq!(
+        reject_status(Host::connect(addr, r)),
+        CmRejectStatus::InvalidHrqsize
+    );
+    wait_idle(&t);
+    t.shutdown();
+}
+
+#[test]
+fn arena_full_rejects_with_no_resources() {
+    // One window at depth 32 is about 4.3 MiB: the arena holds exactly one.
+    let (t, addr) = start_target("6MiB", "");
+    let (admin, _cntlid) = admin_queue(addr, 0);
+    let s = t.arena_stats();
+    assert_eq!(s.windows, 1);
+    assert_eq!(
+        reject_status(Host::connect(addr, cm_request(1, 32))),
+        CmRejectStatus::NoResources
+    );
+    assert_eq!(
+        t.arena_stats().windows,
+        1,
+        "nothing allocated for the refused queue"
+    );
+    drop(admin);
+    wait_idle(&t);
+    // Space is back: a new admin queue fits.
+    let (admin, _) = admin_queue(addr, 0);
+    drop(admin);
+    wait_idle(&t);
+    t.shutdown();
+}
+
+#[test]
+fn short_capsule_is_fatal_for_the_queue() {
+    let (t, addr) = start_target("32MiB", "");
+    let (h, _) = admin_queue(addr, 0);
+    h.send_capsule(&[0u8; 32]);
+    assert!(
+        h.wait_disconnected(Duration::from_secs(5)),
+        "the target drops the queue"
+    );
+    wait_idle(&t);
+    t.shutdown();
+}
+
+#[test]
+fn arena_returns_to_idle_after_disconnect_mid_io() {
+    let (t, addr) = start_target("32MiB", "");
+    let (admin, cntlid) = admin_queue(addr, 0);
+    let q = io_queue(addr, 1, cntlid);
+    // Fire large writes without waiting, then vanish.
+    for i in 0..8u64 {
+        let sgl = q.keyed(0, MAX_IO);
+        let mut sqe = rw_sqe(true, 1, i * 256, MAX_IO / BLOCK, &sgl);
+        sqe.cid = i as u16 + 1;
+        q.send_capsule(&sqe.to_bytes());
+    }
+    drop(q);
+    drop(admin);
+    wait_idle(&t);
+    assert_eq!(t.controllers(), 0);
+    t.shutdown();
+}
+
+#[test]
+fn keep_alive_timeout_tears_a_silent_host_down() {
+    let (t, addr) = start_target("32MiB", "");
+    let (admin, cntlid) = admin_queue(addr, 300);
+    let io = io_queue(addr, 1, cntlid);
+    assert_eq!(t.controllers(), 1);
+    // Say nothing: the admin queue and then the I/O queue go.
+    assert!(
+        admin.wait_disconnected(Duration::from_secs(5)),
+        "admin queue dropped"
+    );
+    assert!(
+        io.wait_disconnected(Duration::from_secs(5)),
+        "I/O queue dropped"
+    );
+    wait_idle(&t);
+    assert_eq!(t.controllers(), 0);
+    t.shutdown();
+}
+
+#[test]
+fn keep_alive_keeps_a_talking_host() {
+    let (t, addr) = start_target("32MiB", "");
+    let (mut admin, _) = admin_queue(addr, 400);
+    for _ in 0..8 {
+        std::thread::sleep(Duration::from_millis(100));
+        let c = admin.submit(rdmablk::nvme::admin::keep_alive_sqe(0), &[]);
+        assert!(c.status.is_success());
+    }
+    assert_eq!(t.controllers(), 1);
+    drop(admin);
+    wait_idle(&t);
+    t.shutdown();
+}
+
+#[test]
+fn async_event_request_is_held_and_aborted_at_shutdown() {
+    let (t, addr) = start_target("32MiB", "");
+    let (mut admin, _) = admin_queue(addr, 0);
+    let mut sqe = rdmablk::nvme::admin::async_event_request_sqe(0);
+    sqe.cid = 4000;
+    admin.send_capsule(&sqe.to_bytes());
+    // Still answered while one is held.
+    assert!(admin
+        .submit(rdmablk::nvme::admin::keep_alive_sqe(0), &[])
+        .status
+        .is_success());
+    let stopper = std::thread::spawn(move || t.shutdown());
+    let c = admin
+        .wait_response()
+        .expect("the held request completes at shutdown");
+    assert_eq!(c.cid, 4000);
+    assert_status(&c, Status::ABORT_SQ_DELETED);
+    stopper.join().unwrap();
+}
+
+#[test]
+fn push_writes_when_negotiated() {
+    let (t, addr) = start_target("32MiB", "");
+    let (_admin, cntlid) = admin_queue(addr, 0);
+    let mut cm = cm_request(1, DEPTH as u16);
+    cm.push = Some(rdmablk::nvme::PushRequest {
+        slots: 0,
+        slot_bytes: 0,
+    });
+    let mut q = Host::connect(addr, cm).unwrap();
+    let rdmablk::nvme::PushAnswer::Granted(w) = q.accept.push else {
+        panic!("push not granted: {:?}", q.accept.push);
+    };
+    assert_eq!(w.slots as u32, DEPTH);
+    assert!(w.slot_bytes >= MAX_IO);
+    let c = q.fabrics_connect(1, SUBNQN, HOSTNQN, cntlid, 0);
+    assert!(c.status.is_success());
+    // Push 8 KiB into slot cid % slots with RDMA WRITE, then name the slot.
+    let data = pattern(7, 8192);
+    q.write_data(0, &data);
+    let next_cid = 2u16; // the host's cid after the Connect (cid 1)
+    let slot = u32::from(next_cid) % u32::from(w.slots);
+    let sge = [q.mr.sge(DATA_OFF, 8192)];
+    q.qp.post_send(&[SendWr {
+        wr_id: 5,
+        op: WrOp::RdmaWrite {
+            remote_addr: w.slot_addr(slot as u16).unwrap(),
+            rkey: w.rkey,
+        },
+        sgl: &sge,
+        flags: SendFlags::empty(),
+    }])
+    .unwrap();
+    let mut sqe = rw_sqe(
+        true,
+        1,
+        50,
+        16,
+        &Sgl::InCapsule(InCapsuleSgl { offset: 0, len: 0 }),
+    );
+    let mut d = [0u8; 16];
+    d[0..8].copy_from_slice(&u64::from(slot).to_le_bytes());
+    d[8..12].copy_from_slice(&8192u32.to_le_bytes());
+    d[15] = 0xF0;
+    sqe.dptr = d;
+    let c = q.submit(sqe, &[]);
+    assert!(c.status.is_success(), "push write: {}", c.status);
+    q.write_data(0, &[0u8; 8192]);
+    assert!(q.rw(false, 1, 50, 16).status.is_success());
+    assert_eq!(q.read_data(0, 8192), data);
+
+    // A standard host never sees target memory; a push SGL there is an invalid type.
+    let mut std_q = io_queue(addr, 2, cntlid);
+    assert_eq!(std_q.accept.push, rdmablk::nvme::PushAnswer::Absent);
+    let mut sqe = rw_sqe(
+        true,
+        1,
+        50,
+        16,
+        &Sgl::InCapsule(InCapsuleSgl { offset: 0, len: 0 }),
+    );
+    sqe.dptr = d;
+    assert_status(&std_q.submit(sqe, &[]), Status::SGL_INVALID_TYPE);
+    drop(std_q);
+    drop(q);
+    drop(_admin);
+    wait_idle(&t);
+    t.shutdown();
+}
+
+#[test]
+fn io_opcodes_are_unknown_on_the_admin_queue() {
+    let (t, addr) = start_target("32MiB", "");
+    let (mut admin, _) = admin_queue(addr, 0);
+    // Opcodes the admin command set does not implement here.
+    let c = admin.submit(Sqe::new(0x7E, 0), &[]);
+    assert_status(&c, Status::INVALID_OPCODE);
+    let c = admin.submit(Sqe::new(admin::FORMAT_NVM, 0), &[]);
+    assert_status(&c, Status::INVALID_OPCODE);
+    // The Abort command answers "not aborted".
+    let c = admin.submit(Sqe::new(admin::ABORT, 0), &[]);
+    assert!(c.status.is_success());
+    assert_eq!(c.dw0, rdmablk::nvme::admin::ABORT_NOT_ABORTED);
+    drop(admin);
+    wait_idle(&t);
+    t.shutdown();
+}

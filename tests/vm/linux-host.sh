@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# linux-host.sh - interop proof: the Linux kernel's NVMe-oF host (nvme-rdma) against
+# rdmablk-target on Soft-RoCE. Run it INSIDE the rxe VM, from the repository root:
+#
+#   /work/shared/rxe-vm/run-in-vm.sh bash tests/vm/linux-host.sh
+#
+# Steps: start rdmablk-target (verbs provider, $IP:$PORT, a RAM namespace); modprobe
+# nvme-rdma; `nvme connect -t rdma`; find the block device; fio with crc32c verification
+# over random writes and reads of mixed sizes (4k-128k); `nvme disconnect`; SIGTERM the
+# target and check it exits 0 with its arena back to idle. Prints PASS or FAIL (with the
+# target log and dmesg) and exits non-zero on failure.
+#
+# Env: RDMABLK_TARGET (binary; default build/debug/rdmablk-target), RXE_VM_IP (10.0.2.15),
+#      PORT (4420), FIO_SIZE (32m), FIO_RUNTIME (5 s of mixed random I/O).
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BIN=${RDMABLK_TARGET:-$ROOT/build/debug/rdmablk-target}
+IP=${RXE_VM_IP:-10.0.2.15}
+PORT=${PORT:-4420}
+NQN=nqn.2026-11.io.rdmablk:vm-interop
+FIO_SIZE=${FIO_SIZE:-32m}
+FIO_RUNTIME=${FIO_RUNTIME:-5}
+WORK=$(mktemp -d /tmp/rdmablk-vm.XXXXXX)
+TPID=
+CONNECTED=0
+
+say() { echo "linux-host: $*"; }
+
+fail() {
+  say "FAIL: $*"
+  echo "----- target log (last 60 lines) -----"
+  tail -n 60 "$WORK/target.log" 2>/dev/null
+  echo "----- dmesg (last 60 lines) -----"
+  dmesg | tail -n 60
+  [ "$CONNECTED" = 1 ] && nvme disconnect -n "$NQN" >/dev/null 2>&1
+  [ -n "$TPID" ] && kill -TERM "$TPID" 2>/dev/null && wait "$TPID" 2>/dev/null
+  echo "RESULT: FAIL ($*)"
+  exit 1
+}
+
+[ -x "$BIN" ] || fail "no target binary at $BIN (cargo build -p rdmablk-target)"
+command -v nvme >/dev/null || fail "nvme-cli is missing"
+command -v fio >/dev/null || fail "fio is missing"
+ibv_devinfo -d rxe0 >/dev/null 2>&1 || fail "no rxe0 device (run inside the rxe VM)"
+
+cat >"$WORK/target.toml" <<CFG
+[[listener]]
+provider = "verbs"
+address = "$IP"
+port = $PORT
+
+[target]
+worker_threads = 2
+poll_mode = "interrupt"
+keep_alive_granularity_ms = 1000
+
+[arena]
+bytes = "160MiB"
+lock = false
+
+[limits]
+max_queue_depth = 128
+max_io_size = 131072
+in_capsule_data_size = 4096
+max_queues_per_controller = 8
+max_connections = 16
+
+[[subsystem]]
+nqn = "$NQN"
+allow_any_host = true
+
+[[subsystem.namespace]]
+nsid = 1
+block_size = 4096
+backend = { kind = "ram", size = "128MiB" }
+CFG
+
+say "starting $BIN on $IP:$PORT"
+RUST_LOG=${RUST_LOG:-info} "$BIN" --config "$WORK/target.toml" >"$WORK/target.out" 2>"$WORK/target.log" &
+TPID=$!
+for _ in $(seq 1 300); do
+  grep -q '^listening' "$WORK/target.out" 2>/dev/null && break
+  kill -0 "$TPID" 2>/dev/null || fail "target exited at start"
+  sleep 0.1
+done
+grep -q '^listening' "$WORK/target.out" || fail "target did not start listening"
+say "$(cat "$WORK/target.out")"
+
+modprobe nvme-rdma || fail "modprobe nvme-rdma"
+say "nvme connect -t rdma -a $IP -s $PORT -n $NQN"
+nvme connect -t rdma -a "$IP" -s "$PORT" -n "$NQN" || fail "nvme connect"
+CONNECTED=1
+
+DEV=
+for _ in $(seq 1 100); do
+  for b in /sys/block/nvme*; do
+    [ -e "$b" ] || continue
+    if [ "$(cat "$b/device/subsysnqn" 2>/dev/null)" = "$NQN" ]; then DEV=/dev/$(basename "$b"); fi
+  done
+  [ -n "$DEV" ] && [ -b "$DEV" ] && break
+  sleep 0.1
+done
+[ -n "$DEV" ] || fail "no block device for $NQN"
+say "block device $DEV ($(cat /sys/block/$(basename "$DEV")/size) sectors)"
+
+common=(--filename="$DEV" --direct=1 --ioengine=libaio --iodepth=16 --bsrange=4k-128k
+        --size="$FIO_SIZE" --randrepeat=1 --randseed=42 --verify=crc32c --verify_fatal=1)
+cd "$WORK" || fail "cd $WORK"   # fio writes its verify state files into the current directory
+say "fio: random writes of 4k-128k, then verify every block (crc32c)"
+fio --name=write-verify --rw=randwrite --do_verify=1 "${common[@]}" \
+  --output="$WORK/fio1.txt" || { cat "$WORK/fio1.txt"; fail "fio write+verify"; }
+say "fio: random reads verifying the same blocks again"
+fio --name=write-verify --rw=randwrite --verify_only=1 "${common[@]}" \
+  --output="$WORK/fio2.txt" || { cat "$WORK/fio2.txt"; fail "fio verify_only"; }
+say "fio: ${FIO_RUNTIME}s of mixed random reads and writes (4k-128k) with verification"
+fio --name=mixed --rw=randrw --rwmixread=50 --verify_backlog=32 --time_based \
+  --runtime="$FIO_RUNTIME" "${common[@]}" --output="$WORK/fio3.txt" \
+  || { cat "$WORK/fio3.txt"; fail "fio mixed"; }
+grep -hE "^ +(read|write):|err=" "$WORK"/fio[123].txt | sed 's/^/  /'
+
+say "nvme disconnect -n $NQN"
+nvme disconnect -n "$NQN" || fail "nvme disconnect"
+CONNECTED=0
+sleep 1
+say "stopping the target (SIGTERM)"
+kill -TERM "$TPID"
+wait "$TPID"
+RC=$?
+TPID=
+[ "$RC" = 0 ] || fail "target exited with status $RC"
+LAST=$(sed 's/\x1b\[[0-9;]*m//g' "$WORK/target.log" | grep 'arena usage' | tail -n 1)
+say "last arena line: $LAST"
+echo "$LAST" | grep -q 'arena_bytes_in_use=0' || fail "arena not idle after the host left"
+dmesg | grep -iE "nvme|rdma" | tail -n 12 | sed 's/^/  dmesg: /'
+echo "RESULT: PASS (Linux nvme-rdma host <-> rdmablk-target on rxe0: connect, fio crc32c verify, disconnect, clean exit)"
+rm -rf "$WORK"
