@@ -154,8 +154,6 @@ fn sync_and_async_verified_push_asked_512b_blocks() {
 }
 
 #[test]
-#[ignore = "rdmablk-target declines push on the soft provider: it posts the memory-window bind \
-            before accept and the soft QP refuses it (NotConnected); target-engine to fix"]
 fn push_writes_granted_and_used_by_rdmablk_target() {
     let dir = tmp_dir("push-granted");
     let t = start(free_port(), 512, &dir.join("ns.img"));
