@@ -53,6 +53,12 @@ impl BufPool {
         })))
     }
 
+    /// Address of the pool's first byte: every [`IoBuf`] lies at `as_ptr() + offset` with
+    /// `offset < capacity()` (lets a caller that keeps its own buffer handles map them).
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.0.mr.as_ptr()
+    }
+
     /// Pool size in bytes.
     pub fn capacity(&self) -> usize {
         self.0.pages * PAGE_BYTES

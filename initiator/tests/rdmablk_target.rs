@@ -18,9 +18,17 @@ fn tmp_dir(name: &str) -> PathBuf {
     d
 }
 
+/// The fabric these tests run on: `RDMABLK_E2E_PROVIDER` (`soft`, the default, or `verbs`)
+/// at `RDMABLK_E2E_ADDR` (default 127.0.0.1; in the Soft-RoCE VM, rxe0's 10.0.2.15).
+fn e2e_fabric() -> (String, String) {
+    let kind = std::env::var("RDMABLK_E2E_PROVIDER").unwrap_or_else(|_| "soft".into());
+    let addr = std::env::var("RDMABLK_E2E_ADDR").unwrap_or_else(|_| "127.0.0.1".into());
+    (kind, addr)
+}
+
 /// A port nobody listens on right now (the target refuses port 0 in its config).
 fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let l = std::net::TcpListener::bind((e2e_fabric().1.as_str(), 0)).unwrap();
     l.local_addr().unwrap().port()
 }
 
@@ -32,8 +40,8 @@ fn start(port: u16, block_size: u32, img: &std::path::Path) -> Target {
     let toml = format!(
         r#"
 [[listener]]
-provider = "soft"
-address = "127.0.0.1"
+provider = "{provider}"
+address = "{address}"
 port = {port}
 
 [target]
@@ -53,14 +61,21 @@ nsid = 1
 block_size = {block_size}
 backend = {{ kind = "file", path = "{}", create_size = "32MiB", direct = false }}
 "#,
-        img.display()
+        img.display(),
+        provider = e2e_fabric().0,
+        address = e2e_fabric().1,
     );
     let cfg: Config = Config::from_str(&toml).expect("config");
     Target::start(cfg).expect("target starts")
 }
 
 fn url(t: &Target, query: &str) -> String {
-    format!("soft://{}/{NQN}{query}", t.local_addrs()[0])
+    let scheme = if e2e_fabric().0 == "verbs" {
+        "rdma"
+    } else {
+        "soft"
+    };
+    format!("{scheme}://{}/{NQN}{query}", t.local_addrs()[0])
 }
 
 fn opts() -> ConnectOptions {

@@ -1,4 +1,5 @@
-//! End to end over the soft provider: an in-process target and a raw test host.
+//! End to end: an in-process target and a raw test host, on the soft provider by default or
+//! on verbs (`RDMABLK_E2E_PROVIDER=verbs RDMABLK_E2E_ADDR=10.0.2.15`, as tools/test-rxe runs them).
 
 mod common;
 

@@ -3,10 +3,11 @@
 # the run, in one VM start. Each step's output goes to the terminal and to $OUT/<step>.log;
 # its result is a line "<step> <rc> <seconds> <detail>" in $OUT/results.
 #
-# Env (from tools/test-rxe): OUT, LIBTEST (rdmablk lib test binary), CONFORMANCE (binary or
-# empty), RXE_ADDR (10.0.2.15), STEP_TIMEOUT (seconds per step).
+# Env (from tools/test-rxe): OUT, ROOT (the checkout), LIBTEST (rdmablk lib test binary),
+# E2E_TARGET / E2E_INITIATOR (end-to-end test binaries), CONFORMANCE (binary or empty),
+# RXE_ADDR (10.0.2.15), STEP_TIMEOUT (seconds per step).
 set -u
-: "${OUT:?}" "${LIBTEST:?}" "${RXE_ADDR:?}"
+: "${OUT:?}" "${ROOT:?}" "${LIBTEST:?}" "${E2E_TARGET:?}" "${E2E_INITIATOR:?}" "${RXE_ADDR:?}"
 STEP_TIMEOUT=${STEP_TIMEOUT:-300}
 : > "$OUT/results"
 
@@ -33,4 +34,14 @@ RDMABLK_REQUIRE_RDMA=1 RDMABLK_TEST_ADDR=$RXE_ADDR RUST_BACKTRACE=1 \
 if [ -n "${CONFORMANCE:-}" ]; then
   run_step conformance "$CONFORMANCE" --provider verbs --addr "$RXE_ADDR"
 fi
+
+# The end-to-end suites, on verbs instead of their default soft provider.
+export RDMABLK_E2E_PROVIDER=verbs RDMABLK_E2E_ADDR=$RXE_ADDR
+run_step e2e-target "$E2E_TARGET" --test-threads=1
+run_step e2e-initiator "$E2E_INITIATOR" --test-threads=1
+unset RDMABLK_E2E_PROVIDER RDMABLK_E2E_ADDR
+
+# Interop with the Linux kernel's own NVMe-oF host and target.
+RXE_VM_IP=$RXE_ADDR run_step linux-host bash "$ROOT/tests/vm/linux-host.sh"
+NVMET_IP=$RXE_ADDR run_step nvmet-interop bash "$ROOT/tests/vm/nvmet-interop.sh"
 exit 0

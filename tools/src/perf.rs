@@ -74,6 +74,7 @@ pub struct Plan {
 /// Opens one engine per job and assigns each job its region; every error is a setup error.
 pub fn plan(cfg: &Config) -> anyhow::Result<Plan> {
     let opts = OpenOptions {
+        numjobs: cfg.numjobs,
         queue_depth: cfg.iodepth,
         write: cfg.rw.writes(),
         direct: cfg.direct,

@@ -42,9 +42,21 @@ const BUF_LEN: usize = DATA_OFF + 2 * MAX_IO as usize;
 const SEND_ID: u64 = 1 << 40;
 const TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A free TCP port on 127.0.0.1 (the soft provider listens on TCP).
+/// The fabric these tests run on: `RDMABLK_E2E_PROVIDER` (`soft`, the default, or `verbs`)
+/// at `RDMABLK_E2E_ADDR` (default 127.0.0.1; in the Soft-RoCE VM, rxe0's 10.0.2.15).
+pub fn e2e_fabric() -> (ProviderKind, String) {
+    let kind = std::env::var("RDMABLK_E2E_PROVIDER")
+        .ok()
+        .map(|p| p.parse::<ProviderKind>().expect("RDMABLK_E2E_PROVIDER"))
+        .unwrap_or(ProviderKind::Soft);
+    let addr = std::env::var("RDMABLK_E2E_ADDR").unwrap_or_else(|_| "127.0.0.1".into());
+    (kind, addr)
+}
+
+/// A free port (a free TCP port is free in the RDMA CM port space too, in practice).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
+    let (_, addr) = e2e_fabric();
+    TcpListener::bind((addr.as_str(), 0))
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("a free port")
@@ -52,11 +64,13 @@ pub fn free_port() -> u16 {
 
 /// A target configuration text on `port` with `arena` bytes.
 pub fn config_text(port: u16, arena: &str, extra_target: &str) -> String {
+    let (kind, address) = e2e_fabric();
+    let provider = kind.as_str();
     format!(
         r#"
 [[listener]]
-provider = "soft"
-address = "127.0.0.1"
+provider = "{provider}"
+address = "{address}"
 port = {port}
 
 [target]
@@ -161,7 +175,7 @@ impl Host {
         private_data: Vec<u8>,
         depth: u32,
     ) -> Result<Host, FabricError> {
-        let resolved = fabric::resolve(ProviderKind::Soft, addr, TIMEOUT)?;
+        let resolved = fabric::resolve(e2e_fabric().0, addr, TIMEOUT)?;
         let dev = resolved.device();
         let pd = dev.alloc_pd()?;
         let cq = dev.create_cq(4 * depth + 16)?;

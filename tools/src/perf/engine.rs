@@ -21,7 +21,9 @@
 //! `poll` gathers finished requests, in any order, each exactly once. The hot path allocates
 //! nothing: `out` is reused by the caller, with capacity reserved for the queue depth.
 
+pub mod embedded;
 pub mod local;
+pub mod nvmf;
 
 use std::alloc::{self, Layout};
 use std::fmt;
@@ -119,14 +121,6 @@ pub struct QueueFull(pub IoReq);
 /// Why an engine could not be opened, could not allocate, or failed as a whole.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
-    /// The target scheme has no engine in this build yet.
-    #[error("{what} is not built yet: {hint}")]
-    NotBuiltYet {
-        /// The missing piece.
-        what: &'static str,
-        /// What the user can do instead.
-        hint: &'static str,
-    },
     /// Opening the file or device failed.
     #[error("{}: {err}{}", path.display(), hint_suffix(hint))]
     Open {
@@ -209,6 +203,8 @@ pub trait Engine: Send {
 /// What an engine needs to know to open a target.
 #[derive(Debug, Clone)]
 pub struct OpenOptions {
+    /// Jobs that will open an engine on the same target (sizes an embedded target).
+    pub numjobs: u32,
     /// Requests in flight at most.
     pub queue_depth: u32,
     /// Whether the job writes (open read-write).
@@ -224,21 +220,25 @@ pub struct OpenOptions {
 pub fn open(target: &Target, opts: &OpenOptions) -> Result<Box<dyn Engine>, EngineError> {
     match target {
         Target::File(path) => Ok(Box::new(local::LocalEngine::open(path, opts)?)),
-        Target::Rdma { .. } => Err(EngineError::NotBuiltYet {
-            what: "the NVMe-oF/RDMA initiator engine (rdma://)",
-            hint: "it plugs in with the rdmablk-initiator library; use file:/path or /dev/... \
-                   for the local io_uring baseline meanwhile",
-        }),
-        Target::Soft { .. } => Err(EngineError::NotBuiltYet {
-            what: "the NVMe-oF initiator engine on the soft provider (soft://)",
-            hint: "it plugs in with the rdmablk-initiator library; use file:/path or /dev/... \
-                   for the local io_uring baseline meanwhile",
-        }),
-        Target::Embedded => Err(EngineError::NotBuiltYet {
-            what: "--embedded (an in-process target with a RAM namespace)",
-            hint: "it needs rdmablk-target and the initiator engine; use a file under /dev/shm \
-                   (file:/dev/shm/x) for an in-memory baseline meanwhile",
-        }),
+        Target::Rdma { addr, nqn } => Ok(Box::new(nvmf::NvmfEngine::connect(
+            &format!("rdma://{addr}/{nqn}"),
+            opts,
+            None,
+        )?)),
+        Target::Soft { addr, nqn } => Ok(Box::new(nvmf::NvmfEngine::connect(
+            &format!("soft://{addr}/{nqn}"),
+            opts,
+            None,
+        )?)),
+        Target::Embedded => {
+            let target = embedded::EmbeddedTarget::get(opts)?;
+            let url = target.url().to_string();
+            Ok(Box::new(nvmf::NvmfEngine::connect(
+                &url,
+                opts,
+                Some(target),
+            )?))
+        }
     }
 }
 
@@ -250,7 +250,17 @@ pub const BUF_ALIGN: usize = 4096;
 /// engine's own `Arc` are gone.
 pub struct BufRegion {
     ptr: NonNull<u8>,
-    layout: Layout,
+    len: usize,
+    owner: RegionOwner,
+}
+
+/// Who frees a region's memory.
+enum RegionOwner {
+    /// Our own allocation (`carve`).
+    Heap(Layout),
+    /// Memory that belongs to an engine (e.g. the initiator's registered pool), kept alive by
+    /// this value until the region is dropped.
+    External(#[allow(dead_code)] Box<dyn std::any::Any + Send + Sync>),
 }
 
 // SAFETY: BufRegion is plain heap memory; access to its bytes goes through IoBufs, each a
@@ -272,7 +282,11 @@ impl BufRegion {
         let layout = Layout::from_size_align(total, BUF_ALIGN).map_err(|_| fail())?;
         // SAFETY: layout has a non-zero size (checked above).
         let ptr = NonNull::new(unsafe { alloc::alloc_zeroed(layout) }).ok_or_else(fail)?;
-        let region = Arc::new(Self { ptr, layout });
+        let region = Arc::new(Self {
+            ptr,
+            len: total,
+            owner: RegionOwner::Heap(layout),
+        });
         let bufs = (0..count)
             .map(|i| IoBuf {
                 region: Arc::clone(&region),
@@ -284,6 +298,37 @@ impl BufRegion {
         Ok((region, bufs))
     }
 
+    /// A region over `len` bytes at `ptr` that an engine owns; `owner` keeps them alive.
+    ///
+    /// # Safety
+    /// `ptr..ptr + len` is valid for reads and writes for as long as `owner` lives, and is
+    /// touched by nobody else except through [`IoBuf`]s made with [`BufRegion::buf`].
+    pub unsafe fn external(
+        ptr: NonNull<u8>,
+        len: usize,
+        owner: Box<dyn std::any::Any + Send + Sync>,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            ptr,
+            len,
+            owner: RegionOwner::External(owner),
+        })
+    }
+
+    /// A handle to `len` bytes at `offset` of this region, numbered `index`.
+    ///
+    /// # Safety
+    /// The range lies inside the region and no other live handle overlaps it.
+    pub unsafe fn buf(self: &Arc<Self>, offset: usize, len: usize, index: u32) -> IoBuf {
+        debug_assert!(offset + len <= self.len);
+        IoBuf {
+            region: Arc::clone(self),
+            offset,
+            len,
+            index,
+        }
+    }
+
     /// First byte.
     pub fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
@@ -291,7 +336,7 @@ impl BufRegion {
 
     /// Bytes.
     pub fn len(&self) -> usize {
-        self.layout.size()
+        self.len
     }
 
     /// Never true: a region holds at least one buffer.
@@ -302,8 +347,11 @@ impl BufRegion {
 
 impl Drop for BufRegion {
     fn drop(&mut self) {
-        // SAFETY: ptr came from alloc_zeroed with this layout, and this is the last reference.
-        unsafe { alloc::dealloc(self.ptr.as_ptr(), self.layout) }
+        if let RegionOwner::Heap(layout) = self.owner {
+            // SAFETY: ptr came from alloc_zeroed with this layout, and this is the last
+            // reference.
+            unsafe { alloc::dealloc(self.ptr.as_ptr(), layout) }
+        }
     }
 }
 
@@ -397,6 +445,7 @@ mod tests {
     #[test]
     fn remote_schemes_say_not_built_yet() {
         let opts = OpenOptions {
+            numjobs: 1,
             queue_depth: 1,
             write: false,
             direct: true,

@@ -383,6 +383,7 @@ mod tests {
 
     fn engine(path: &Path, len: u64) -> LocalEngine {
         let opts = OpenOptions {
+            numjobs: 1,
             queue_depth: 4,
             write: true,
             direct: true,
@@ -481,6 +482,7 @@ mod tests {
     #[test]
     fn missing_file_without_size_names_the_fix() {
         let opts = OpenOptions {
+            numjobs: 1,
             queue_depth: 1,
             write: false,
             direct: true,
