@@ -1,0 +1,460 @@
+//! Connection lifecycle under failure: hosts that vanish mid-I/O (RDMA READs in flight, backend
+//! I/O in flight, the whole host process killed), silent hosts and keep-alive, the subsystem
+//! allow-list. After each, the target must be back to idle: no arena bytes or windows, no
+//! connections, no controllers; and over many cycles no threads, fds or arena high water may
+//! grow.
+//!
+//! Runs on the soft provider by default, or over verbs like e2e_soft
+//! (`RDMABLK_E2E_PROVIDER=verbs RDMABLK_E2E_ADDR=10.0.2.15`). The tests of this binary run one
+//! at a time (they count the process's threads and fds).
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use common::*;
+use rdmablk::fabric::{CmEvent, Wc};
+use rdmablk::nvme::fabrics::CNTLID_DYNAMIC;
+use rdmablk::nvme::{InCapsuleSgl, Sgl, Status};
+use rdmablk_target::config::Config;
+use rdmablk_target::Target;
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Tests of this binary run one at a time: the resource counts are per process.
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Namespace 2: every completion held `HOLD_MS` by the error backend (backend I/O in flight).
+const HOLD_MS: u64 = 1000;
+
+fn slow_namespace() -> String {
+    format!(
+        r#"
+[[subsystem.namespace]]
+nsid = 2
+block_size = {BLOCK}
+[subsystem.namespace.backend]
+kind = "error"
+latency_us = {}
+inner = {{ kind = "ram", size = "4MiB" }}
+"#,
+        HOLD_MS * 1000
+    )
+}
+
+/// A second subsystem open to any host.
+const OPEN_SUBNQN: &str = "nqn.2026-11.io.rdmablk:open";
+
+fn open_subsystem() -> String {
+    format!(
+        r#"
+[[subsystem]]
+nqn = "{OPEN_SUBNQN}"
+allow_any_host = true
+
+[[subsystem.namespace]]
+nsid = 1
+block_size = {BLOCK}
+backend = {{ kind = "ram", size = "1MiB" }}
+"#
+    )
+}
+
+/// Starts a target from common's configuration with `more` appended (namespaces of the
+/// test subsystem, or further subsystems).
+fn start_with(arena: &str, extra_target: &str, more: &str) -> (Target, SocketAddr) {
+    init_tracing();
+    let text = config_text(free_port(), arena, extra_target) + more;
+    let cfg = Config::from_str(&text).expect("config");
+    let t = Target::start(cfg).expect("target starts");
+    let addr = t.local_addrs()[0];
+    (t, addr)
+}
+
+/// What a leak would make grow: threads of the target and of the soft provider (named
+/// `rdmablk-*` and `soft-*`; test-harness threads are not counted) and open fds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Resources {
+    threads: usize,
+    fds: usize,
+}
+
+fn resources() -> Resources {
+    let threads = std::fs::read_dir("/proc/self/task")
+        .expect("/proc/self/task")
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("comm")).ok())
+        .filter(|name| name.starts_with("rdmablk-") || name.starts_with("soft-"))
+        .count();
+    let fds = std::fs::read_dir("/proc/self/fd")
+        .expect("/proc/self/fd")
+        .count();
+    Resources { threads, fds }
+}
+
+/// Waits until the resource counts are back to `base` (cleanup may finish just after the
+/// target reports idle); fails naming what grew.
+fn wait_resources(base: Resources, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = resources();
+        if now.threads <= base.threads && now.fds <= base.fds {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: resources grew: {now:?}, baseline {base:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Idle and no controller left.
+fn wait_all_gone(t: &Target) {
+    wait_idle(t);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while t.controllers() != 0 {
+        assert!(
+            Instant::now() < deadline,
+            "{} controllers left",
+            t.controllers()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Sends `n` commands made by `sqe_for(i)` (cids 0x100 + i) without waiting for responses. The
+/// test host reuses 12 capsule buffers, so every 8 capsules the send completions are awaited
+/// (responses seen meanwhile are dropped: the caller is about to vanish).
+fn fire(q: &Host, n: u32, sqe_for: impl Fn(u32) -> (rdmablk::nvme::Sqe, Vec<u8>)) {
+    let mut wcs = [Wc::default(); 16];
+    let mut unsent = 0u32;
+    for i in 0..n {
+        let (mut sqe, data) = sqe_for(i);
+        sqe.cid = 0x100 + i as u16;
+        let mut capsule = sqe.to_bytes().to_vec();
+        capsule.extend_from_slice(&data);
+        q.send_capsule(&capsule);
+        unsent += 1;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while unsent >= 8 {
+            let got = q.cq.poll(&mut wcs).expect("poll");
+            for wc in &wcs[..got] {
+                if wc.wr_id == 1 << 40 {
+                    assert!(wc.status.is_success(), "capsule send failed: {}", wc.status);
+                    unsent -= 1;
+                }
+            }
+            assert!(Instant::now() < deadline, "capsule sends not completing");
+            if got == 0 {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+    }
+}
+
+/// `DEPTH` writes of `MAX_IO` bytes behind keyed SGLs: the target RDMA READs them from this
+/// host (read depth at a time, the rest waiting for read credits).
+fn fire_large_writes(q: &Host) {
+    fire(q, DEPTH, |i| {
+        let blocks = MAX_IO / BLOCK;
+        let lba = u64::from(i % 4) * u64::from(blocks);
+        (
+            rw_sqe(true, 1, lba, blocks, &q.keyed(0, MAX_IO)),
+            Vec::new(),
+        )
+    });
+}
+
+/// One host life: admin + I/O queue, a queue-full of large writes, then gone without a word.
+/// `variant` picks what goes first (the I/O queue, the admin queue) and whether reads
+/// (target RDMA WRITEs) ride along.
+fn connect_fire_and_vanish(addr: SocketAddr, variant: u32) {
+    let (admin, cntlid) = admin_queue(addr, 0);
+    let q = io_queue(addr, 1, cntlid);
+    if variant % 3 == 2 {
+        fire(&q, DEPTH, |i| {
+            let write = i % 2 == 0;
+            let blocks = MAX_IO / BLOCK;
+            (rw_sqe(write, 1, 0, blocks, &q.keyed(0, MAX_IO)), Vec::new())
+        });
+    } else {
+        fire_large_writes(&q);
+    }
+    if variant % 3 == 1 {
+        drop(admin);
+        drop(q);
+    } else {
+        drop(q);
+        drop(admin);
+    }
+}
+
+/// Hosts that vanish with RDMA READs (and WRITEs) in flight, 50 times: each time the target
+/// returns to idle, and nothing grows from one cycle to the next.
+#[test]
+fn repeated_abort_mid_io_leaks_nothing() {
+    let _g = serial();
+    let (t, addr) = start_with("32MiB", "", "");
+    // Warm-up cycle: lazily created things (provider state, logging) exist from here on.
+    connect_fire_and_vanish(addr, 0);
+    wait_all_gone(&t);
+    let base = resources();
+    let high_water = t.arena_stats().high_water_bytes;
+    for cycle in 1..50 {
+        connect_fire_and_vanish(addr, cycle);
+        wait_all_gone(&t);
+        assert_eq!(
+            t.arena_stats().high_water_bytes,
+            high_water,
+            "cycle {cycle}: arena high water grew"
+        );
+        wait_resources(base, &format!("cycle {cycle}"));
+    }
+    let s = t.arena_stats();
+    assert_eq!((s.bytes_in_use, s.windows, s.refused), (0, 0, 0), "{s:?}");
+    assert_eq!(
+        s.largest_free_bytes, s.total_bytes,
+        "arena fragmented: {s:?}"
+    );
+    t.shutdown();
+}
+
+/// The environment variable that makes `child_host_killed_by_parent` act (it is the
+/// host process `host_process_killed_mid_io_leaves_nothing` kills).
+const CHILD_ENV: &str = "RDMABLK_LIFECYCLE_CHILD_TARGET";
+
+/// Helper, not a test of its own: run by `host_process_killed_mid_io_leaves_nothing` in a
+/// child process, which it then kills with SIGKILL.
+#[test]
+#[ignore = "helper process of host_process_killed_mid_io_leaves_nothing"]
+fn child_host_killed_by_parent() {
+    let Ok(addr) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let addr: SocketAddr = addr.parse().expect("target address");
+    let (admin, cntlid) = admin_queue(addr, 0);
+    let q = io_queue(addr, 1, cntlid);
+    fire_large_writes(&q);
+    println!("CHILD READY");
+    loop {
+        std::thread::sleep(Duration::from_secs(1));
+        let _ = (&admin, &q);
+    }
+}
+
+/// The host process dies (SIGKILL) with a queue-full of large writes the target is reading
+/// from its memory: the kernel closes its connections, the target tears them down, releases
+/// everything, and serves the next host.
+#[test]
+fn host_process_killed_mid_io_leaves_nothing() {
+    let _g = serial();
+    let (t, addr) = start_with("32MiB", "", "");
+    let exe = std::env::current_exe().expect("test binary");
+    for round in 0..4 {
+        let mut child = Command::new(&exe)
+            .args([
+                "--ignored",
+                "--exact",
+                "child_host_killed_by_parent",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD_ENV, addr.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn the host process");
+        let out = BufReader::new(child.stdout.take().unwrap());
+        let ready = out
+            .lines()
+            .map_while(Result::ok)
+            .any(|l| l.ends_with("CHILD READY"));
+        assert!(ready, "round {round}: the host process did not get going");
+        assert_eq!(t.controllers(), 1);
+        child.kill().expect("SIGKILL the host");
+        child.wait().expect("reap the host");
+        wait_all_gone(&t);
+    }
+    // And the target still serves.
+    let (mut admin, cntlid) = admin_queue(addr, 0);
+    let mut q = io_queue(addr, 1, cntlid);
+    let data = pattern(5, 4096);
+    q.write_data(0, &data);
+    assert!(q.rw(true, 1, 0, 8).status.is_success());
+    assert!(q.rw(false, 1, 0, 8).status.is_success());
+    assert_eq!(q.read_data(0, 4096), data);
+    assert!(admin
+        .submit(rdmablk::nvme::admin::keep_alive_sqe(0), &[])
+        .status
+        .is_success());
+    drop(q);
+    drop(admin);
+    wait_all_gone(&t);
+    t.shutdown();
+}
+
+/// Commands to the slow namespace (in-capsule writes and reads), then a read of the fast one
+/// whose response proves every earlier capsule was taken into the backend.
+fn hold_backend_io(q: &mut Host) {
+    let data = pattern(3, 4096);
+    fire(q, 16, |i| {
+        let sgl = Sgl::InCapsule(InCapsuleSgl {
+            offset: 0,
+            len: 4096,
+        });
+        if i % 2 == 0 {
+            (rw_sqe(true, 2, u64::from(i) * 8, 8, &sgl), data.clone())
+        } else {
+            (rw_sqe(false, 2, 0, 8, &q.keyed(0, 4096)), Vec::new())
+        }
+    });
+    let c = q.rw(false, 1, 0, 1);
+    assert!(c.status.is_success(), "fast read: {}", c.status);
+}
+
+/// The host vanishes while the backend holds its I/O: the target keeps each window until the
+/// backend is done with it, then releases everything.
+#[test]
+fn abort_with_backend_io_in_flight_releases_after_the_backend() {
+    let _g = serial();
+    let (t, addr) = start_with("32MiB", "", &slow_namespace());
+    for variant in 0..2 {
+        let (admin, cntlid) = admin_queue(addr, 0);
+        let mut q = io_queue(addr, 1, cntlid);
+        hold_backend_io(&mut q);
+        if variant == 0 {
+            drop(q);
+            drop(admin);
+        } else {
+            // The controller goes first; its I/O queue follows with I/O still held.
+            drop(admin);
+            drop(q);
+        }
+        wait_all_gone(&t);
+    }
+    t.shutdown();
+}
+
+/// Keep-alive: a host that stops talking, with backend I/O held, is torn down after its KATO
+/// (never before: its last command reset the timer) and everything is released.
+#[test]
+fn silent_host_with_io_held_is_torn_down_after_kato() {
+    let _g = serial();
+    let kato = Duration::from_millis(400);
+    let (t, addr) = start_with("32MiB", "", &slow_namespace());
+    let (mut admin, cntlid) = admin_queue(addr, kato.as_millis() as u32);
+    let mut q = io_queue(addr, 1, cntlid);
+    hold_backend_io(&mut q);
+    let last_word = Instant::now();
+    let c = admin.submit(rdmablk::nvme::admin::keep_alive_sqe(0), &[]);
+    assert!(c.status.is_success());
+    assert!(
+        admin.wait_disconnected(Duration::from_secs(10)),
+        "admin queue dropped"
+    );
+    assert!(
+        last_word.elapsed() > kato,
+        "torn down {:?} after the last command, before KATO {kato:?}",
+        last_word.elapsed()
+    );
+    assert!(
+        q.wait_disconnected(Duration::from_secs(10)),
+        "I/O queue dropped"
+    );
+    wait_all_gone(&t);
+    t.shutdown();
+}
+
+/// Keep-alive is any command of the controller: a host doing only I/O on an I/O queue (no
+/// Keep Alive on the admin queue) for several KATOs stays connected.
+#[test]
+fn io_traffic_alone_keeps_the_controller_alive() {
+    let _g = serial();
+    let kato = Duration::from_millis(600);
+    let (t, addr) = start_with("32MiB", "", "");
+    let (admin, cntlid) = admin_queue(addr, kato.as_millis() as u32);
+    let mut q = io_queue(addr, 1, cntlid);
+    let until = Instant::now() + 3 * kato;
+    let mut lba = 0;
+    while Instant::now() < until {
+        assert!(q.rw(true, 1, lba, 8).status.is_success());
+        lba = (lba + 8) % 1024;
+        std::thread::sleep(kato / 6);
+    }
+    assert_eq!(t.controllers(), 1, "the controller was torn down");
+    assert!(
+        !matches!(
+            admin.qp.cm_event(Some(Duration::ZERO)),
+            Ok(Some(CmEvent::Disconnected))
+        ),
+        "the admin queue was dropped"
+    );
+    assert_eq!(t.connections(), 2);
+    // Now silent: both go.
+    assert!(admin.wait_disconnected(Duration::from_secs(10)));
+    assert!(q.wait_disconnected(Duration::from_secs(10)));
+    wait_all_gone(&t);
+    t.shutdown();
+}
+
+/// Allow-list: a host not on `hosts` is refused with Connect Invalid Host and leaves nothing
+/// behind; an unknown subsystem NQN is Invalid Parameters pointing at SUBNQN; a subsystem
+/// with `allow_any_host` takes any host; an I/O queue cannot join a controller under another
+/// host NQN.
+#[test]
+fn allow_list_refuses_unlisted_hosts_and_allow_any_host_admits() {
+    let _g = serial();
+    let (t, addr) = start_with("32MiB", "", &open_subsystem());
+    for _ in 0..3 {
+        let mut h = Host::connect(addr, cm_request(0, 32)).unwrap();
+        let c = h.fabrics_connect(0, SUBNQN, OTHER_HOSTNQN, CNTLID_DYNAMIC, 0);
+        assert_status(&c, Status::CONNECT_INVALID_HOST);
+        assert_eq!(t.controllers(), 0, "no controller for a refused host");
+        let c = h.fabrics_connect(0, "nqn.2026-11.io.rdmablk:nope", HOSTNQN, CNTLID_DYNAMIC, 0);
+        assert_status(&c, Status::CONNECT_INVALID_PARAMETERS);
+        assert_eq!(c.dw0, 0x0001_0100, "IATTR 1, IPO 256: the SUBNQN field");
+        drop(h);
+        wait_all_gone(&t);
+    }
+
+    // allow_any_host: both host NQNs get a controller, and it serves I/O.
+    for hostnqn in [HOSTNQN, OTHER_HOSTNQN] {
+        let mut a = Host::connect(addr, cm_request(0, 32)).unwrap();
+        let c = a.fabrics_connect(0, OPEN_SUBNQN, hostnqn, CNTLID_DYNAMIC, 0);
+        assert!(c.status.is_success(), "{hostnqn}: {}", c.status);
+        let cntlid = c.dw0 as u16;
+        assert!(a
+            .property_set(rdmablk::nvme::properties::CC, 0x0046_0001)
+            .status
+            .is_success());
+        let mut q = Host::connect(addr, cm_request(1, DEPTH as u16)).unwrap();
+        // Another host cannot attach an I/O queue to this controller.
+        let other = if hostnqn == HOSTNQN {
+            OTHER_HOSTNQN
+        } else {
+            HOSTNQN
+        };
+        let c = q.fabrics_connect(1, OPEN_SUBNQN, other, cntlid, 0);
+        assert_status(&c, Status::CONNECT_INVALID_PARAMETERS);
+        let c = q.fabrics_connect(1, OPEN_SUBNQN, hostnqn, cntlid, 0);
+        assert!(c.status.is_success(), "{}", c.status);
+        assert!(q.rw(false, 1, 0, 1).status.is_success());
+        drop(q);
+        drop(a);
+    }
+    // The restricted subsystem's I/O queues cannot be joined through the open one's cntlid.
+    let (admin, cntlid) = admin_queue(addr, 0);
+    let mut q = Host::connect(addr, cm_request(1, DEPTH as u16)).unwrap();
+    let c = q.fabrics_connect(1, OPEN_SUBNQN, HOSTNQN, cntlid, 0);
+    assert_status(&c, Status::CONNECT_INVALID_PARAMETERS);
+    drop(q);
+    drop(admin);
+    wait_all_gone(&t);
+    t.shutdown();
+}
