@@ -160,6 +160,9 @@ pub struct TargetConfig {
     /// Keep-alive timeout used when a host's admin Connect asks for none (KATO 0);
     /// 0 keeps keep-alive off for such hosts (then a dead host is only noticed through RDMA).
     pub default_keep_alive_timeout_ms: u32,
+    /// A queue that has not completed its Fabrics Connect this long after it was accepted
+    /// is torn down (it has no controller, so no keep-alive covers it); 0 never.
+    pub connect_timeout_ms: u32,
 }
 
 impl Default for TargetConfig {
@@ -169,6 +172,7 @@ impl Default for TargetConfig {
             poll_mode: PollMode::Interrupt,
             keep_alive_granularity_ms: 1000,
             default_keep_alive_timeout_ms: 0,
+            connect_timeout_ms: 10_000,
         }
     }
 }

@@ -458,3 +458,70 @@ fn allow_list_refuses_unlisted_hosts_and_allow_any_host_admits() {
     wait_all_gone(&t);
     t.shutdown();
 }
+
+/// `limits.max_connections`: one more queue is refused with NO_RESOURCES (nothing carved for
+/// it); once a queue goes, a new one fits again.
+#[test]
+fn max_connections_refuses_with_no_resources() {
+    let _g = serial();
+    init_tracing();
+    let text = config_text(free_port(), "32MiB", "")
+        .replace("max_connections = 16", "max_connections = 2");
+    let t = Target::start(Config::from_str(&text).expect("config")).expect("target starts");
+    let addr = t.local_addrs()[0];
+    let (admin, cntlid) = admin_queue(addr, 0);
+    let q = io_queue(addr, 1, cntlid);
+    let windows = t.arena_stats().windows;
+    assert_eq!(
+        reject_status(Host::connect(addr, cm_request(2, DEPTH as u16))),
+        rdmablk::nvme::CmRejectStatus::NoResources
+    );
+    assert_eq!(
+        t.arena_stats().windows,
+        windows,
+        "nothing carved for the refused queue"
+    );
+    assert_eq!(t.connections(), 2);
+    drop(q);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while t.connections() != 1 {
+        assert!(Instant::now() < deadline, "the I/O queue did not go");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let q = io_queue(addr, 2, cntlid);
+    drop(q);
+    drop(admin);
+    wait_all_gone(&t);
+    t.shutdown();
+}
+
+/// A host that opens queues (RDMA CM) but never sends the Fabrics Connect: no controller, so
+/// no keep-alive applies; the target drops such queues after
+/// `target.connect_timeout_ms` instead of holding their windows for ever.
+#[test]
+fn queue_without_fabrics_connect_is_dropped_after_connect_timeout() {
+    let _g = serial();
+    let (t, addr) = start_with("32MiB", "connect_timeout_ms = 300", "");
+    let admin = Host::connect(addr, cm_request(0, 32)).expect("CM connect");
+    let io = Host::connect(addr, cm_request(1, DEPTH as u16)).expect("CM connect");
+    assert_eq!(t.connections(), 2);
+    assert!(
+        admin.wait_disconnected(Duration::from_secs(10)),
+        "admin queue kept"
+    );
+    assert!(
+        io.wait_disconnected(Duration::from_secs(10)),
+        "I/O queue kept"
+    );
+    wait_all_gone(&t);
+    // A host that does connect in time is not affected.
+    let (mut admin, _) = admin_queue(addr, 0);
+    std::thread::sleep(Duration::from_millis(600));
+    assert!(admin
+        .submit(rdmablk::nvme::admin::keep_alive_sqe(0), &[])
+        .status
+        .is_success());
+    drop(admin);
+    wait_all_gone(&t);
+    t.shutdown();
+}

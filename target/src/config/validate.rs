@@ -118,7 +118,20 @@ fn check_target(cfg: &Config, c: &mut Checker) {
             ),
         );
     }
+    if t.connect_timeout_ms > MAX_CONNECT_TIMEOUT_MS {
+        c.fail(
+            "target.connect_timeout_ms",
+            format!(
+                "{} is out of range (set 0..={MAX_CONNECT_TIMEOUT_MS}; hosts send Connect right \
+                 after the RDMA connection is up, 10000 is ample; 0 disables)",
+                t.connect_timeout_ms
+            ),
+        );
+    }
 }
+
+/// Longest `target.connect_timeout_ms` (10 minutes).
+const MAX_CONNECT_TIMEOUT_MS: u32 = 600_000;
 
 fn check_limits(cfg: &Config, c: &mut Checker) {
     let l = &cfg.limits;

@@ -112,6 +112,9 @@ pub struct Connection {
     pub cqes: u32,
     /// Why teardown started (for the log line).
     pub close_reason: &'static str,
+    /// When the listener handed the queue to its worker (the Fabrics Connect deadline runs
+    /// from here).
+    pub created: Instant,
 }
 
 impl Connection {

@@ -248,6 +248,7 @@ impl Worker {
             aers: Vec::with_capacity(super::connection::MAX_HELD_AERS),
             cqes: p.cqes,
             close_reason: "",
+            created: Instant::now(),
         };
         for slot in 0..p.depth {
             if let Err(e) = conn.post_recv(slot) {
@@ -550,7 +551,16 @@ impl Worker {
             }
             match conn.phase {
                 Phase::Live | Phase::Binding => {
-                    if let Some(ctrl) = conn.ctrl.clone() {
+                    let connect_ms = u128::from(shared.cfg.target.connect_timeout_ms);
+                    if conn.ctrl.is_none()
+                        && connect_ms != 0
+                        && conn.created.elapsed().as_millis() > connect_ms
+                    {
+                        tracing::warn!(peer = %conn.peer, qid = conn.qid,
+                            connect_timeout_ms = connect_ms as u64,
+                            "no Fabrics Connect in time: dropping the queue");
+                        begin_close(conn, "no Fabrics Connect in time", shared);
+                    } else if let Some(ctrl) = conn.ctrl.clone() {
                         if ctrl.is_dead() {
                             begin_close(conn, "controller torn down", shared);
                         } else if conn.qid == 0 && ctrl.keep_alive_expired(now) {
