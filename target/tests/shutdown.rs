@@ -297,3 +297,50 @@ fn sigterm_under_load_drains_flushes_exits_zero_and_the_host_reconnects() {
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+/// Regression: at shutdown the idle admin queue closed first, which tears its controller
+/// down, and the controller's I/O queues followed at once with commands still executing:
+/// writes the backend was completing were answered with a dropped connection instead of
+/// their success. The I/O queues must drain first.
+#[test]
+fn shutdown_drains_io_in_flight_before_closing_the_admin_queue() {
+    const WRITES: u64 = 8;
+    let backend =
+        r#"{ kind = "error", latency_us = 400000, inner = { kind = "ram", size = "4MiB" } }"#;
+    let cfg = rdmablk_target::config::Config::from_str(&config_text(free_port(), 1, backend))
+        .expect("config");
+    let t = rdmablk_target::Target::start(cfg).expect("target starts");
+    let url = format!("soft://{}/{NQN}", t.local_addrs()[0]);
+    let ctrl = connect(&url, opts(1, 0));
+    let mut q = ctrl.io_queue(1).unwrap();
+    for i in 0..WRITES {
+        let mut b = ctrl.alloc(BLOCK).unwrap();
+        block_content(i, 1, b.as_mut_slice());
+        submit_retrying(&mut q, Op::Write, i * BLOCK as u64, BLOCK as u32, b, i);
+    }
+    // The writes reach the target at once and sit in the backend for 400 ms; stop the
+    // target while they do.
+    std::thread::sleep(Duration::from_millis(100));
+    let stopper = std::thread::spawn(move || t.shutdown());
+    let mut done = Vec::new();
+    while q.in_flight() > 0 {
+        q.wait(&mut done, 1).unwrap();
+    }
+    let failed: Vec<String> = done
+        .iter()
+        .filter_map(|c| {
+            c.result
+                .as_ref()
+                .err()
+                .map(|e| format!("write {}: {e}", c.tag))
+        })
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "executing writes were cut off:\n{}",
+        failed.join("\n")
+    );
+    drop(q);
+    drop(ctrl);
+    stopper.join().unwrap();
+}

@@ -639,7 +639,14 @@ impl Worker {
                     respond(conn, slot, &mut ctx);
                 }
             }
-            let idle = conn.busy_requests() == 0;
+            // The admin queue goes last: closing it tears its controller down, and with it
+            // every I/O queue, whatever they are still executing.
+            let io_queues_open = conn.qid == 0
+                && conn
+                    .ctrl
+                    .as_ref()
+                    .is_some_and(|c| c.io_queues_connected() > 0);
+            let idle = conn.busy_requests() == 0 && !io_queues_open;
             if !conn.is_closing() && (idle || grace_over) {
                 begin_close(conn, "target shutting down", ctx.shared);
             }
