@@ -344,3 +344,43 @@ fn shutdown_drains_io_in_flight_before_closing_the_admin_queue() {
     drop(ctrl);
     stopper.join().unwrap();
 }
+
+/// Regression: a namespace whose final flush failed (or was refused, the namespace being
+/// fenced by an earlier failed flush) still let the target exit 0, telling the service
+/// manager all data was safe.
+#[test]
+fn exit_status_is_nonzero_when_the_final_flush_fails() {
+    let dir = tmp_dir("final-flush");
+    let img = dir.join("ns.img");
+    let inner = file_backend(&img, "4MiB", false);
+
+    // A host's flush fails: the namespace is fenced, so the final flush is refused.
+    let backend = format!(r#"{{ kind = "error", fail_flushes = {{ nth = 1 }}, inner = {inner} }}"#);
+    let mut target = TargetProc::spawn(&dir, &config_text(free_port(), 1, &backend), 0);
+    let ctrl = connect(&target.url(), opts(1, 0));
+    let ns = ctrl.namespace(1).unwrap();
+    ns.write_at(0, &[7u8; BLOCK]).unwrap();
+    assert!(ns.flush().is_err(), "flush 1 is injected");
+    drop((ns, ctrl));
+    target.signal(libc::SIGTERM);
+    let st = target.wait_exit(Duration::from_secs(30));
+    let log = target.log_text();
+    assert_eq!(st.code(), Some(1), "exit {st:?}:\n{log}");
+    assert!(log.contains("final flush failed for namespace 1"), "{log}");
+
+    // No host at all: the final flush itself fails, on each of the two workers.
+    let backend = format!(
+        r#"{{ kind = "error", fail_flushes = {{ nth = 1, sticky = true }}, inner = {inner} }}"#
+    );
+    let cfg = rdmablk_target::config::Config::from_str(&config_text(free_port(), 2, &backend))
+        .expect("config");
+    let t = rdmablk_target::Target::start(cfg).expect("target starts");
+    let e = t
+        .shutdown_checked()
+        .expect_err("the final flush is injected");
+    assert!(
+        matches!(&e, rdmablk_target::TargetError::FinalFlush { failed } if failed.len() == 2),
+        "each worker flushes, each fails: {e}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
