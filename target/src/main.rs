@@ -1,5 +1,6 @@
 //! `rdmablk-target --config FILE`: serve the configured namespaces to NVMe-oF hosts over RDMA
-//! until SIGINT or SIGTERM, then drain, flush and exit 0.
+//! until SIGINT or SIGTERM, then drain, flush and exit 0 (1 if a namespace's final flush
+//! failed: its data may not be durable).
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -46,7 +47,7 @@ fn main() -> anyhow::Result<()> {
     }
     let sig = wait_signal(&signals).context("waiting for a signal")?;
     tracing::info!(signal = sig, "shutting down");
-    target.shutdown();
+    target.shutdown_checked()?;
     tracing::info!("target stopped");
     Ok(())
 }

@@ -101,6 +101,16 @@ impl Controller {
         }
     }
 
+    /// I/O queues connected right now (the admin queue is not counted).
+    pub fn io_queues_connected(&self) -> usize {
+        self.state()
+            .connected
+            .iter()
+            .skip(1)
+            .filter(|&&c| c)
+            .count()
+    }
+
     pub fn detach_queue(&self, qid: u16) {
         if let Some(c) = self.state().connected.get_mut(usize::from(qid)) {
             *c = false;

@@ -34,7 +34,7 @@ pub mod worker;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -57,7 +57,7 @@ pub const FIRMWARE_REVISION: &str = concat!("rb", env!("CARGO_PKG_VERSION"));
 /// Model number reported in Identify Controller.
 pub const MODEL: &str = "rdmablk";
 
-/// Why the target could not start.
+/// Why the target could not start (or, [`TargetError::FinalFlush`], could not stop cleanly).
 #[derive(Debug, thiserror::Error)]
 pub enum TargetError {
     #[error(transparent)]
@@ -110,6 +110,11 @@ pub enum TargetError {
     },
     #[error("cannot start a thread: {0}")]
     Thread(#[source] std::io::Error),
+    #[error(
+        "the final flush failed for {}: data hosts wrote before the shutdown may not be \
+         durable (check the backing storage and the log above)", failed.join("; ")
+    )]
+    FinalFlush { failed: Vec<String> },
 }
 
 /// What every thread of a running target shares.
@@ -135,6 +140,8 @@ pub struct Shared {
     pub cq_reserved: Vec<AtomicU32>,
     /// Per worker: CQ capacity.
     pub cq_capacity: u32,
+    /// Namespaces whose flush at shutdown failed or was refused, with why.
+    pub final_flush_failures: Mutex<Vec<String>>,
 }
 
 impl Shared {
@@ -225,6 +232,7 @@ impl Target {
             connections: AtomicUsize::new(0),
             cq_reserved: (0..workers_n).map(|_| AtomicU32::new(0)).collect(),
             cq_capacity,
+            final_flush_failures: Mutex::new(Vec::new()),
             cfg,
         });
         let mut target = Target {
@@ -291,9 +299,29 @@ impl Target {
     }
 
     /// Stops accepting, lets in-flight I/O finish, completes held events, flushes every
-    /// namespace, disconnects every host and waits for all threads.
-    pub fn shutdown(mut self) {
+    /// namespace, disconnects every host and waits for all threads. A failed final flush is
+    /// logged; [`Target::shutdown_checked`] reports it.
+    pub fn shutdown(self) {
+        let _ = self.shutdown_checked();
+    }
+
+    /// [`Target::shutdown`], then an error if any namespace's final flush failed or was
+    /// refused (a namespace fenced by an earlier failed flush): what hosts wrote may not be
+    /// durable, and a service manager should hear so from the exit status.
+    pub fn shutdown_checked(mut self) -> Result<(), TargetError> {
         self.stop_and_join();
+        let failed = std::mem::take(
+            &mut *self
+                .shared
+                .final_flush_failures
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(TargetError::FinalFlush { failed })
+        }
     }
 
     fn stop_and_join(&mut self) {

@@ -23,7 +23,7 @@ use super::connection::{Connection, Phase, RemoteKey, DRAIN_TIMEOUT, INVALIDATE_
 use super::request::{Action, ReqState, Request, WrId, WrKind};
 use super::{fabrics, io, Shared, TargetError};
 use crate::arena::Window;
-use crate::backend::{Completion, IoOp, IoRequest};
+use crate::backend::{Completion, IoOp, IoRequest, SubmitError};
 use crate::config::PollMode;
 use crate::io::WorkerIo;
 use crate::namespace::NamespaceQueue;
@@ -649,7 +649,14 @@ impl Worker {
                     respond(conn, slot, &mut ctx);
                 }
             }
-            let idle = conn.busy_requests() == 0;
+            // The admin queue goes last: closing it tears its controller down, and with it
+            // every I/O queue, whatever they are still executing.
+            let io_queues_open = conn.qid == 0
+                && conn
+                    .ctrl
+                    .as_ref()
+                    .is_some_and(|c| c.io_queues_connected() > 0);
+            let idle = conn.busy_requests() == 0 && !io_queues_open;
             if !conn.is_closing() && (idle || grace_over) {
                 begin_close(conn, "target shutting down", ctx.shared);
             }
@@ -657,33 +664,51 @@ impl Worker {
         self.conns.iter().all(Option::is_none) && since.elapsed() > Duration::from_millis(100)
     }
 
-    /// Flushes every namespace through this worker's queues before exiting.
+    /// Flushes every namespace through this worker's queues before exiting; a namespace
+    /// whose flush fails, is refused or does not finish is recorded for the exit status.
     fn final_flush(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(30);
-        for (i, q) in self.nsq.iter_mut().enumerate() {
+        for i in 0..self.nsq.len() {
             let nsid = self.shared.namespaces[i].nsid();
-            let tag = u64::MAX;
-            if let Err(e) = q.submit(IoRequest {
-                tag,
-                op: IoOp::Flush,
-            }) {
-                tracing::error!(nsid, error = ?e, "final flush refused");
-                continue;
-            }
-            loop {
-                let n = q.poll(&mut self.comps);
-                if let Some(c) = self.comps[..n].iter().find(|c| c.tag == tag) {
-                    match c.result {
-                        Ok(()) => tracing::debug!(nsid, "namespace flushed"),
-                        Err(e) => tracing::error!(nsid, error = %e, "final flush failed"),
-                    }
-                    break;
+            let failure = match self.flush_one(i, deadline) {
+                Ok(()) => {
+                    tracing::debug!(nsid, "namespace flushed");
+                    continue;
                 }
-                if q.in_flight() == 0 || Instant::now() > deadline {
-                    break;
-                }
-                std::thread::sleep(Duration::from_micros(100));
+                Err(why) => why,
+            };
+            tracing::error!(nsid, worker = self.index, error = %failure, "final flush failed");
+            self.shared
+                .final_flush_failures
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(format!("namespace {nsid} ({failure})"));
+        }
+    }
+
+    fn flush_one(&mut self, i: usize, deadline: Instant) -> Result<(), String> {
+        let q = &mut self.nsq[i];
+        let tag = u64::MAX;
+        q.submit(IoRequest {
+            tag,
+            op: IoOp::Flush,
+        })
+        .map_err(|e| match e {
+            SubmitError::Rejected(e) => format!("refused: {e}"),
+            SubmitError::Busy => "refused: backend queue full".to_string(),
+        })?;
+        loop {
+            let n = q.poll(&mut self.comps);
+            if let Some(c) = self.comps[..n].iter().find(|c| c.tag == tag) {
+                return c.result.map_err(|e| e.to_string());
             }
+            if q.in_flight() == 0 {
+                return Err("the flush completion was lost".into());
+            }
+            if Instant::now() > deadline {
+                return Err("did not complete in 30 s".into());
+            }
+            std::thread::sleep(Duration::from_micros(100));
         }
     }
 }
