@@ -205,7 +205,7 @@ fn drive(ctrl: &Controller, mut q: IoQueue, region: (u64, u64), seed: u64, run: 
             run.filled.fetch_add(1, Ordering::AcqRel);
         }
         let stop = fill.is_none() && run.stop.load(Ordering::Acquire);
-        while !stop {
+        while !stop && q.in_flight() < q.depth() {
             let r = next();
             let (op, start, n) = match &mut fill {
                 Some(f) if *f >= cells => break,

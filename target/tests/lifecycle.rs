@@ -171,13 +171,48 @@ fn fire_large_writes(q: &Host) {
     });
 }
 
+/// An I/O queue that asked for (and got) a push window.
+fn push_io_queue(addr: SocketAddr, cntlid: u16) -> Host {
+    let mut cm = cm_request(1, DEPTH as u16);
+    cm.push = Some(rdmablk::nvme::PushRequest {
+        slots: 0,
+        slot_bytes: 0,
+    });
+    let mut q = Host::connect(addr, cm).expect("I/O CM connect");
+    assert!(
+        matches!(q.accept.push, rdmablk::nvme::PushAnswer::Granted(_)),
+        "push not granted: {:?}",
+        q.accept.push
+    );
+    let c = q.fabrics_connect(1, SUBNQN, HOSTNQN, cntlid, 0);
+    assert!(c.status.is_success(), "I/O connect: {}", c.status);
+    q
+}
+
 /// One host life: admin + I/O queue, a queue-full of large writes, then gone without a word.
-/// `variant` picks what goes first (the I/O queue, the admin queue) and whether reads
-/// (target RDMA WRITEs) ride along.
+/// `variant` (mod 5) picks what goes first (the I/O queue, the admin queue), whether reads
+/// (target RDMA WRITEs) ride along, a push-write queue (a bound memory window), or queues
+/// dropped right after the RDMA connect, before any Fabrics Connect.
 fn connect_fire_and_vanish(addr: SocketAddr, variant: u32) {
+    if variant % 5 == 4 {
+        let admin = Host::connect(addr, cm_request(0, 32)).expect("admin CM connect");
+        let mut cm = cm_request(1, DEPTH as u16);
+        cm.push = Some(rdmablk::nvme::PushRequest {
+            slots: 0,
+            slot_bytes: 0,
+        });
+        let q = Host::connect(addr, cm).expect("I/O CM connect");
+        drop(q);
+        drop(admin);
+        return;
+    }
     let (admin, cntlid) = admin_queue(addr, 0);
-    let q = io_queue(addr, 1, cntlid);
-    if variant % 3 == 2 {
+    let q = if variant % 5 == 3 {
+        push_io_queue(addr, cntlid)
+    } else {
+        io_queue(addr, 1, cntlid)
+    };
+    if variant % 5 == 2 {
         fire(&q, DEPTH, |i| {
             let write = i % 2 == 0;
             let blocks = MAX_IO / BLOCK;
@@ -186,7 +221,7 @@ fn connect_fire_and_vanish(addr: SocketAddr, variant: u32) {
     } else {
         fire_large_writes(&q);
     }
-    if variant % 3 == 1 {
+    if variant % 5 == 1 {
         drop(admin);
         drop(q);
     } else {
