@@ -36,7 +36,8 @@ const RUN: Duration = Duration::from_secs(10);
 /// lazily is touched in warm-up: each queue first writes its whole region with full-size
 /// transfers (every page of the RAM namespace, of every data slot in the arena and of the
 /// buffer pools). Everything else the target and the initiator use per I/O is preallocated
-/// (windows, request tables); what remains is the allocator's per-thread caches settling.
+/// (windows, request tables); what remains is the allocator's per-thread caches settling:
+/// measured 0.4-3 MiB on the soft provider (64 driver threads, 2 cores).
 const RSS_TOLERANCE_BYTES: u64 = 8 << 20;
 
 static SERIAL: Mutex<()> = Mutex::new(());
