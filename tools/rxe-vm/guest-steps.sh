@@ -7,7 +7,7 @@
 # E2E_TARGET / E2E_INITIATOR (end-to-end test binaries), CONFORMANCE (binary or empty),
 # RXE_ADDR (10.0.2.15), STEP_TIMEOUT (seconds per step).
 set -u
-: "${OUT:?}" "${ROOT:?}" "${LIBTEST:?}" "${E2E_TARGET:?}" "${E2E_INITIATOR:?}" "${RXE_ADDR:?}"
+: "${OUT:?}" "${ROOT:?}" "${LIBTEST:?}" "${E2E_TARGET:?}" "${E2E_INITIATOR:?}" "${LIFECYCLE:?}" "${RXE_ADDR:?}"
 STEP_TIMEOUT=${STEP_TIMEOUT:-300}
 : > "$OUT/results"
 
@@ -39,6 +39,8 @@ fi
 export RDMABLK_E2E_PROVIDER=verbs RDMABLK_E2E_ADDR=$RXE_ADDR
 run_step e2e-target "$E2E_TARGET" --test-threads=1
 run_step e2e-initiator "$E2E_INITIATOR" --test-threads=1
+run_step lifecycle "$LIFECYCLE" repeated_abort host_process_killed abort_with_backend \
+  --test-threads=1
 unset RDMABLK_E2E_PROVIDER RDMABLK_E2E_ADDR
 
 # Interop with the Linux kernel's own NVMe-oF host and target.
