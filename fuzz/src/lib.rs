@@ -84,7 +84,7 @@ pub fn linux_connect_data(cntlid: u16) -> [u8; CONNECT_DATA_LEN] {
 
 /// `sqe_and_sgl` input: a command capsule (64-byte SQE, then in-capsule data). The last 8
 /// bytes of the SQE's cdw14/cdw15 are not used as limits; limits come from the capsule.
-pub fn seeds_sqe_and_sgl() -> Vec<(&'static str, Vec<u8>)> {
+pub fn seeds_sqe_and_sgl() -> Seeds {
     let keyed = |len, inv| {
         Sgl::Keyed(KeyedSgl {
             addr: 0x7f00_dead_0000,
@@ -133,7 +133,7 @@ pub fn seeds_sqe_and_sgl() -> Vec<(&'static str, Vec<u8>)> {
 
 /// `connect_data` input: the Connect capsule as the target sees it: 64-byte SQE, then the
 /// Connect data (1024 bytes when well formed).
-pub fn seeds_connect_data() -> Vec<(&'static str, Vec<u8>)> {
+pub fn seeds_connect_data() -> Seeds {
     let mut bad_nqn = linux_connect_data(0xFFFF);
     bad_nqn[256..512].fill(b'x');
     vec![
@@ -157,7 +157,7 @@ pub fn seeds_connect_data() -> Vec<(&'static str, Vec<u8>)> {
 
 /// `cm_private_data` input: byte 0 picks the record (0 request, 1 accept, 2 reject, others
 /// all three); the rest is the received private data.
-pub fn seeds_cm_private_data() -> Vec<(&'static str, Vec<u8>)> {
+pub fn seeds_cm_private_data() -> Seeds {
     let linux = CmRequest {
         qid: 1,
         hrqsize: 128,
@@ -196,7 +196,7 @@ pub fn seeds_cm_private_data() -> Vec<(&'static str, Vec<u8>)> {
 
 /// `cqe_identify` input: a 16-byte response capsule, then one 4096-byte data page (Identify
 /// or log page) that every page decoder reads (zero-padded when short).
-pub fn seeds_cqe_identify() -> Vec<(&'static str, Vec<u8>)> {
+pub fn seeds_cqe_identify() -> Seeds {
     let ok = Cqe::success(0, 0, 1, 1).to_bytes();
     let mut invalid = Cqe::error(5, 0, 1, Status::CONNECT_INVALID_PARAMETERS.with_dnr());
     invalid.dw0 = 0x0001_0100;
@@ -243,7 +243,7 @@ pub fn seeds_cqe_identify() -> Vec<(&'static str, Vec<u8>)> {
 
 /// `property_and_features` input: a 64-byte SQE (read as every Fabrics property command,
 /// feature command, Get Log Page and DSM), then its data (DSM ranges, or a log page to window).
-pub fn seeds_property_and_features() -> Vec<(&'static str, Vec<u8>)> {
+pub fn seeds_property_and_features() -> Seeds {
     let cap = PropertyGet {
         size: PropertySize::Eight,
         offset: properties::CAP,
@@ -309,7 +309,7 @@ pub fn seeds_property_and_features() -> Vec<(&'static str, Vec<u8>)> {
 
 /// `soft_wire_frame` input: a byte stream of soft-provider frames, as a QP's receive side
 /// reads it from its TCP connection.
-pub fn seeds_soft_wire_frame() -> Vec<(&'static str, Vec<u8>)> {
+pub fn seeds_soft_wire_frame() -> Seeds {
     let cm = |op, pd: &[u8]| {
         let mut out = Vec::new();
         CmBody {
@@ -378,8 +378,11 @@ pub fn seeds_soft_wire_frame() -> Vec<(&'static str, Vec<u8>)> {
     ]
 }
 
+/// Named seed inputs of one target.
+pub type Seeds = Vec<(&'static str, Vec<u8>)>;
+
 /// Every target's seeds, by target name.
-pub fn all_seeds() -> Vec<(&'static str, Vec<(&'static str, Vec<u8>)>)> {
+pub fn all_seeds() -> Vec<(&'static str, Seeds)> {
     vec![
         ("sqe_and_sgl", seeds_sqe_and_sgl()),
         ("connect_data", seeds_connect_data()),
