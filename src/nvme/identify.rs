@@ -763,14 +763,15 @@ impl NsDescriptor {
     }
 }
 
-/// Encodes a descriptor list (terminated by the zero bytes that follow).
+/// Encodes a descriptor list (terminated by the zero bytes that follow, or by the end of the
+/// page when the list fills it exactly, as [`decode_ns_descriptors`] and the Linux host accept).
 pub fn encode_ns_descriptors(descs: &[NsDescriptor]) -> [u8; IDENTIFY_LEN] {
     let mut b = [0u8; IDENTIFY_LEN];
     let mut o = 0;
     for d in descs {
         let (t, v) = d.parts();
         assert!(
-            o + 4 + v.len() < IDENTIFY_LEN,
+            o + 4 + v.len() <= IDENTIFY_LEN,
             "descriptor list overflows 4096 bytes"
         );
         b[o] = t;
@@ -954,6 +955,20 @@ mod tests {
             past[i + 1] = 255;
         }
         assert!(decode_ns_descriptors(&past).is_err());
+    }
+
+    /// Broke the `cqe_identify` fuzz target's roundtrip: 200 NGUIDs and 8 EUI64s fill the
+    /// 4096 bytes exactly; the decoder accepts that list and the encoder asserted it overflowed.
+    #[test]
+    fn ns_descriptors_filling_the_whole_page_roundtrip() {
+        let mut descs = vec![NsDescriptor::Nguid([7; 16]); 200];
+        descs.extend([NsDescriptor::Eui64([9; 8]); 8]);
+        let b = encode_ns_descriptors(&descs);
+        assert_eq!(
+            &b[IDENTIFY_LEN - 12..IDENTIFY_LEN - 8],
+            &[nidt::EUI64, 8, 0, 0]
+        );
+        assert_eq!(decode_ns_descriptors(&b).unwrap(), descs);
     }
 
     #[test]

@@ -1,0 +1,394 @@
+//! Shared pieces of the rdmablk fuzz targets: input splitting helpers and the known-good seed
+//! inputs `gen-corpus` writes to `corpus/<target>/`.
+//!
+//! Each target's input layout is documented beside its seeds here, so a seed and the target
+//! that reads it cannot drift apart.
+
+use rdmablk::fabric::soft::wire::{CmBody, Header, Opcode, Syndrome, FLAG_SOLICITED};
+use rdmablk::nvme::fabrics::CONNECT_DATA_LEN;
+use rdmablk::nvme::features::{fid, NumQueues};
+use rdmablk::nvme::identify::{self, IdentifyController, IdentifyNamespace, NsDescriptor};
+use rdmablk::nvme::io::{encode_dsm_ranges, DsmRange};
+use rdmablk::nvme::log_page::{self, lid, CommandEffects, GetLogPage, SmartLog};
+use rdmablk::nvme::opcodes;
+use rdmablk::nvme::properties::{self, Cc};
+use rdmablk::nvme::sgl::KeyedSgl;
+use rdmablk::nvme::{
+    CmAccept, CmReject, CmRejectStatus, CmRequest, Connect, ConnectData, Cqe, Dsm, GetFeatures,
+    InCapsuleSgl, Nqn, PropertyGet, PropertySet, PropertySize, PushAnswer, PushRequest, PushWindow,
+    PushedSgl, ReadWrite, SetFeatures, Sgl, Sqe, Status, WriteZeroes,
+};
+
+/// `N` bytes from the front of `data`, zero-padded when `data` is shorter, and the rest.
+pub fn take_padded<const N: usize>(data: &[u8]) -> ([u8; N], &[u8]) {
+    let mut out = [0u8; N];
+    let n = data.len().min(N);
+    out[..n].copy_from_slice(&data[..n]);
+    (out, &data[n..])
+}
+
+/// A little-endian u32 from up to 4 bytes at the front of `data` (missing bytes are zero).
+pub fn u32_front(data: &[u8]) -> u32 {
+    let (b, _) = take_padded::<4>(data);
+    u32::from_le_bytes(b)
+}
+
+fn cat(parts: &[&[u8]]) -> Vec<u8> {
+    parts.concat()
+}
+
+/// The admin-queue Connect `nvme connect -t rdma` sends from Linux 6.1: keyed SGL with
+/// invalidate over the 1024 data bytes, qid 0, sqsize 31, kato 5000 ms.
+pub fn linux_admin_connect() -> Sqe {
+    let sgl = Sgl::Keyed(KeyedSgl {
+        addr: 0xFFFF_8881_0A2B_3000,
+        len: CONNECT_DATA_LEN as u32,
+        key: 0x0001_2345,
+        invalidate: true,
+    });
+    Connect {
+        qid: 0,
+        sqsize: 31,
+        cattr: 0,
+        kato_ms: 5000,
+    }
+    .to_sqe(5, &sgl)
+}
+
+/// An I/O-queue Connect with the data in the capsule (qid 1, 128 entries).
+pub fn io_connect_in_capsule() -> Sqe {
+    let sgl = Sgl::InCapsule(InCapsuleSgl {
+        offset: 0,
+        len: CONNECT_DATA_LEN as u32,
+    });
+    Connect {
+        qid: 1,
+        sqsize: 127,
+        cattr: 0,
+        kato_ms: 0,
+    }
+    .to_sqe(1, &sgl)
+}
+
+/// Connect data as the Linux host fills it.
+pub fn linux_connect_data(cntlid: u16) -> [u8; CONNECT_DATA_LEN] {
+    ConnectData {
+        hostid: [0x5a; 16],
+        cntlid,
+        subnqn: Nqn::new("nqn.2024-01.io.rdmablk:ram0").expect("valid NQN"),
+        hostnqn: Nqn::new("nqn.2014-08.org.nvmexpress:uuid:5a5a5a5a-5a5a-5a5a-5a5a-5a5a5a5a5a5a")
+            .expect("valid NQN"),
+    }
+    .encode()
+}
+
+/// `sqe_and_sgl` input: a command capsule (64-byte SQE, then in-capsule data). The last 8
+/// bytes of the SQE's cdw14/cdw15 are not used as limits; limits come from the capsule.
+pub fn seeds_sqe_and_sgl() -> Seeds {
+    let keyed = |len, inv| {
+        Sgl::Keyed(KeyedSgl {
+            addr: 0x7f00_dead_0000,
+            len,
+            key: 0x1234,
+            invalidate: inv,
+        })
+    };
+    let rw = ReadWrite {
+        nsid: 1,
+        slba: 0x10,
+        nlb: 7,
+        fua: false,
+        lr: false,
+        dsm: 0,
+    };
+    let mut read = rw.to_sqe(opcodes::io::READ, 0x21);
+    read.set_sgl(&keyed(4096, true));
+    let mut write_icd = rw.to_sqe(opcodes::io::WRITE, 0x22);
+    write_icd.set_sgl(&Sgl::InCapsule(InCapsuleSgl {
+        offset: 0,
+        len: 512,
+    }));
+    let mut write_push = ReadWrite { fua: true, ..rw }.to_sqe(opcodes::io::WRITE, 3);
+    write_push.dptr = PushedSgl { slot: 3, len: 4096 }.encode();
+    let mut wz = WriteZeroes {
+        nsid: 1,
+        slba: 100,
+        nlb: 15,
+        deallocate: true,
+        fua: false,
+    }
+    .to_sqe(4);
+    wz.set_sgl(&keyed(0, false));
+    vec![
+        ("read_keyed_invalidate", read.to_bytes().to_vec()),
+        (
+            "write_in_capsule",
+            cat(&[&write_icd.to_bytes(), &[0xA5; 512]]),
+        ),
+        ("write_pushed", write_push.to_bytes().to_vec()),
+        ("write_zeroes", wz.to_bytes().to_vec()),
+        ("admin_connect", linux_admin_connect().to_bytes().to_vec()),
+    ]
+}
+
+/// `connect_data` input: the Connect capsule as the target sees it: 64-byte SQE, then the
+/// Connect data (1024 bytes when well formed).
+pub fn seeds_connect_data() -> Seeds {
+    let mut bad_nqn = linux_connect_data(0xFFFF);
+    bad_nqn[256..512].fill(b'x');
+    vec![
+        (
+            "linux_admin_connect",
+            cat(&[
+                &linux_admin_connect().to_bytes(),
+                &linux_connect_data(0xFFFF),
+            ]),
+        ),
+        (
+            "io_connect_in_capsule",
+            cat(&[&io_connect_in_capsule().to_bytes(), &linux_connect_data(1)]),
+        ),
+        (
+            "unterminated_subnqn",
+            cat(&[&linux_admin_connect().to_bytes(), &bad_nqn]),
+        ),
+    ]
+}
+
+/// `cm_private_data` input: byte 0 picks the record (0 request, 1 accept, 2 reject, others
+/// all three); the rest is the received private data.
+pub fn seeds_cm_private_data() -> Seeds {
+    let linux = CmRequest {
+        qid: 1,
+        hrqsize: 128,
+        hsqsize: 127,
+        cntlid: 0,
+        push: None,
+    };
+    let push = CmRequest {
+        push: Some(PushRequest {
+            slots: 0,
+            slot_bytes: 0,
+        }),
+        ..linux
+    };
+    let window = PushWindow::new(0x7f00_0000_0000, 0x99, 128, 8192).expect("valid window");
+    let acc = |push| CmAccept { crqsize: 128, push }.encode();
+    let rej = CmReject {
+        status: CmRejectStatus::InvalidHsqsize,
+    }
+    .encode();
+    // InfiniBand CM pads private data to 56 bytes.
+    let padded = cat(&[&[0], &linux.encode(), &[0; 24]]);
+    vec![
+        ("request_linux", cat(&[&[0], &linux.encode()])),
+        ("request_linux_ib_padded", padded),
+        ("request_push", cat(&[&[0], &push.encode()])),
+        ("accept_standard", cat(&[&[1], &acc(PushAnswer::Absent)])),
+        ("accept_declined", cat(&[&[1], &acc(PushAnswer::Declined)])),
+        (
+            "accept_granted",
+            cat(&[&[1], &acc(PushAnswer::Granted(window))]),
+        ),
+        ("reject_hsqsize", cat(&[&[2], &rej])),
+    ]
+}
+
+/// `cqe_identify` input: a 16-byte response capsule, then one 4096-byte data page (Identify
+/// or log page) that every page decoder reads (zero-padded when short).
+pub fn seeds_cqe_identify() -> Seeds {
+    let ok = Cqe::success(0, 0, 1, 1).to_bytes();
+    let mut invalid = Cqe::error(5, 0, 1, Status::CONNECT_INVALID_PARAMETERS.with_dnr());
+    invalid.dw0 = 0x0001_0100;
+    let mut ctrl = IdentifyController::nvmf_defaults(
+        1,
+        Nqn::new("nqn.2024-01.io.rdmablk:ram0").expect("valid NQN"),
+        8192,
+    );
+    ctrl.sn = rdmablk::nvme::ascii_padded("0123456789abcdef");
+    ctrl.mn = rdmablk::nvme::ascii_padded("rdmablk");
+    ctrl.nn = 2;
+    let ns = IdentifyNamespace::simple(2_097_152, 12).encode();
+    let list = identify::encode_ns_list(&[1, 2, 5], 0);
+    let descs = identify::encode_ns_descriptors(&[
+        NsDescriptor::Nguid([1; 16]),
+        NsDescriptor::Uuid([2; 16]),
+        NsDescriptor::Csi(0),
+    ]);
+    let smart = SmartLog {
+        temperature_k: 300,
+        avail_spare: 100,
+        power_cycles: 3,
+        ..SmartLog::default()
+    };
+    let mut effects = CommandEffects::default();
+    effects.admin[usize::from(opcodes::admin::IDENTIFY)] = log_page::effects::CSUPP;
+    effects.io[usize::from(opcodes::io::WRITE)] =
+        log_page::effects::CSUPP | log_page::effects::LBCC;
+    vec![
+        ("connect_ok", ok.to_vec()),
+        ("connect_invalid_subnqn", invalid.to_bytes().to_vec()),
+        ("identify_controller", cat(&[&ok, &ctrl.encode()])),
+        ("identify_namespace", cat(&[&ok, &ns])),
+        ("ns_list", cat(&[&ok, &list])),
+        ("ns_descriptors", cat(&[&ok, &descs])),
+        ("smart_log", cat(&[&ok, &smart.encode()])),
+        ("command_effects", cat(&[&ok, &effects.encode()])),
+        (
+            "changed_ns",
+            cat(&[&ok, &log_page::encode_changed_ns(&[3, 4])]),
+        ),
+    ]
+}
+
+/// `property_and_features` input: a 64-byte SQE (read as every Fabrics property command,
+/// feature command, Get Log Page and DSM), then its data (DSM ranges, or a log page to window).
+pub fn seeds_property_and_features() -> Seeds {
+    let cap = PropertyGet {
+        size: PropertySize::Eight,
+        offset: properties::CAP,
+    }
+    .to_sqe(1);
+    let cc = Cc::default().with_en(true).with_iosqes(6).with_iocqes(4);
+    let set_cc = PropertySet {
+        size: PropertySize::Four,
+        offset: properties::CC,
+        value: u64::from(cc.0),
+    }
+    .to_sqe(2);
+    let nq = SetFeatures {
+        fid: fid::NUM_QUEUES,
+        save: false,
+        nsid: 0,
+        value: NumQueues::both(4).to_dword(),
+    }
+    .to_sqe(3);
+    let get = GetFeatures {
+        fid: fid::KEEP_ALIVE_TIMER,
+        select: 0,
+        nsid: 0,
+        cdw11: 0,
+    }
+    .to_sqe(4);
+    let log = GetLogPage::new(lid::SMART, 0xFFFF_FFFF, 0, 512).to_sqe(5);
+    let ranges = [
+        DsmRange {
+            cattr: 0,
+            nlb: 8,
+            slba: 0,
+        },
+        DsmRange {
+            cattr: 0,
+            nlb: 16,
+            slba: 4096,
+        },
+    ];
+    let dsm = Dsm {
+        nsid: 1,
+        nr: 1,
+        idr: false,
+        idw: false,
+        deallocate: true,
+    }
+    .to_sqe(6);
+    vec![
+        ("property_get_cap", cap.to_bytes().to_vec()),
+        ("property_set_cc", set_cc.to_bytes().to_vec()),
+        ("set_features_num_queues", nq.to_bytes().to_vec()),
+        ("get_features_kato", get.to_bytes().to_vec()),
+        (
+            "get_log_page_smart",
+            cat(&[&log.to_bytes(), &SmartLog::default().encode()]),
+        ),
+        (
+            "dsm_deallocate",
+            cat(&[&dsm.to_bytes(), &encode_dsm_ranges(&ranges)]),
+        ),
+    ]
+}
+
+/// `soft_wire_frame` input: a byte stream of soft-provider frames, as a QP's receive side
+/// reads it from its TCP connection.
+pub fn seeds_soft_wire_frame() -> Seeds {
+    let cm = |op, pd: &[u8]| {
+        let mut out = Vec::new();
+        CmBody {
+            initiator_depth: 16,
+            responder_resources: 16,
+            qpn: 7,
+            max_send_wr: 256,
+            private_data: pd,
+        }
+        .encode_frame(op, &mut out);
+        out
+    };
+    let req = CmRequest {
+        qid: 0,
+        hrqsize: 32,
+        hsqsize: 31,
+        cntlid: 0,
+        push: Some(PushRequest {
+            slots: 32,
+            slot_bytes: 8192,
+        }),
+    }
+    .encode();
+    let acc = CmAccept {
+        crqsize: 32,
+        push: PushAnswer::Declined,
+    }
+    .encode();
+    let rej = CmReject {
+        status: CmRejectStatus::NoResources,
+    }
+    .encode();
+    let frame = |mut h: Header, payload: &[u8]| {
+        h.length = payload.len() as u32;
+        cat(&[&h.encode(), payload])
+    };
+    let mut send = Header::new(Opcode::Send, 1, 7);
+    send.flags = FLAG_SOLICITED;
+    let mut send_inv = Header::new(Opcode::SendInv, 2, 7);
+    send_inv.rkey = 0x44;
+    let mut write = Header::new(Opcode::Write, 3, 7);
+    (write.remote_addr, write.rkey) = (0x1000, 0x55);
+    let mut read = Header::new(Opcode::ReadReq, 4, 7);
+    (read.remote_addr, read.rkey) = (0x2000, 0x55);
+    let mut nak = Header::new(Opcode::Nak, 5, 7);
+    nak.syndrome = Syndrome::Rnr;
+    let mut read_req = read.encode();
+    read_req[20..24].copy_from_slice(&4096u32.to_le_bytes());
+    let capsule = linux_admin_connect().to_bytes();
+    let connected = cat(&[
+        &frame(Header::new(Opcode::Rtu, 0, 7), &[]),
+        &frame(send, &capsule),
+        &frame(send_inv, &Cqe::success(1, 1, 2, 0).to_bytes()),
+        &frame(write, &[0xEE; 64]),
+        &read_req,
+        &frame(Header::new(Opcode::ReadResp, 4, 7), &[0xCC; 64]),
+        &frame(Header::new(Opcode::Ack, 3, 7), &[]),
+        &frame(nak, &[]),
+        &frame(Header::new(Opcode::Disconnect, 0, 7), &[]),
+    ]);
+    vec![
+        ("connect_req_push", cm(Opcode::ConnectReq, &req)),
+        ("accept", cm(Opcode::Accept, &acc)),
+        ("reject", cm(Opcode::Reject, &rej)),
+        ("connected_stream", connected),
+    ]
+}
+
+/// Named seed inputs of one target.
+pub type Seeds = Vec<(&'static str, Vec<u8>)>;
+
+/// Every target's seeds, by target name.
+pub fn all_seeds() -> Vec<(&'static str, Seeds)> {
+    vec![
+        ("sqe_and_sgl", seeds_sqe_and_sgl()),
+        ("connect_data", seeds_connect_data()),
+        ("cm_private_data", seeds_cm_private_data()),
+        ("cqe_identify", seeds_cqe_identify()),
+        ("property_and_features", seeds_property_and_features()),
+        ("soft_wire_frame", seeds_soft_wire_frame()),
+    ]
+}
