@@ -24,7 +24,7 @@ rdmablk_apt_install() {
 }
 
 # Build dependencies: the verbs headers and libraries bindgen and the linker need, and libclang.
-RDMABLK_BUILD_PKGS=(libibverbs-dev librdmacm-dev libclang-dev clang pkg-config gcc)
+RDMABLK_BUILD_PKGS=(libibverbs-dev librdmacm-dev libclang-dev clang pkg-config gcc g++)
 # What tools/test-rxe needs to run a Soft-RoCE VM, plus the Linux NVMe-oF peers' user tools.
 RDMABLK_VM_PKGS=(qemu-system-x86 busybox-static cpio kmod rdma-core ibverbs-utils iproute2
   nvme-cli fio)
