@@ -48,7 +48,8 @@ def load(path):
         v = pct.get(name)
         return None if v is None else v / 1000.0
 
-    errors = int(job.get("error", 0) or 0) + int(o.get("errors", 0) or 0)
+    # failed I/Os: rdmablk-perf counts them per op and per job (the same I/Os); fio per job
+    errors = max(int(job.get("error", 0) or 0), int(o.get("errors", 0) or 0))
     return o["iops"], p("50.000000"), p("99.000000"), errors
 
 
@@ -147,7 +148,8 @@ def rxe_vs_kernel(d):
     for w in order:
         backing, tool, workload = w.split(" ", 2)
         r, n = points.get((w, "rdmablk")), points.get((w, "nvmet"))
-        host = "Linux nvme-rdma + fio" if tool == "fio" else "rdmablk-perf"
+        host = {"fio": "Linux nvme-rdma + fio", "perf": "rdmablk-perf",
+                "perfpush": "rdmablk-perf, push writes"}.get(tool, tool)
         rows.append([backing, host, workload, cell_iops(r), cell_iops(n), ratio(r, n),
                      fmt_lat(r), fmt_lat(n)])
     print_table(rows)
