@@ -105,6 +105,33 @@ def read_manifest(d):
     return points, order, notes
 
 
+def read_reports(d):
+    """{(workload, column): report file name} from DIR/manifest."""
+    out = {}
+    with open(os.path.join(d, "manifest")) as f:
+        for line in f:
+            parts = line.rstrip("\n").split("\t")
+            if len(parts) == 5:
+                out[(parts[1], parts[2])] = parts[3]
+    return out
+
+
+def rxe_counter(d, report, name):
+    """A counter's change over one point, from REPORT's .rxe file ("-" if none)."""
+    if not report:
+        return "-"
+    path = os.path.join(d, report[: -len(".json")] + ".rxe")
+    try:
+        with open(path) as f:
+            for line in f:
+                k, _, v = line.partition(" ")
+                if k == name:
+                    return v.strip()
+        return "0"
+    except OSError:
+        return "-"
+
+
 def cell_iops(pt):
     if isinstance(pt, str):
         return "ERR"
@@ -142,16 +169,19 @@ def soft_vs_local(d):
 
 def rxe_vs_kernel(d):
     points, order, notes = read_manifest(d)
+    reports = read_reports(d)
     # workload keys are "BACKING TOOL WORKLOAD" (e.g. "null fio 4k-randread-qd1")
     rows = [["backing", "host", "workload", "rdmablk IOPS", "nvmet IOPS", "rdmablk / nvmet",
-             "rdmablk p50/p99 us", "nvmet p50/p99 us"]]
+             "rdmablk p50/p99 us", "nvmet p50/p99 us", "RNR rdmablk/nvmet"]]
     for w in order:
         backing, tool, workload = w.split(" ", 2)
         r, n = points.get((w, "rdmablk")), points.get((w, "nvmet"))
         host = {"fio": "Linux nvme-rdma + fio", "perf": "rdmablk-perf",
                 "perfpush": "rdmablk-perf, push writes"}.get(tool, tool)
+        rnr = "/".join(rxe_counter(d, reports.get((w, c)), "rcvd_rnr_err")
+                       for c in ("rdmablk", "nvmet"))
         rows.append([backing, host, workload, cell_iops(r), cell_iops(n), ratio(r, n),
-                     fmt_lat(r), fmt_lat(n)])
+                     fmt_lat(r), fmt_lat(n), rnr])
     print_table(rows)
     print_notes(notes)
 
