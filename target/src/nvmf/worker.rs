@@ -842,13 +842,23 @@ fn respond(conn: &mut Connection, slot: u32, ctx: &mut Ctx<'_>) {
     if let Err(e) = conn.post_response(slot) {
         tracing::warn!(peer = %conn.peer, error = %e, "response not posted");
         begin_close(conn, "response not posted", ctx.shared);
+        return;
     }
+    // The data phase is over once the response is posted: RC ordering delivers any RDMA
+    // WRITE of the data slot before the response, so a host that has seen the response may
+    // reuse the command ID, and push into its slot, before the SEND's completion reaches us.
+    release_push_slot(conn, slot);
 }
 
 fn free(conn: &mut Connection, slot: u32) {
     let qid = conn.qid;
+    conn.reqs[slot as usize].enter(ReqState::Free, qid, slot);
+    release_push_slot(conn, slot);
+}
+
+/// Gives back request `slot`'s push data slot, if it holds one.
+fn release_push_slot(conn: &mut Connection, slot: u32) {
     let r = &mut conn.reqs[slot as usize];
-    r.enter(ReqState::Free, qid, slot);
     if r.holds_push_slot {
         r.holds_push_slot = false;
         let ds = r.data_slot as usize;
