@@ -280,6 +280,12 @@ impl Target {
         self.shared.arena.stats()
     }
 
+    /// The remote key of the arena's memory region. The region is registered without remote
+    /// access, so the key lets no host touch the arena (isolation tests use it as a guess).
+    pub fn arena_rkey(&self) -> Option<u32> {
+        self.shared.arena.mr().map(|mr| mr.rkey())
+    }
+
     /// Queues connected right now.
     pub fn connections(&self) -> usize {
         self.shared.connections.load(Ordering::Acquire)
