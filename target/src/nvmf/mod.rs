@@ -5,7 +5,7 @@
 //!  ─────────────────────────────────           ───────────────────────────────────────
 //!  get_request ─▶ CM private data checks        own: one CQ, the namespace queues (io_uring)
 //!             ─▶ carve a Window (arena)         poll CQ ─▶ requests' state machines
-//!             ─▶ create QP on a worker's CQ ──▶ post receives, bind MW (push), accept
+//!             ─▶ create QP on a worker's CQ ──▶ post receives, accept, bind MW (push)
 //!                (round robin)                  poll backends ─▶ RDMA WRITE + SEND
 //!                                               keep-alive, CM events, teardown
 //! ```
