@@ -37,11 +37,15 @@ fi
 
 # The end-to-end suites, on verbs instead of their default soft provider.
 export RDMABLK_E2E_PROVIDER=verbs RDMABLK_E2E_ADDR=$RXE_ADDR
+# Warnings of the in-process target and initiator (keep-alive teardowns, failed work requests)
+# go to the test's captured output, which libtest prints only for a failing test.
+[ -n "${RUST_LOG:-}" ] || { export RUST_LOG=warn; OWN_RUST_LOG=1; }
 run_step e2e-target "$E2E_TARGET" --test-threads=1
 run_step e2e-initiator "$E2E_INITIATOR" --test-threads=1
 run_step lifecycle "$LIFECYCLE" repeated_abort host_process_killed abort_with_backend \
   --test-threads=1
 unset RDMABLK_E2E_PROVIDER RDMABLK_E2E_ADDR
+[ -z "${OWN_RUST_LOG:-}" ] || unset RUST_LOG
 
 # Interop with the Linux kernel's own NVMe-oF host and target.
 RXE_VM_IP=$RXE_ADDR run_step linux-host bash "$ROOT/tests/vm/linux-host.sh"

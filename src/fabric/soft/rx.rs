@@ -140,12 +140,16 @@ impl Rx {
     }
 
     /// A request failed at the responder: NAK it and move this QP to the error state.
+    ///
+    /// The NAK is queued first (queued responses still go in the error state): the error
+    /// flushes this QP's receives, and a disconnect the application starts on seeing such a
+    /// flush then goes out after the NAK instead of overtaking it, so the requester learns the
+    /// real cause (e.g. REMOTE_ACCESS_ERROR) rather than a flush.
     fn responder_error(&self, psn: u32, syn: Syndrome) -> Result<(), Closed> {
-        {
-            let mut sq = self.sh.lock_sq();
-            self.sh.fail(&mut sq);
-        }
-        self.respond(psn, RespKind::Nak(syn))
+        let r = self.respond(psn, RespKind::Nak(syn));
+        let mut sq = self.sh.lock_sq();
+        self.sh.fail(&mut sq);
+        r
     }
 
     /// Whether to execute request `h`; if not, its payload is consumed (and, in the error

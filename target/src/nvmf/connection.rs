@@ -1,25 +1,38 @@
 //! One queue (RDMA connection): its QP, its window of the arena, its requests, and its
 //! teardown.
 //!
+//! # The remote key of a push connection
+//! A host that negotiated push writes gets a key over its queue's data slots, and only over
+//! them. With memory windows, the type-2 window is bound over a memory region registered at
+//! connect time for exactly that data area (`LOCAL_WRITE | MW_BIND`, no remote access of its
+//! own), never over the arena's region: a device that checks a window's accesses against its
+//! region's range instead of the window's bounds (Soft-RoCE on Linux 6.1 does) still confines
+//! the host to its own data area. Local work requests keep using the arena region's lkey.
+//! Without windows the key is a region over that data area with remote write.
+//!
 //! # Teardown and the window's memory
 //! A connection's window may be named by three things that outlive a disconnect: work
 //! requests on its QP (receives, RDMA READ/WRITE, SENDs), backend I/O into its data slots
-//! (io_uring writes into them), and, on push-write connections, a remote key (a type-2
-//! memory window, or the per-connection memory region fallback). The window returns to the
-//! arena only after all three are gone:
+//! (io_uring writes into them), and, on push-write connections, a remote key. The window
+//! returns to the arena only after all three are gone:
 //! 1. target-initiated teardown of a healthy queue first posts LOCAL_INV of the memory window
 //!    and waits for it, so the key is dead before the host is even told;
-//! 2. `disconnect` puts the QP in the error state: every posted WR completes (flushed);
-//!    the worker waits for those completions and for every backend operation of the queue
-//!    (backend I/O is always waited for; RDMA completions for at most [`DRAIN_TIMEOUT`]);
-//! 3. the connection is dropped, fields in declaration order: the QP is destroyed (no WR of
-//!    it can execute any more), then the memory window is deallocated (or the fallback region
-//!    deregistered), then the [`Window`] frees its space.
+//! 2. `disconnect` puts the QP in the error state (no remote access can execute any more):
+//!    every posted WR completes (flushed); the worker waits for those completions and for
+//!    every backend operation of the queue (backend I/O is always waited for; RDMA
+//!    completions for at most [`DRAIN_TIMEOUT`]);
+//! 3. the connection is dropped, fields in declaration order: the remote key first (the
+//!    memory window is deallocated, then its region deregistered; or the fallback region
+//!    deregistered), then the QP is destroyed, then the [`Window`] frees its space.
 //!
-//! The guarantee relied on for the remote key is therefore the deallocation in step 3
-//! (`ibv_dealloc_mw` / `ibv_dereg_mr` make the key invalid) after the QP's destruction; the
-//! LOCAL_INV of step 1 is an early revocation, not what correctness rests on, because a host
-//! that disconnects first leaves the QP in the error state where LOCAL_INV can only flush.
+//! The guarantee relied on for the remote key is the deallocation in step 3
+//! (`ibv_dealloc_mw` / `ibv_dereg_mr` make the key invalid at once) before the memory is
+//! freed; the LOCAL_INV of step 1 is an early revocation, not what correctness rests on,
+//! because a host that disconnects first leaves the QP in the error state where LOCAL_INV can
+//! only flush. The window goes before the QP on purpose: a bound type-2 window may hold a
+//! reference on its QP (rxe does, and `rxe_destroy_qp` then blocks the worker for about 50 s
+//! before it gives up with a kernel warning), and a region cannot be deregistered while a
+//! window is bound over it (rxe: EINVAL).
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -40,18 +53,20 @@ pub const INVALIDATE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Async Event Requests held at once (Identify Controller AERL + 1).
 pub const MAX_HELD_AERS: usize = 4;
 
-/// The remote key of a push-write connection's data area.
+/// The remote key of a push-write connection's data area. Field order is drop order.
 pub enum RemoteKey {
-    /// A type-2 memory window bound through this connection's QP.
-    Window(Mw),
-    /// Fallback where the device has no windows: a memory region over the data area only.
+    /// A type-2 memory window bound through this connection's QP over `mr`, a region that
+    /// covers exactly the connection's data area and grants no remote access itself.
+    Window { mw: Mw, mr: Mr },
+    /// Fallback where the device has no windows: a memory region over the data area only,
+    /// with remote write.
     Region(Mr),
 }
 
 impl RemoteKey {
     pub fn rkey(&self) -> u32 {
         match self {
-            RemoteKey::Window(w) => w.rkey(),
+            RemoteKey::Window { mw, .. } => mw.rkey(),
             RemoteKey::Region(r) => r.rkey(),
         }
     }
@@ -70,11 +85,11 @@ pub enum Phase {
     Draining { since: Instant },
 }
 
-/// One queue. Field order is drop order: QP, then remote key, then window (see the module
+/// One queue. Field order is drop order: remote key, then QP, then window (see the module
 /// documentation).
 pub struct Connection {
-    pub qp: Qp,
     pub remote_key: Option<RemoteKey>,
+    pub qp: Qp,
     pub window: Window,
     /// Key of this connection in its worker (slab index | generation << 16).
     pub key: u32,
@@ -249,7 +264,7 @@ impl Connection {
 
     /// Posts LOCAL_INV of the push memory window; false if there is none to invalidate.
     pub fn post_invalidate(&mut self) -> bool {
-        let Some(RemoteKey::Window(mw)) = &self.remote_key else {
+        let Some(RemoteKey::Window { mw, .. }) = &self.remote_key else {
             return false;
         };
         let wr = SendWr {

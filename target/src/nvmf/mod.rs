@@ -5,7 +5,7 @@
 //!  ─────────────────────────────────           ───────────────────────────────────────
 //!  get_request ─▶ CM private data checks        own: one CQ, the namespace queues (io_uring)
 //!             ─▶ carve a Window (arena)         poll CQ ─▶ requests' state machines
-//!             ─▶ create QP on a worker's CQ ──▶ post receives, bind MW (push), accept
+//!             ─▶ create QP on a worker's CQ ──▶ post receives, accept, bind MW (push)
 //!                (round robin)                  poll backends ─▶ RDMA WRITE + SEND
 //!                                               keep-alive, CM events, teardown
 //! ```
@@ -286,6 +286,12 @@ impl Target {
     /// Arena accounting (bytes in use return to 0 when every host has gone).
     pub fn arena_stats(&self) -> ArenaStats {
         self.shared.arena.stats()
+    }
+
+    /// The remote key of the arena's memory region. The region is registered without remote
+    /// access, so the key lets no host touch the arena (isolation tests use it as a guess).
+    pub fn arena_rkey(&self) -> Option<u32> {
+        self.shared.arena.mr().map(|mr| mr.rkey())
     }
 
     /// Queues connected right now.

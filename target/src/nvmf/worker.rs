@@ -15,7 +15,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
-use rdmablk::fabric::{Access, CmEvent, ConnParam, Cq, Qp, SendFlags, SendWr, Wc, WcStatus, WrOp};
+use rdmablk::fabric::{
+    Access, CmEvent, ConnParam, Cq, Mr, Pd, Qp, SendFlags, SendWr, Wc, WcStatus, WrOp,
+};
 use rdmablk::nvme::{CmAccept, PushAnswer, PushRequest, PushWindow, Sqe, Status, SQE_LEN};
 
 use super::command::{self, Next};
@@ -276,8 +278,8 @@ impl Worker {
         self.accept(key);
     }
 
-    /// Sets up the push window if the host asked for one and it can be had; posts the bind
-    /// of a memory window (the accept waits for its completion).
+    /// Sets up the push window if the host asked for one and it can be had (the memory
+    /// window's bind is posted right after the accept, by `bind_push_window`).
     fn setup_push(
         &mut self,
         conn: &mut Connection,
@@ -294,45 +296,13 @@ impl Worker {
         let area = conn.window.data_area();
         let layout = *conn.window.layout();
         let slots = layout.queue_depth.min(u32::from(u16::MAX)) as u16;
-        let key = if self.shared.has_mw {
-            match self.shared.pd.alloc_mw() {
-                Ok(mw) => Some(RemoteKey::Window(mw)),
-                Err(e) => {
-                    tracing::warn!(error = %e, "no memory window for a push connection");
-                    None
-                }
-            }
-        } else {
-            // SAFETY: the region covers this connection's data area, inside its window, which
-            // stays mapped while the connection lives; the connection drops the region (field
-            // `remote_key`) before its window, and after its QP, so no work request or peer
-            // access through it can outlive the memory. The data area is only touched through
-            // raw pointers and the arena's region, never through Rust references.
-            let mr = unsafe {
-                self.shared.pd.register_raw(
-                    area.as_ptr(),
-                    area.len,
-                    Access::LOCAL_WRITE | Access::REMOTE_WRITE,
-                )
-            };
-            match mr {
-                Ok(mr) => {
-                    tracing::debug!(peer = %conn.peer, "push window through a per-connection memory region");
-                    Some(RemoteKey::Region(mr))
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot register a push region");
-                    None
-                }
-            }
-        };
-        let Some(key) = key else {
+        let Some(key) = self.push_key(conn) else {
             return PushAnswer::Declined;
         };
         // A window's key changes at its bind, which can only be posted once the QP is
         // accepted: offer the key the bind will give it (ibv_inc_rkey, both providers).
         let rkey = match &key {
-            RemoteKey::Window(mw) => next_rkey(mw.rkey()),
+            RemoteKey::Window { mw, .. } => next_rkey(mw.rkey()),
             RemoteKey::Region(mr) => mr.rkey(),
         };
         let Some(grant) = PushWindow::new(area.addr, rkey, slots, layout.data_slot_bytes as u32)
@@ -343,6 +313,30 @@ impl Worker {
         conn.push = Some(grant);
         conn.push_busy = vec![false; usize::from(slots)].into_boxed_slice();
         PushAnswer::Granted(grant)
+    }
+
+    /// The remote key of a push connection's data area: a memory window plus the region it
+    /// will be bound over (covering only the data area, no remote access of its own), or where
+    /// the device has no windows a region over the data area with remote write. None (the
+    /// push is declined) if the device refuses either.
+    fn push_key(&self, conn: &Connection) -> Option<RemoteKey> {
+        let pd = &self.shared.pd;
+        if !self.shared.has_mw {
+            let mr = register_data_area(conn, pd, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+            tracing::debug!(peer = %conn.peer, "push window through a per-connection memory region");
+            return Some(RemoteKey::Region(mr));
+        }
+        let mw = match pd.alloc_mw() {
+            Ok(mw) => mw,
+            Err(e) => {
+                tracing::warn!(peer = %conn.peer, error = %e, "no memory window for a push connection");
+                return None;
+            }
+        };
+        // The window is bound over this region, not over the arena's: see the `connection`
+        // module documentation (devices that bound a window by its region's range).
+        let mr = register_data_area(conn, pd, Access::LOCAL_WRITE | Access::MW_BIND)?;
+        Some(RemoteKey::Window { mw, mr })
     }
 
     fn accept(&mut self, key: u32) {
@@ -447,9 +441,7 @@ impl Worker {
             return;
         };
         conn.sends_out -= 1;
-        if wc.status.is_success() {
-            self.accept(id.conn);
-        } else {
+        if !wc.status.is_success() {
             tracing::warn!(peer = %conn.peer, status = %wc.status, "memory window bind failed");
             begin_close(conn, "memory window bind failed", ctx.shared);
         }
@@ -715,6 +707,25 @@ impl Worker {
 
 // -------------------------------------------------------------------- request flow
 
+/// Registers a memory region over exactly `conn`'s data area.
+fn register_data_area(conn: &Connection, pd: &Pd, access: Access) -> Option<Mr> {
+    let area = conn.window.data_area();
+    // SAFETY: the region covers this connection's data area, inside its window, which stays
+    // mapped while the connection lives; the connection drops the region (field `remote_key`)
+    // before its window, once its QP is in the error state and drained, so no work request or
+    // peer access through it can outlive the memory. The data area is only touched through
+    // raw pointers and the arena's region, never through Rust references.
+    let mr = unsafe { pd.register_raw(area.as_ptr(), area.len, access) };
+    match mr {
+        Ok(mr) => Some(mr),
+        Err(e) => {
+            tracing::warn!(peer = %conn.peer, error = %e, len = area.len,
+                "cannot register a push connection's data area");
+            None
+        }
+    }
+}
+
 /// The key a type-2 window gets at its next bind (`ibv_inc_rkey`: same index, tag + 1).
 fn next_rkey(rkey: u32) -> u32 {
     (rkey & 0xFFFF_FF00) | (rkey.wrapping_add(1) & 0xFF)
@@ -724,7 +735,7 @@ fn next_rkey(rkey: u32) -> u32 {
 /// The send queue executes in order, so the bind is done before the response to the
 /// queue's Connect: a host pushes only after that response. True if nothing was to be bound.
 fn bind_push_window(conn: &mut Connection) -> bool {
-    let Some(RemoteKey::Window(mw)) = &conn.remote_key else {
+    let Some(RemoteKey::Window { mw, mr }) = &conn.remote_key else {
         return true;
     };
     let area = conn.window.data_area();
@@ -733,7 +744,7 @@ fn bind_push_window(conn: &mut Connection) -> bool {
         wr_id: WrId::new(conn.key, WrKind::Bind, 0).encode(),
         op: WrOp::BindMw {
             mw,
-            mr: conn.mr(),
+            mr,
             addr: area.addr,
             length: area.len as u64,
             access: Access::REMOTE_WRITE,
@@ -866,13 +877,23 @@ fn respond(conn: &mut Connection, slot: u32, ctx: &mut Ctx<'_>) {
     if let Err(e) = conn.post_response(slot) {
         tracing::warn!(peer = %conn.peer, error = %e, "response not posted");
         begin_close(conn, "response not posted", ctx.shared);
+        return;
     }
+    // The data phase is over once the response is posted: RC ordering delivers any RDMA
+    // WRITE of the data slot before the response, so a host that has seen the response may
+    // reuse the command ID, and push into its slot, before the SEND's completion reaches us.
+    release_push_slot(conn, slot);
 }
 
 fn free(conn: &mut Connection, slot: u32) {
     let qid = conn.qid;
+    conn.reqs[slot as usize].enter(ReqState::Free, qid, slot);
+    release_push_slot(conn, slot);
+}
+
+/// Gives back request `slot`'s push data slot, if it holds one.
+fn release_push_slot(conn: &mut Connection, slot: u32) {
     let r = &mut conn.reqs[slot as usize];
-    r.enter(ReqState::Free, qid, slot);
     if r.holds_push_slot {
         r.holds_push_slot = false;
         let ds = r.data_slot as usize;
