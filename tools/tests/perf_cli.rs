@@ -266,8 +266,10 @@ fn progress_line_on_stderr() {
 fn setup_and_usage_errors_exit_1_with_a_clear_message() {
     let f = TempFile::new("/tmp", "usage");
     for (target, args, needle) in [
-        ("rdma://127.0.0.1:4420/nqn.x", &[][..], "not built yet"),
-        ("soft://127.0.0.1:4420/nqn.x", &[][..], "not built yet"),
+        // Nobody serves these (and this machine may have no RDMA device): a setup error that
+        // names the target, not a hang.
+        ("rdma://127.0.0.1:1/nqn.x", &[][..], "127.0.0.1:1"),
+        ("soft://127.0.0.1:1/nqn.x", &[][..], "127.0.0.1:1"),
         (
             "file:/nonexistent-dir/x",
             &[][..],
@@ -289,7 +291,4 @@ fn setup_and_usage_errors_exit_1_with_a_clear_message() {
             text(&r.stderr)
         );
     }
-    let r = Command::new(BIN).arg("--embedded").output().unwrap();
-    assert_exit(&r, 1);
-    assert!(text(&r.stderr).contains("not built yet"));
 }

@@ -441,25 +441,4 @@ mod tests {
         drop(region);
         assert_eq!(bufs[2].as_slice()[0], 3, "buffers keep the region alive");
     }
-
-    #[test]
-    fn remote_schemes_say_not_built_yet() {
-        let opts = OpenOptions {
-            numjobs: 1,
-            queue_depth: 1,
-            write: false,
-            direct: true,
-            min_file_len: None,
-        };
-        for t in ["rdma://1.2.3.4:4420/nqn.a", "soft://h:4420/nqn.a"] {
-            let t = crate::perf::args::parse_target(t).unwrap();
-            let e = open(&t, &opts).err().unwrap().to_string();
-            assert!(e.contains("not built yet"), "{e}");
-        }
-        assert!(open(&Target::Embedded, &opts)
-            .err()
-            .unwrap()
-            .to_string()
-            .contains("not built"));
-    }
 }
