@@ -812,6 +812,44 @@ fn push_windows_isolate_clients() {
     t.shutdown();
 }
 
+/// Regression: the target reposted a command's receive only when its response SEND completed,
+/// but a host may send its next command as soon as it sees the response. With every queue
+/// entry in use (depth - 1 commands in flight) that next capsule found no receive posted: an
+/// RNR NAK, which on real RDMA stalls the host for the RNR timer (655 ms with RDMA CM's
+/// defaults). Here the host's RNR retry count is 0, so a missing receive fails the test.
+#[test]
+fn host_resending_at_each_response_never_meets_a_missing_receive() {
+    let (t, addr) = start_target("64MiB", "");
+    let (admin, cntlid) = admin_queue(addr, 0);
+    let depth = CMD_SLOTS as u16 + 1;
+    let cm = cm_request(1, depth).encode().to_vec();
+    let mut h = Host::connect_rnr(addr, cm, u32::from(depth), 0).expect("I/O CM connect");
+    let c = h.fabrics_connect(1, SUBNQN, HOSTNQN, cntlid, 0);
+    assert!(c.status.is_success(), "I/O connect: {}", c.status);
+    let in_flight = u16::from(depth) - 1;
+    let mut next_cid = 100u16;
+    let mut send_flush = |h: &Host| {
+        next_cid = next_cid.wrapping_add(1).max(100);
+        h.send_capsule(&rdmablk::nvme::io::flush_sqe(1, next_cid).to_bytes());
+    };
+    for _ in 0..in_flight {
+        send_flush(&h);
+    }
+    for i in 0..2_000 {
+        let cqe = h
+            .wait_response()
+            .unwrap_or_else(|e| panic!("command {i}: {e} (an RNR means no receive was posted)"));
+        assert!(cqe.status.is_success(), "command {i}: {}", cqe.status);
+        send_flush(&h);
+    }
+    for _ in 0..in_flight {
+        h.wait_response().expect("last responses");
+    }
+    drop(h);
+    drop(admin);
+    wait_idle(&t);
+}
+
 #[test]
 fn io_opcodes_are_unknown_on_the_admin_queue() {
     let (t, addr) = start_target("32MiB", "");

@@ -139,14 +139,14 @@ fn copy_in_capsule(conn: &mut Connection, slot: u32, c: InCapsuleSgl) -> Result<
     {
         return Err(Status::SGL_INVALID_DATA_LENGTH.with_dnr());
     }
-    let src = conn.window.recv_slot(slot);
+    let src = conn.window.recv_slot(r.recv_slot);
     let dst = conn.window.data_slot(r.data_slot);
     debug_assert!(rdmablk::nvme::SQE_LEN + off + c.len as usize <= src.len);
     debug_assert!(c.len as usize <= dst.len);
     // SAFETY: both ranges lie inside this connection's window (checked against the capsule
     // slot and data slot sizes above), which the arena keeps mapped while the connection
-    // lives. Neither is a DMA target right now: the receive completed and is not reposted
-    // until this request is free, and the data slot belongs to this request alone, which
+    // lives. Neither is a DMA target right now: the receive completed and is reposted only
+    // once this request is prepared, and the data slot belongs to this request alone, which
     // has no RDMA or backend operation in flight yet. They do not overlap (the receive and
     // data areas of a window are disjoint).
     unsafe {

@@ -98,7 +98,16 @@ pub struct Connection {
     pub lkey: u32,
     pub peer: SocketAddr,
     pub phase: Phase,
+    /// Request contexts (response slot and data slot `i` each), taken from `free_reqs` when a
+    /// capsule arrives. They are separate from receive buffers: a receive is reposted as soon
+    /// as its capsule is decoded, while its request may still wait for its response SEND to
+    /// complete.
     pub reqs: Box<[Request]>,
+    /// Free request contexts (capacity `depth`).
+    pub free_reqs: Vec<u32>,
+    /// Capsules that arrived while every request context was waiting for its response SEND's
+    /// completion: `(receive slot, bytes)`, served in order as contexts free up.
+    pub pending_capsules: VecDeque<(u32, u32)>,
     /// RDMA READs this queue may have in flight (negotiated read depth).
     pub read_depth: u32,
     pub reads_in_flight: u32,

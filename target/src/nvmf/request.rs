@@ -18,8 +18,12 @@
 //!                                  ▲
 //!                         Held ────┘ (Async Event Request: completed at teardown)
 //! ```
-//! A request's receive buffer is reposted when it returns to `Free`, so a capsule (and its
-//! in-capsule data) stays valid for the whole life of the request.
+//! A request context is taken from the connection's free list when a capsule arrives; the
+//! capsule's receive buffer is reposted as soon as the command is prepared (the SQE decoded
+//! into the request, in-capsule data copied to the data slot), before any response can be
+//! posted. A host that sends its next command the moment it sees a response therefore always
+//! finds a receive posted (no RNR), even while the previous request still waits for its
+//! response SEND to complete.
 
 use rdmablk::nvme::{Sgl, Sqe, Status};
 
@@ -86,6 +90,8 @@ pub struct Request {
     pub sqe: Sqe,
     /// Bytes of the received capsule.
     pub capsule_len: u32,
+    /// Receive slot the capsule arrived in (readable until the request is prepared).
+    pub recv_slot: u32,
     pub sgl: Option<Sgl>,
     pub dir: DataDir,
     /// Bytes of the data phase.
@@ -128,6 +134,7 @@ impl Request {
                 cdw15: 0,
             },
             capsule_len: 0,
+            recv_slot: 0,
             sgl: None,
             dir: DataDir::None,
             data_len: 0,
@@ -164,11 +171,12 @@ impl Request {
     }
 
     /// Resets per-command fields for a new capsule.
-    pub fn reset(&mut self, sqe: Sqe, capsule_len: u32, data_slot: u32) {
+    pub fn reset(&mut self, sqe: Sqe, capsule_len: u32, recv_slot: u32, data_slot: u32) {
         *self = Request {
             state: self.state,
             sqe,
             capsule_len,
+            recv_slot,
             data_slot,
             ..Request::new()
         };

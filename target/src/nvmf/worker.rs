@@ -235,6 +235,8 @@ impl Worker {
             peer: p.peer,
             phase: Phase::Binding,
             reqs: vec![Request::new(); p.depth as usize].into_boxed_slice(),
+            free_reqs: (0..p.depth).rev().collect(),
+            pending_capsules: VecDeque::with_capacity(p.depth as usize),
             read_depth: p.read_depth,
             reads_in_flight: 0,
             read_wait: VecDeque::with_capacity(p.depth as usize),
@@ -764,21 +766,28 @@ fn bind_push_window(conn: &mut Connection) -> bool {
     true
 }
 
-/// A command capsule arrived in receive slot `slot`.
-fn on_capsule(conn: &mut Connection, slot: u32, len: u32, ctx: &mut Ctx<'_>) {
+/// A command capsule of `len` bytes arrived in receive slot `recv`.
+fn on_capsule(conn: &mut Connection, recv: u32, len: u32, ctx: &mut Ctx<'_>) {
     if (len as usize) < SQE_LEN {
         tracing::warn!(peer = %conn.peer, qid = conn.qid, len,
             "command capsule shorter than an SQE: fatal for the queue");
         begin_close(conn, "short command capsule", ctx.shared);
         return;
     }
-    if conn.reqs[slot as usize].state != ReqState::Free {
-        tracing::error!(peer = %conn.peer, slot, "capsule for a busy request slot");
-        begin_close(conn, "receive into a busy slot", ctx.shared);
-        return;
+    match conn.free_reqs.pop() {
+        Some(slot) => start_request(conn, slot, recv, len, ctx),
+        // Every context waits for its response SEND's completion (the host already has those
+        // responses): the capsule waits in its receive buffer for the next one to free up.
+        None => conn.pending_capsules.push_back((recv, len)),
     }
+}
+
+/// Starts request context `slot` on the capsule in receive slot `recv`, and gives the receive
+/// back as soon as the capsule is consumed.
+fn start_request(conn: &mut Connection, slot: u32, recv: u32, len: u32, ctx: &mut Ctx<'_>) {
+    debug_assert_eq!(conn.reqs[slot as usize].state, ReqState::Free);
     let mut b = [0u8; SQE_LEN];
-    if conn.mr().read_at(conn.recv_offset(slot), &mut b).is_err() {
+    if conn.mr().read_at(conn.recv_offset(recv), &mut b).is_err() {
         begin_close(conn, "receive slot unreadable", ctx.shared);
         return;
     }
@@ -790,18 +799,26 @@ fn on_capsule(conn: &mut Connection, slot: u32, len: u32, ctx: &mut Ctx<'_>) {
     };
     let (qid, push) = (conn.qid, conn.push.is_some());
     let r = &mut conn.reqs[slot as usize];
-    r.reset(sqe, len, data_slot);
+    r.reset(sqe, len, recv, data_slot);
     r.enter(ReqState::New, qid, slot);
-    if push {
-        if conn.push_busy[data_slot as usize] {
-            conn.reqs[slot as usize].fail(Status::CID_CONFLICT.with_dnr());
-            respond(conn, slot, ctx);
-            return;
+    let next = if push && conn.push_busy[data_slot as usize] {
+        conn.reqs[slot as usize].fail(Status::CID_CONFLICT.with_dnr());
+        Next::Respond
+    } else {
+        if push {
+            conn.push_busy[data_slot as usize] = true;
+            conn.reqs[slot as usize].holds_push_slot = true;
         }
-        conn.push_busy[data_slot as usize] = true;
-        conn.reqs[slot as usize].holds_push_slot = true;
+        command::prepare(conn, slot, ctx.shared)
+    };
+    // The capsule is consumed (SQE decoded, in-capsule data copied): repost its receive
+    // before any response can reach the host.
+    if conn.is_live() {
+        if let Err(e) = conn.post_recv(recv) {
+            tracing::warn!(peer = %conn.peer, error = %e, "receive not reposted");
+            begin_close(conn, "receive not reposted", ctx.shared);
+        }
     }
-    let next = command::prepare(conn, slot, ctx.shared);
     proceed(conn, slot, next, ctx);
 }
 
@@ -889,6 +906,11 @@ fn free(conn: &mut Connection, slot: u32) {
     let qid = conn.qid;
     conn.reqs[slot as usize].enter(ReqState::Free, qid, slot);
     release_push_slot(conn, slot);
+    debug_assert!(
+        !conn.free_reqs.contains(&slot),
+        "request {slot} freed twice"
+    );
+    conn.free_reqs.push(slot);
 }
 
 /// Gives back request `slot`'s push data slot, if it holds one.
@@ -903,7 +925,7 @@ fn release_push_slot(conn: &mut Connection, slot: u32) {
     }
 }
 
-/// The response SEND completed: the request is free and its receive goes back.
+/// The response SEND completed: the request is free, and serves a waiting capsule if any.
 fn on_sent(conn: &mut Connection, slot: u32, ctx: &mut Ctx<'_>) {
     let close = conn.reqs[slot as usize].close_after;
     free(conn, slot);
@@ -912,9 +934,9 @@ fn on_sent(conn: &mut Connection, slot: u32, ctx: &mut Ctx<'_>) {
         return;
     }
     if conn.is_live() {
-        if let Err(e) = conn.post_recv(slot) {
-            tracing::warn!(peer = %conn.peer, error = %e, "receive not reposted");
-            begin_close(conn, "receive not reposted", ctx.shared);
+        if let Some((recv, len)) = conn.pending_capsules.pop_front() {
+            let slot = conn.free_reqs.pop().expect("a request was just freed");
+            start_request(conn, slot, recv, len, ctx);
         }
     }
 }

@@ -35,7 +35,7 @@ const CMD_OFF: usize = 8 << 10;
 /// Capsule buffers, used in turn: a posted SEND reads its buffer when it executes, so a
 /// capsule must not be overwritten by the next one before then.
 const CMD_SLOT: usize = 64 + 4096 + 64;
-const CMD_SLOTS: usize = 12;
+pub const CMD_SLOTS: usize = 12;
 /// Host data buffer (keyed SGLs point here).
 pub const DATA_OFF: usize = 64 << 10;
 const BUF_LEN: usize = DATA_OFF + 2 * MAX_IO as usize;
@@ -175,6 +175,17 @@ impl Host {
         private_data: Vec<u8>,
         depth: u32,
     ) -> Result<Host, FabricError> {
+        Host::connect_rnr(addr, private_data, depth, 7)
+    }
+
+    /// As [`Host::connect_raw`], with the host's RNR retry count (0: a SEND that finds no
+    /// receive posted at the target fails at once with RNR_RETRY_EXC_ERR).
+    pub fn connect_rnr(
+        addr: SocketAddr,
+        private_data: Vec<u8>,
+        depth: u32,
+        rnr_retry_count: u8,
+    ) -> Result<Host, FabricError> {
         let resolved = fabric::resolve(e2e_fabric().0, addr, TIMEOUT)?;
         let dev = resolved.device();
         let pd = dev.alloc_pd()?;
@@ -199,7 +210,7 @@ impl Host {
             responder_resources: 16,
             initiator_depth: 16,
             retry_count: 7,
-            rnr_retry_count: 7,
+            rnr_retry_count,
         };
         let c = resolved.connect(&init, &param, TIMEOUT)?;
         let accept = CmAccept::decode(&c.private_data).expect("accept private data");
@@ -283,7 +294,9 @@ impl Host {
     /// Waits for the next response capsule.
     pub fn wait_response(&mut self) -> Result<Cqe, String> {
         let deadline = Instant::now() + TIMEOUT;
-        let mut wcs = [Wc::default(); 8];
+        // One at a time: this returns at the first response, and a completion polled after it
+        // in a batch would be lost (hosts with several commands in flight get many at once).
+        let mut wcs = [Wc::default(); 1];
         loop {
             let n = self.cq.poll(&mut wcs).map_err(|e| e.to_string())?;
             for wc in &wcs[..n] {
