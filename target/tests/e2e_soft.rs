@@ -826,7 +826,7 @@ fn host_resending_at_each_response_never_meets_a_missing_receive() {
     let mut h = Host::connect_rnr(addr, cm, u32::from(depth), 0).expect("I/O CM connect");
     let c = h.fabrics_connect(1, SUBNQN, HOSTNQN, cntlid, 0);
     assert!(c.status.is_success(), "I/O connect: {}", c.status);
-    let in_flight = u16::from(depth) - 1;
+    let in_flight = depth - 1;
     let mut next_cid = 100u16;
     let mut send_flush = |h: &Host| {
         next_cid = next_cid.wrapping_add(1).max(100);
