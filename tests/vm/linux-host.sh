@@ -2,7 +2,7 @@
 # linux-host.sh - interop proof: the Linux kernel's NVMe-oF host (nvme-rdma) against
 # rdmablk-target on Soft-RoCE. Run it INSIDE the rxe VM, from the repository root:
 #
-#   /work/shared/rxe-vm/run-in-vm.sh bash tests/vm/linux-host.sh
+#   tools/rxe-vm/run-in-vm.sh bash tests/vm/linux-host.sh
 #
 # Steps: start rdmablk-target (verbs provider, $IP:$PORT, a RAM namespace); modprobe
 # nvme-rdma; `nvme connect -t rdma`; find the block device; fio with crc32c verification

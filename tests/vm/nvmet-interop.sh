@@ -3,7 +3,7 @@
 # Linux kernel target (nvmet-rdma) on rxe0, then connect rdmablk-initiator to it over verbs
 # and do verified I/O (the `verify` example: several sizes, sync + zero-copy + async, flush).
 #
-#   /work/shared/rxe-vm/run-in-vm.sh bash tests/vm/nvmet-interop.sh      (from the worktree)
+#   tools/rxe-vm/run-in-vm.sh bash tests/vm/nvmet-interop.sh      (from the repository root)
 #
 # Needs: build/debug/examples/verify (cargo build -p rdmablk-initiator --example verify),
 #        or set VERIFY_BIN. Prints PASS/FAIL; exit status 0 only on PASS.
