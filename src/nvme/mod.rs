@@ -17,6 +17,7 @@
 //! - [`identify`]: Identify command and data (controller, namespace, NS list, descriptors).
 //! - [`features`]: Get/Set Features and feature values; [`log_page`]: Get Log Page and the
 //!   error, SMART, firmware slot, changed NS and command effects pages.
+//! - [`discovery`]: the Discovery Log Page (header and entries).
 //! - [`admin`]: Abort, Asynchronous Event completions, Keep Alive.
 //! - [`io`]: Read, Write, Flush, Write Zeroes, Dataset Management.
 //! - [`rdma_cm`]: RDMA CM private data (request, accept, reject) and rdmablk's push-write
@@ -24,6 +25,7 @@
 
 pub mod admin;
 pub mod cqe;
+pub mod discovery;
 mod error;
 pub mod fabrics;
 pub mod features;

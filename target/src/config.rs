@@ -110,6 +110,33 @@ pub struct Config {
     /// `[[subsystem]]`: what hosts can connect to. At least one.
     #[serde(rename = "subsystem", default)]
     pub subsystems: Vec<SubsystemConfig>,
+    /// `[[referral]]`: other discovery services the discovery log points hosts to.
+    #[serde(rename = "referral", default)]
+    pub referrals: Vec<ReferralConfig>,
+}
+
+/// `[[referral]]`: a discovery service elsewhere (another target), listed in every host's
+/// discovery log as a referral entry.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ReferralConfig {
+    /// Its IP address.
+    pub address: IpAddr,
+    /// Its port.
+    #[serde(default = "default_port")]
+    pub port: u16,
+    /// Its transport: `rdma` (default) or `tcp`.
+    #[serde(default)]
+    pub transport: Transport,
+}
+
+/// A transport named in a referral.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Transport {
+    #[default]
+    Rdma,
+    Tcp,
 }
 
 /// `[[listener]]`.
@@ -163,6 +190,10 @@ pub struct TargetConfig {
     /// A queue that has not completed its Fabrics Connect this long after it was accepted
     /// is torn down (it has no controller, so no keep-alive covers it); 0 never.
     pub connect_timeout_ms: u32,
+    /// The target's unique discovery NQN, accepted besides the well-known
+    /// `nqn.2014-08.org.nvmexpress.discovery` and reported in the discovery controller's
+    /// Identify; `None`: the well-known NQN only.
+    pub discovery_nqn: Option<String>,
 }
 
 impl Default for TargetConfig {
@@ -173,6 +204,7 @@ impl Default for TargetConfig {
             keep_alive_granularity_ms: 1000,
             default_keep_alive_timeout_ms: 0,
             connect_timeout_ms: 10_000,
+            discovery_nqn: None,
         }
     }
 }

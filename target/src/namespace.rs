@@ -68,6 +68,11 @@ impl Namespace {
         self.read_only
     }
 
+    /// Whether deallocated blocks read as zeroes (Identify Namespace DLFEAT).
+    pub fn deallocated_reads_zeroes(&self) -> bool {
+        self.backend.deallocated_reads_zeroes()
+    }
+
     pub fn uuid(&self) -> Option<[u8; 16]> {
         self.uuid
     }

@@ -867,3 +867,70 @@ fn io_opcodes_are_unknown_on_the_admin_queue() {
     wait_idle(&t);
     t.shutdown();
 }
+
+/// The Linux host (5.19 and later) sends every Dataset Management with a 4 KiB range buffer,
+/// whatever NR says (`nvme_setup_discard`): the SGL is longer than the command's data. It was
+/// answered Data SGL Length Invalid, so `blkdiscard`, `fstrim` and mkfs' discard failed.
+#[test]
+fn discard_with_a_linux_sized_range_buffer_is_accepted() {
+    let (t, addr) = start_target("32MiB", "");
+    let (_admin, cntlid) = admin_queue(addr, 0);
+    let mut q = io_queue(addr, 1, cntlid);
+    let data = pattern(7, 8 * BLOCK as usize);
+    q.write_data(0, &data);
+    assert!(q.rw(true, 1, 64, 8).status.is_success());
+
+    let dsm = |nr: u8| {
+        Dsm {
+            nsid: 1,
+            nr,
+            idr: false,
+            idw: false,
+            deallocate: true,
+        }
+        .to_sqe(0)
+    };
+    // One range (NR 0) in a 4096-byte buffer whose other 255 entries are garbage that must
+    // not be read as ranges.
+    let mut buf = vec![0xEEu8; 4096];
+    let r = DsmRange {
+        cattr: 0,
+        nlb: 4,
+        slba: 64,
+    };
+    buf[..DSM_RANGE_LEN].copy_from_slice(&r.encode());
+    q.write_data(0, &buf);
+    let mut sqe = dsm(0);
+    sqe.set_sgl(&q.keyed(0, 4096));
+    assert_status(&q.submit(sqe, &[]), Status::SUCCESS);
+    assert!(q.rw(false, 1, 64, 8).status.is_success());
+    let back = q.read_data(0, 8 * BLOCK as usize);
+    let half = 4 * BLOCK as usize;
+    assert!(back[..half].iter().all(|&b| b == 0), "deallocated blocks");
+    assert_eq!(&back[half..], &data[half..], "blocks after the range");
+
+    // The same in-capsule (the host inlines the 4 KiB buffer when it fits).
+    let r = DsmRange {
+        cattr: 0,
+        nlb: 4,
+        slba: 68,
+    };
+    buf[..DSM_RANGE_LEN].copy_from_slice(&r.encode());
+    let mut sqe = dsm(0);
+    sqe.set_sgl(&Sgl::InCapsule(InCapsuleSgl {
+        offset: 0,
+        len: 4096,
+    }));
+    assert_status(&q.submit(sqe, &buf), Status::SUCCESS);
+    assert!(q.rw(false, 1, 64, 8).status.is_success());
+    assert!(q.read_data(0, 8 * BLOCK as usize).iter().all(|&b| b == 0));
+
+    // Shorter than the ranges NR announces is still refused.
+    let mut sqe = dsm(3);
+    sqe.set_sgl(&q.keyed(0, (3 * DSM_RANGE_LEN) as u32));
+    assert_status(&q.submit(sqe, &[]), Status::SGL_INVALID_DATA_LENGTH);
+    drop(q);
+    drop(_admin);
+    wait_idle(&t);
+    t.shutdown();
+}

@@ -147,6 +147,10 @@ impl Backend for ErrorBackend {
         self.inner.read_only()
     }
 
+    fn deallocated_reads_zeroes(&self) -> bool {
+        self.inner.deallocated_reads_zeroes()
+    }
+
     fn open_queue(&self, io: &WorkerIo, depth: u32) -> Result<Box<dyn BackendQueue>, BackendError> {
         Ok(Box::new(ErrorQueue {
             inner: self.inner.open_queue(io, depth)?,

@@ -37,6 +37,12 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     fn num_blocks(&self) -> u64;
     /// Whether the storage was opened read-only (writes complete with `ReadOnly`).
     fn read_only(&self) -> bool;
+    /// Whether blocks read back as zeroes after a successful Deallocate (Identify Namespace
+    /// DLFEAT bits 2:0 = 001b). Hosts rely on it (Linux maps discard-with-zeroing onto it),
+    /// so a backend says yes only where it is guaranteed.
+    fn deallocated_reads_zeroes(&self) -> bool {
+        false
+    }
     /// A queue for the calling worker, for at most `depth` outstanding requests. Call it on the
     /// worker's thread, with the worker's `io`.
     fn open_queue(&self, io: &WorkerIo, depth: u32) -> Result<Box<dyn BackendQueue>, BackendError>;

@@ -104,6 +104,10 @@ impl Backend for RamBackend {
         false
     }
 
+    fn deallocated_reads_zeroes(&self) -> bool {
+        true
+    }
+
     fn open_queue(
         &self,
         _io: &WorkerIo,

@@ -52,6 +52,9 @@ struct FileState {
     mem_align: usize,
     /// Cleared when the filesystem answers ZERO_RANGE with EOPNOTSUPP.
     zero_range: AtomicBool,
+    /// Deallocate (PUNCH_HOLE) leaves zeroes: regular files, and block devices that have
+    /// WRITE ZEROES (the kernel punches with a zeroing unmap, never a plain discard).
+    deallocate_zeroes: bool,
 }
 
 fn open_error(path: &Path, read_only: bool, source: std::io::Error) -> BackendError {
@@ -60,6 +63,19 @@ fn open_error(path: &Path, read_only: bool, source: std::io::Error) -> BackendEr
         read_only,
         source,
     }
+}
+
+/// Whether the block device of `meta` takes WRITE ZEROES
+/// (`/sys/dev/block/MAJ:MIN/queue/write_zeroes_max_bytes` > 0).
+fn block_device_writes_zeroes(meta: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let rdev = meta.rdev();
+    let (major, minor) = (libc::major(rdev), libc::minor(rdev));
+    let path = format!("/sys/dev/block/{major}:{minor}/queue/write_zeroes_max_bytes");
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .is_some_and(|n| n > 0)
 }
 
 fn open_with(path: &Path, read_only: bool, direct: bool) -> std::io::Result<File> {
@@ -209,7 +225,16 @@ impl UringFile {
         let len = (&file)
             .seek(std::io::SeekFrom::End(0))
             .map_err(|e| open_error(path, read_only, e))?;
-        Self::finish(path, file, len, block_size, read_only, true, mem_align)
+        let zeroes = block_device_writes_zeroes(&meta);
+        if !zeroes {
+            tracing::info!(path = %path.display(), "the device has no WRITE ZEROES: deallocate \
+                is advisory and deallocated blocks are not reported to read as zeroes");
+        }
+        let mut f = Self::finish(path, file, len, block_size, read_only, true, mem_align)?;
+        if let Some(state) = Arc::get_mut(&mut f.0) {
+            state.deallocate_zeroes = zeroes;
+        }
+        Ok(f)
     }
 
     fn finish(
@@ -247,6 +272,7 @@ impl UringFile {
             direct,
             mem_align,
             zero_range: AtomicBool::new(true),
+            deallocate_zeroes: true,
         })))
     }
 
@@ -276,6 +302,10 @@ impl Backend for UringFile {
 
     fn read_only(&self) -> bool {
         self.0.read_only
+    }
+
+    fn deallocated_reads_zeroes(&self) -> bool {
+        self.0.deallocate_zeroes
     }
 
     fn open_queue(&self, io: &WorkerIo, depth: u32) -> Result<Box<dyn BackendQueue>, BackendError> {

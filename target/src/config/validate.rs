@@ -66,6 +66,42 @@ pub(super) fn check(cfg: &Config) -> Vec<Problem> {
         }
         check_subsystem(cfg, s, &key, &mut c);
     }
+    if let Some(d) = &cfg.target.discovery_nqn {
+        if let Err(e) = validate_nqn(d) {
+            c.fail("target.discovery_nqn", e);
+        } else if d == DISCOVERY_NQN || nqns.contains(d.as_str()) {
+            c.fail(
+                "target.discovery_nqn",
+                format!(
+                    "{d:?} is the well-known discovery NQN or a subsystem's NQN (give the \
+                     discovery service a name of its own, e.g. \
+                     \"nqn.2014-08.org.nvmexpress:uuid:<uuid>\", or remove the key)"
+                ),
+            );
+        }
+    }
+    for (i, r) in cfg.referrals.iter().enumerate() {
+        if r.port == 0 {
+            c.fail(
+                format!("referral[{i}].port"),
+                "0 is not a port (the other target's discovery port, usually 4420)",
+            );
+        }
+        if cfg
+            .listeners
+            .iter()
+            .any(|l| l.address == r.address && l.port == r.port)
+        {
+            c.fail(
+                format!("referral[{i}]"),
+                format!(
+                    "{}:{} is this target's own listener (a referral points to another \
+                     discovery service)",
+                    r.address, r.port
+                ),
+            );
+        }
+    }
     c.problems
 }
 

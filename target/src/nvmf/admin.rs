@@ -15,9 +15,10 @@ use rdmablk::nvme::{
     NsDescriptor, NumQueues, SetFeatures, Status,
 };
 
-use super::command::{data_phase, Next};
+use super::command::{data_phase, Next, SglFit};
 use super::connection::{Connection, MAX_HELD_AERS};
 use super::controller::Controller;
+use super::discovery;
 use super::request::DataDir;
 use super::subsystem::fnv1a;
 use super::{Shared, FIRMWARE_REVISION, MODEL};
@@ -32,9 +33,13 @@ pub fn prepare(conn: &mut Connection, slot: u32, shared: &Shared, ctrl: &Arc<Con
         conn.reqs[slot as usize].fail(Status::COMMAND_SEQUENCE_ERROR.with_dnr());
         return Next::Respond;
     }
+    if ctrl.subsys.is_discovery() && !discovery::serves(sqe.opcode) {
+        conn.reqs[slot as usize].fail(Status::INVALID_OPCODE.with_dnr());
+        return Next::Respond;
+    }
     let result = match sqe.opcode {
         op::IDENTIFY => identify(conn, slot, shared, ctrl),
-        op::GET_LOG_PAGE => get_log_page(conn, slot, shared),
+        op::GET_LOG_PAGE => get_log_page(conn, slot, shared, ctrl),
         op::SET_FEATURES => set_features(conn, slot, shared, ctrl),
         op::GET_FEATURES => get_features(conn, slot, ctrl),
         op::KEEP_ALIVE => Ok(Next::Respond),
@@ -72,7 +77,14 @@ fn send_page(
     if len > shared.cfg.limits.max_io_size {
         return Err(Status::INVALID_FIELD.with_dnr());
     }
-    let next = data_phase(conn, slot, DataDir::ControllerToHost, len, shared)?;
+    let next = data_phase(
+        conn,
+        slot,
+        DataDir::ControllerToHost,
+        len,
+        SglFit::Exact,
+        shared,
+    )?;
     let ds = conn.reqs[slot as usize].data_slot;
     let n = page.len().min(len as usize);
     let write = |off: usize, b: &[u8]| conn.mr().write_at(conn.data_offset(ds, off), b);
@@ -96,6 +108,14 @@ fn identify(
     let sqe = conn.reqs[slot as usize].sqe;
     let id = IdentifyCmd::from_sqe(&sqe);
     let subsys = &ctrl.subsys;
+    if subsys.is_discovery() {
+        // A discovery controller has no namespaces: Identify Controller only.
+        if id.cns != cns::CONTROLLER {
+            return Err(Status::INVALID_FIELD.with_dnr());
+        }
+        let page = discovery::identify_controller(ctrl, shared).encode();
+        return send_page(conn, slot, shared, IDENTIFY_LEN as u32, &page);
+    }
     let page: [u8; IDENTIFY_LEN] = match id.cns {
         cns::CONTROLLER => identify_controller(ctrl, shared).encode(),
         cns::NAMESPACE => match id.nsid {
@@ -105,8 +125,9 @@ fn identify(
                     let ns = &subsys.namespaces()[i];
                     let lbads = ns.block_size().trailing_zeros() as u8;
                     let mut idn = IdentifyNamespace::simple(ns.num_blocks(), lbads);
-                    // DLFEAT: deallocated blocks read as zeroes.
-                    idn.dlfeat = 0x1;
+                    // DLFEAT: deallocated blocks read as zeroes, where the backend
+                    // guarantees it (else 0: not reported).
+                    idn.dlfeat = u8::from(ns.deallocated_reads_zeroes());
                     idn.nguid = uuid_of(subsys.nqn.as_str(), ns);
                     idn.encode()
                 }
@@ -195,6 +216,9 @@ fn set_features(
 ) -> Result<Next, Status> {
     let sf = SetFeatures::from_sqe(&conn.reqs[slot as usize].sqe);
     let r = &mut conn.reqs[slot as usize];
+    if ctrl.subsys.is_discovery() && !discovery_feature(sf.fid) {
+        return Err(Status::INVALID_FIELD.with_dnr());
+    }
     match sf.fid {
         fid::NUM_QUEUES => {
             let want = NumQueues::from_dword(sf.value);
@@ -218,6 +242,9 @@ fn set_features(
 
 fn get_features(conn: &mut Connection, slot: u32, ctrl: &Controller) -> Result<Next, Status> {
     let gf = GetFeatures::from_sqe(&conn.reqs[slot as usize].sqe)?;
+    if ctrl.subsys.is_discovery() && !discovery_feature(gf.fid) {
+        return Err(Status::INVALID_FIELD.with_dnr());
+    }
     let st = ctrl.state();
     let v = match gf.fid {
         fid::NUM_QUEUES => NumQueues::both(st.io_queues.max(1)).to_dword(),
@@ -232,9 +259,27 @@ fn get_features(conn: &mut Connection, slot: u32, ctrl: &Controller) -> Result<N
     Ok(Next::Respond)
 }
 
-fn get_log_page(conn: &mut Connection, slot: u32, shared: &Shared) -> Result<Next, Status> {
+/// The features a discovery controller has (nvmet: keep-alive timer, async event config).
+fn discovery_feature(f: u8) -> bool {
+    matches!(f, fid::KEEP_ALIVE_TIMER | fid::ASYNC_EVENT_CONFIG)
+}
+
+fn get_log_page(
+    conn: &mut Connection,
+    slot: u32,
+    shared: &Shared,
+    ctrl: &Controller,
+) -> Result<Next, Status> {
     let glp = GetLogPage::from_sqe(&conn.reqs[slot as usize].sqe)?;
     let len = u32::try_from(glp.len_bytes()).map_err(|_| Status::INVALID_FIELD.with_dnr())?;
+    if ctrl.subsys.is_discovery() {
+        if glp.lid != lid::DISCOVERY {
+            return Err(Status::INVALID_FIELD.with_dnr());
+        }
+        let log = discovery::log_page(shared, ctrl, conn.listener);
+        let window = glp.window(&log)?.to_vec();
+        return send_page(conn, slot, shared, len, &window);
+    }
     let mut page = [0u8; PAGE_4K_LEN];
     let page_len = match glp.lid {
         // Error information: no errors recorded (all-zero entries).

@@ -61,14 +61,30 @@ pub fn prepare(conn: &mut Connection, slot: u32, shared: &Shared) -> Next {
     }
 }
 
+/// How the length an SGL describes must relate to the bytes the command moves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SglFit {
+    /// The SGL describes exactly the command's data (Read, Write, Identify, Connect, ...):
+    /// any other length is `Data SGL Length Invalid`.
+    Exact,
+    /// The SGL may describe more than the command's data, whose length the command itself
+    /// gives; only that much moves. Dataset Management: its data length is (NR + 1) * 16
+    /// bytes, but Linux hosts since 5.19 always send a 4 KiB range buffer
+    /// (`nvme_setup_discard`, 256 ranges' worth) whatever NR says. nvmet accepts it the same
+    /// way (`nvmet_check_data_len_lte`).
+    AtLeast,
+}
+
 /// Sets up the data phase of request `slot`: `len` bytes moving `dir`, described by the
-/// command's SGL. Keyed host-to-controller data is fetched ([`Next::Fetch`]); in-capsule data
-/// is copied into the data slot; push-write data is already there.
+/// command's SGL, whose length must fit `len` as `fit` says. Keyed host-to-controller data is
+/// fetched ([`Next::Fetch`]); in-capsule data is copied into the data slot; push-write data is
+/// already there.
 pub fn data_phase(
     conn: &mut Connection,
     slot: u32,
     dir: DataDir,
     len: u32,
+    fit: SglFit,
     shared: &Shared,
 ) -> Result<Next, Status> {
     let max_transfer = shared.cfg.limits.max_io_size;
@@ -97,7 +113,11 @@ pub fn data_phase(
         if idx >= u64::from(p.slots) || idx != u64::from(r.data_slot) {
             return Err(Status::SGL_INVALID_OFFSET.with_dnr());
         }
-        if plen != len || plen > p.slot_bytes || plen > max_transfer {
+        let fits = match fit {
+            SglFit::Exact => plen == len,
+            SglFit::AtLeast => plen >= len,
+        };
+        if !fits || plen > p.slot_bytes || plen > max_transfer {
             return Err(Status::SGL_INVALID_DATA_LENGTH.with_dnr());
         }
         (r.dir, r.data_len) = (dir, len);
@@ -109,7 +129,11 @@ pub fn data_phase(
         max_transfer_bytes: max_transfer,
     };
     sgl.check(&limits, h2c)?;
-    if sgl.len() != len {
+    let fits = match fit {
+        SglFit::Exact => sgl.len() == len,
+        SglFit::AtLeast => sgl.len() >= len,
+    };
+    if !fits {
         return Err(Status::SGL_INVALID_DATA_LENGTH.with_dnr());
     }
     match sgl {
@@ -119,7 +143,7 @@ pub fn data_phase(
             Ok(if h2c { Next::Fetch } else { Next::Execute })
         }
         Sgl::InCapsule(c) => {
-            copy_in_capsule(conn, slot, c)?;
+            copy_in_capsule(conn, slot, c, len)?;
             let r = &mut conn.reqs[slot as usize];
             (r.dir, r.data_len) = (dir, len);
             Ok(Next::Execute)
@@ -127,9 +151,16 @@ pub fn data_phase(
     }
 }
 
-/// Copies in-capsule data from the receive slot into the request's data slot. (Backends may
-/// use O_DIRECT, which needs block-aligned buffers; data after a 64-byte SQE never is.)
-fn copy_in_capsule(conn: &mut Connection, slot: u32, c: InCapsuleSgl) -> Result<(), Status> {
+/// Copies the first `len` bytes of in-capsule data from the receive slot into the request's
+/// data slot. (Backends may use O_DIRECT, which needs block-aligned buffers; data after a
+/// 64-byte SQE never is.)
+fn copy_in_capsule(
+    conn: &mut Connection,
+    slot: u32,
+    c: InCapsuleSgl,
+    len: u32,
+) -> Result<(), Status> {
+    debug_assert!(len <= c.len);
     let r = &conn.reqs[slot as usize];
     let received = (r.capsule_len as usize).saturating_sub(rdmablk::nvme::SQE_LEN);
     let off = c.offset as usize;
@@ -142,7 +173,7 @@ fn copy_in_capsule(conn: &mut Connection, slot: u32, c: InCapsuleSgl) -> Result<
     let src = conn.window.recv_slot(r.recv_slot);
     let dst = conn.window.data_slot(r.data_slot);
     debug_assert!(rdmablk::nvme::SQE_LEN + off + c.len as usize <= src.len);
-    debug_assert!(c.len as usize <= dst.len);
+    debug_assert!(len as usize <= dst.len);
     // SAFETY: both ranges lie inside this connection's window (checked against the capsule
     // slot and data slot sizes above), which the arena keeps mapped while the connection
     // lives. Neither is a DMA target right now: the receive completed and is reposted only
@@ -153,7 +184,7 @@ fn copy_in_capsule(conn: &mut Connection, slot: u32, c: InCapsuleSgl) -> Result<
         std::ptr::copy_nonoverlapping(
             src.as_ptr().add(rdmablk::nvme::SQE_LEN + off),
             dst.as_ptr(),
-            c.len as usize,
+            len as usize,
         );
     }
     Ok(())

@@ -7,8 +7,9 @@ use rdmablk::nvme::{
     Cap, Connect, ConnectData, ConnectFailure, Disconnect, PropertyGet, PropertySet, Status, Vs,
 };
 
-use super::command::{data_phase, Next};
+use super::command::{data_phase, Next, SglFit};
 use super::connection::Connection;
+use super::discovery;
 use super::request::{Action, DataDir};
 use super::Shared;
 
@@ -115,6 +116,7 @@ fn prepare_connect(conn: &mut Connection, slot: u32, shared: &Shared) -> Next {
         slot,
         DataDir::HostToController,
         CONNECT_DATA_LEN as u32,
+        SglFit::Exact,
         shared,
     ) {
         Ok(next) => next,
@@ -174,15 +176,24 @@ fn connect_controller(
         return Err(ConnectFailure::invalid_host());
     }
     let now = shared.now_ms();
+    if subsys.is_discovery() && conn.qid != 0 {
+        // A discovery controller has no I/O queues.
+        return Err(ConnectFailure::invalid_command(offset::QID));
+    }
     if conn.qid == 0 {
         if d.cntlid != CNTLID_DYNAMIC {
             return Err(ConnectFailure::invalid_data(offset::CNTLID));
         }
         let kato = match c.kato_ms {
+            0 if subsys.is_discovery() => discovery::DISCOVERY_KATO_MS,
             0 => u64::from(shared.cfg.target.default_keep_alive_timeout_ms),
             k => u64::from(k),
         };
-        let max_queues = shared.cfg.limits.max_queues_per_controller.min(0xFFFF) as u16;
+        let max_queues = if subsys.is_discovery() {
+            1
+        } else {
+            shared.cfg.limits.max_queues_per_controller.min(0xFFFF) as u16
+        };
         let ctrl = shared
             .controllers
             .create(

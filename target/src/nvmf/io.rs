@@ -9,7 +9,7 @@ use rdmablk::nvme::io::{DsmRange, DSM_RANGE_LEN};
 use rdmablk::nvme::opcodes::io as op;
 use rdmablk::nvme::{Dsm, ReadWrite, Sct, Status, WriteZeroes};
 
-use super::command::{data_phase, Next};
+use super::command::{data_phase, Next, SglFit};
 use super::connection::Connection;
 use super::controller::Controller;
 use super::request::{Action, DataDir, WrId, WrKind};
@@ -46,6 +46,7 @@ fn check(
     };
     let flat = |i: usize| subsys.ns_base + i;
     let action;
+    let mut fit = SglFit::Exact;
     let (dir, len) = match sqe.opcode {
         op::READ | op::WRITE => {
             let rw = ReadWrite::from_sqe(&sqe);
@@ -69,7 +70,7 @@ fn check(
             };
             // The data pointer first (MDTS, type), then the range, as nvmet orders them.
             conn.reqs[slot as usize].action = action;
-            let next = data_phase(conn, slot, dir, len, shared)?;
+            let next = data_phase(conn, slot, dir, len, SglFit::Exact, shared)?;
             rw.check_range(ns.num_blocks())?;
             if write && ns.read_only() {
                 return Err(Status::NS_WRITE_PROTECTED.with_dnr());
@@ -112,13 +113,14 @@ fn check(
             if action == Action::Respond {
                 (DataDir::None, 0)
             } else {
+                fit = SglFit::AtLeast;
                 (DataDir::HostToController, dsm.data_len())
             }
         }
         _ => return Err(Status::INVALID_OPCODE.with_dnr()),
     };
     conn.reqs[slot as usize].action = action;
-    data_phase(conn, slot, dir, len, shared)
+    data_phase(conn, slot, dir, len, fit, shared)
 }
 
 /// Prepares the backend operations of request `slot` once its data is in place: validates

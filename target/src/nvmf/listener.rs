@@ -34,6 +34,7 @@ pub(super) fn spawn(
         .name(format!("rdmablk-l{index}"))
         .spawn(move || {
             let mut l = Acceptor {
+                index,
                 shared,
                 workers,
                 cqs,
@@ -55,6 +56,8 @@ pub(super) fn spawn(
 }
 
 struct Acceptor {
+    /// This listener's index in the configuration.
+    index: usize,
     shared: Arc<Shared>,
     workers: Vec<Sender<PendingConn>>,
     cqs: Vec<Cq>,
@@ -177,6 +180,7 @@ impl Acceptor {
             push_asked: cm.push.is_some(),
             peer,
             cqes: cqes_per_connection(depth),
+            listener: self.index,
         };
         if let Err(e) = self.workers[worker].send(pending) {
             // The worker is gone (shutting down): dropping the QP refuses the host.

@@ -16,6 +16,7 @@
 //! - [`command`]: checking a command and its data pointer; [`fabrics`], [`admin`], [`io`]:
 //!   the command sets.
 //! - [`controller`]: controllers, keep-alive; [`subsystem`]: NQNs, hosts, namespaces.
+//! - [`discovery`]: the discovery controller and its log page.
 //! - [`worker`]: the poll loop.
 //!
 //! Memory: everything a connection uses is its window, carved at connect and returned at
@@ -25,6 +26,7 @@ pub mod admin;
 pub mod command;
 pub mod connection;
 pub mod controller;
+pub mod discovery;
 pub mod fabrics;
 pub mod io;
 pub mod listener;
@@ -33,7 +35,7 @@ pub mod subsystem;
 pub mod worker;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -42,7 +44,7 @@ use rdmablk::fabric::{Device, DeviceAttr, FabricError, Pd, ProviderKind};
 
 use crate::arena::{Arena, ArenaError, ArenaStats};
 use crate::backend::BackendError;
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, DISCOVERY_NQN};
 use crate::namespace::Namespace;
 
 use controller::ControllerTable;
@@ -142,6 +144,13 @@ pub struct Shared {
     pub cq_capacity: u32,
     /// Namespaces whose flush at shutdown failed or was refused, with why.
     pub final_flush_failures: Mutex<Vec<String>>,
+    /// The discovery subsystem (the well-known NQN, or `target.discovery_nqn`).
+    pub discovery: Arc<Subsystem>,
+    /// The Discovery Log Page's generation counter: changes whenever the log may have.
+    pub discovery_genctr: AtomicU64,
+    /// Per `[[listener]]`, the address it listens on (the real port where the configuration
+    /// said 0), for discovery log entries; filled as listeners start.
+    pub listen_addrs: Mutex<Vec<SocketAddr>>,
 }
 
 impl Shared {
@@ -149,7 +158,12 @@ impl Shared {
         controller::now_ms(self.epoch)
     }
 
+    /// The subsystem a Connect names: an NVM subsystem, or the discovery subsystem by the
+    /// well-known discovery NQN or the target's unique one.
     pub fn subsystem(&self, nqn: &str) -> Option<&Arc<Subsystem>> {
+        if nqn == DISCOVERY_NQN || nqn == self.discovery.nqn {
+            return Some(&self.discovery);
+        }
         self.subsystems.iter().find(|s| s.nqn == nqn)
     }
 
@@ -233,6 +247,11 @@ impl Target {
             cq_reserved: (0..workers_n).map(|_| AtomicU32::new(0)).collect(),
             cq_capacity,
             final_flush_failures: Mutex::new(Vec::new()),
+            discovery: Arc::new(Subsystem::discovery(
+                cfg.target.discovery_nqn.as_deref().unwrap_or(DISCOVERY_NQN),
+            )),
+            discovery_genctr: AtomicU64::new(1),
+            listen_addrs: Mutex::new(Vec::new()),
             cfg,
         });
         let mut target = Target {
@@ -265,6 +284,11 @@ impl Target {
             tracing::info!(provider = %l.provider_kind(), %local, device = %device.name(),
                 "listening");
             target.addrs.push(local);
+            shared
+                .listen_addrs
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(local);
             let handle = listener::spawn(
                 index,
                 listener,

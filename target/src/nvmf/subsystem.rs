@@ -5,10 +5,21 @@ use std::sync::Arc;
 use crate::config::SubsystemConfig;
 use crate::namespace::Namespace;
 
-/// One NVM subsystem: what a host names in Connect's SUBNQN.
+/// What a subsystem serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SubsystemKind {
+    /// An NVM subsystem: namespaces, I/O queues.
+    Nvm,
+    /// The discovery subsystem: an admin queue and the Discovery Log Page only (see
+    /// [`super::discovery`]).
+    Discovery,
+}
+
+/// One subsystem: what a host names in Connect's SUBNQN.
 #[derive(Debug)]
 pub struct Subsystem {
     pub nqn: String,
+    pub kind: SubsystemKind,
     allow_any_host: bool,
     hosts: Vec<String>,
     /// Serial number for Identify Controller (at most 20 ASCII bytes).
@@ -34,12 +45,31 @@ impl Subsystem {
             .unwrap_or_else(|| derive_serial(&cfg.nqn));
         Subsystem {
             nqn: cfg.nqn.clone(),
+            kind: SubsystemKind::Nvm,
             allow_any_host: cfg.allow_any_host,
             hosts: cfg.hosts.clone(),
             serial,
             namespaces,
             ns_base,
         }
+    }
+
+    /// The discovery subsystem named `nqn` (the well-known discovery NQN, or the target's
+    /// unique one): every host may connect; the log it gets lists only what it may use.
+    pub fn discovery(nqn: &str) -> Subsystem {
+        Subsystem {
+            nqn: nqn.to_owned(),
+            kind: SubsystemKind::Discovery,
+            allow_any_host: true,
+            hosts: Vec::new(),
+            serial: derive_serial(nqn),
+            namespaces: Vec::new(),
+            ns_base: 0,
+        }
+    }
+
+    pub fn is_discovery(&self) -> bool {
+        self.kind == SubsystemKind::Discovery
     }
 
     /// Whether `hostnqn` may connect.

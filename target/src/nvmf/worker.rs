@@ -55,6 +55,8 @@ pub struct PendingConn {
     pub push_asked: bool,
     pub peer: SocketAddr,
     pub cqes: u32,
+    /// Index of the `[[listener]]` the host came in through.
+    pub listener: usize,
 }
 
 pub(super) fn spawn(
@@ -233,6 +235,7 @@ impl Worker {
             depth: p.depth,
             lkey,
             peer: p.peer,
+            listener: p.listener,
             phase: Phase::Binding,
             reqs: vec![Request::new(); p.depth as usize].into_boxed_slice(),
             free_reqs: (0..p.depth).rev().collect(),

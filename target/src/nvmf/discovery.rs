@@ -1,0 +1,130 @@
+//! The discovery controller: what `nvme discover` and `nvme connect-all` talk to.
+//!
+//! Every listener serves the discovery subsystem under the well-known NQN
+//! `nqn.2014-08.org.nvmexpress.discovery` and, if configured, the target's unique discovery NQN
+//! (`target.discovery_nqn`). A discovery controller has an admin queue only (Connect of an I/O
+//! queue is refused) and serves Identify Controller, Get Log Page 0x70 (the Discovery Log
+//! Page), Keep Alive, Asynchronous Event Request and the keep-alive and async-event features;
+//! anything else is Invalid Opcode / Invalid Field, as nvmet answers.
+//!
+//! The log a host reads lists, for every subsystem whose allow-list admits the host's NQN, one
+//! entry per listener of the fabric provider the host came in on (a host on RDMA learns of
+//! RDMA listeners; a host on the soft provider, of soft listeners, which only rdmablk's own
+//! initiator speaks), then one referral entry per `[[referral]]`. A host never learns of a
+//! subsystem it may not connect to. The generation counter changes whenever what the log
+//! could say changes.
+
+use std::net::IpAddr;
+
+use rdmablk::nvme::discovery::{adrfam, encode_log, subtype, treq, trtype, DiscoveryLogEntry};
+use rdmablk::nvme::identify::CNTRLTYPE_DISCOVERY;
+use rdmablk::nvme::opcodes::admin as op;
+use rdmablk::nvme::{IdentifyController, Nqn};
+
+use super::controller::Controller;
+use super::{Shared, ADMIN_QUEUE_DEPTH};
+use crate::config::Transport;
+
+/// Keep-alive timeout of a discovery controller whose host asked for none (KATO 0), so that
+/// hosts that vanish do not hold controllers forever (nvmet: NVMET_DISC_KATO_MS).
+pub const DISCOVERY_KATO_MS: u64 = 120_000;
+
+/// Whether a discovery controller serves admin `opcode` (else Invalid Opcode, with DNR).
+pub fn serves(opcode: u8) -> bool {
+    matches!(
+        opcode,
+        op::IDENTIFY
+            | op::GET_LOG_PAGE
+            | op::KEEP_ALIVE
+            | op::ASYNC_EVENT_REQUEST
+            | op::SET_FEATURES
+            | op::GET_FEATURES
+    )
+}
+
+/// Identify Controller of a discovery controller: CNTRLTYPE discovery, no namespaces, no I/O
+/// command set, the discovery subsystem's NQN.
+pub fn identify_controller(ctrl: &Controller, shared: &Shared) -> IdentifyController {
+    let nqn = Nqn::new(&ctrl.subsys.nqn)
+        .unwrap_or_else(|_| Nqn::new(crate::config::DISCOVERY_NQN).expect("static NQN"));
+    let mut id = IdentifyController::nvmf_defaults(ctrl.cntlid, nqn, 0);
+    id.cntrltype = CNTRLTYPE_DISCOVERY;
+    id.oaes = 0;
+    id.oncs = 0;
+    id.vwc = 0;
+    id.nn = 0;
+    id.ioccsz = 0;
+    id.iorcsz = 0;
+    id.lpa = rdmablk::nvme::identify::lpa::EXTENDED;
+    id.sgls &= !rdmablk::nvme::identify::sgls::OFFSET;
+    id.mdts = super::admin::mdts(shared.cfg.limits.max_io_size);
+    id.maxcmd = ADMIN_QUEUE_DEPTH as u16;
+    id.kas = (shared.cfg.target.keep_alive_granularity_ms / 100).clamp(1, 0xFFFF) as u16;
+    id.aerl = (super::connection::MAX_HELD_AERS - 1) as u8;
+    id
+}
+
+/// The whole Discovery Log Page for the host of `ctrl`, which came in through listener
+/// `listener`.
+pub fn log_page(shared: &Shared, ctrl: &Controller, listener: usize) -> Vec<u8> {
+    let listeners = &shared.cfg.listeners;
+    let addrs = shared
+        .listen_addrs
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    let provider = listeners.get(listener).map(|l| l.provider);
+    let mut entries = Vec::new();
+    for s in shared.subsystems.iter().filter(|s| s.allows(&ctrl.hostnqn)) {
+        for (i, addr) in addrs.iter().enumerate() {
+            if listeners.get(i).map(|l| l.provider) != provider {
+                continue;
+            }
+            entries.push(DiscoveryLogEntry {
+                trtype: trtype::RDMA,
+                adrfam: family(addr.ip()),
+                subtype: subtype::NVME,
+                treq: treq::NOT_SPECIFIED,
+                portid: u16::try_from(i + 1).unwrap_or(u16::MAX),
+                cntlid: rdmablk::nvme::fabrics::CNTLID_DYNAMIC,
+                asqsz: ADMIN_QUEUE_DEPTH as u16,
+                eflags: 0,
+                trsvcid: addr.port().to_string(),
+                traddr: addr.ip().to_string(),
+                subnqn: s.nqn.clone(),
+                tsas: DiscoveryLogEntry::rdma_tsas(),
+            });
+        }
+    }
+    for r in &shared.cfg.referrals {
+        let (trtype, tsas) = match r.transport {
+            Transport::Rdma => (trtype::RDMA, DiscoveryLogEntry::rdma_tsas()),
+            Transport::Tcp => (trtype::TCP, [0u8; 16]),
+        };
+        entries.push(DiscoveryLogEntry {
+            trtype,
+            adrfam: family(r.address),
+            subtype: subtype::REFERRAL,
+            treq: treq::NOT_SPECIFIED,
+            portid: 0,
+            cntlid: rdmablk::nvme::fabrics::CNTLID_DYNAMIC,
+            asqsz: ADMIN_QUEUE_DEPTH as u16,
+            eflags: 0,
+            trsvcid: r.port.to_string(),
+            traddr: r.address.to_string(),
+            subnqn: crate::config::DISCOVERY_NQN.to_owned(),
+            tsas,
+        });
+    }
+    let genctr = shared
+        .discovery_genctr
+        .load(std::sync::atomic::Ordering::Acquire);
+    encode_log(genctr, &entries)
+}
+
+fn family(ip: IpAddr) -> u8 {
+    match ip {
+        IpAddr::V4(_) => adrfam::IPV4,
+        IpAddr::V6(_) => adrfam::IPV6,
+    }
+}
