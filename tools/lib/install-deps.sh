@@ -26,8 +26,9 @@ rdmablk_apt_install() {
 # Build dependencies: the verbs headers and libraries bindgen and the linker need, and libclang.
 RDMABLK_BUILD_PKGS=(libibverbs-dev librdmacm-dev libclang-dev clang pkg-config gcc g++)
 # What tools/test-rxe needs to run a Soft-RoCE VM, plus the Linux NVMe-oF peers' user tools.
-RDMABLK_VM_PKGS=(qemu-system-x86 busybox-static cpio kmod rdma-core ibverbs-utils iproute2
-  nvme-cli fio)
+# tools/test-rxe installs them (the guest runs this machine's user space over 9p).
+RDMABLK_VM_PKGS=(qemu-system-x86 busybox-static cpio kmod dpkg rdma-core ibverbs-utils
+  iproute2 nvme-cli fio e2fsprogs util-linux xfsprogs python3)
 
 rdmablk_install_build_deps() {
   rdmablk_apt_install "${RDMABLK_BUILD_PKGS[@]}" || return 1
