@@ -17,7 +17,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use process::*;
-use rdmablk::nvme::Status;
 use rdmablk_initiator::{Controller, Error, ErrorKind, IoBuf, IoQueue, Op, SubmitError};
 
 const QD: usize = 16;
@@ -31,7 +30,6 @@ const LOAD_BEFORE_SIGTERM: u64 = 300;
 struct Outcome {
     writes_ok: u64,
     reads_ok: u64,
-    interrupted: u64,
     transport: u64,
 }
 
@@ -184,17 +182,14 @@ fn submit_retrying(q: &mut IoQueue, op: Op, off: u64, len: u32, buf: IoBuf, tag:
     }
 }
 
-/// A clean failure while the target shuts down: Command Interrupted, or a transport error.
+/// The one clean failure while the target shuts down: the connection goes (a transport
+/// error), so a host retries after reconnecting. An NVMe status (Command Interrupted was
+/// answered until the Linux 6.1 host was seen handing it to fio as an I/O error) is not
+/// retried by every host, so the target must never answer in-flight I/O with one.
 fn classify(e: &Error, out: &mut Outcome) {
     match e.kind() {
         ErrorKind::Transport => out.transport += 1,
-        ErrorKind::Nvme
-            if e.status()
-                .is_some_and(|s| s.same_code(&Status::COMMAND_INTERRUPTED)) =>
-        {
-            out.interrupted += 1
-        }
-        _ => panic!("unclean failure during shutdown: {e}"),
+        _ => panic!("unclean failure during shutdown (only a transport error is): {e}"),
     }
 }
 
@@ -252,10 +247,7 @@ fn sigterm_under_load_drains_flushes_exits_zero_and_the_host_reconnects() {
         let (load, out) = t.join().expect("load thread");
         eprintln!("before/at SIGTERM: {out:?}");
         assert!(out.writes_ok > 0, "{out:?}");
-        assert!(
-            out.interrupted + out.transport > 0,
-            "the load ends only by a failure"
-        );
+        assert!(out.transport > 0, "the load ends only by a failure");
         loads.push(load);
     }
     let st = target.wait_exit(Duration::from_secs(30));

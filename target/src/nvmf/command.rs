@@ -28,6 +28,11 @@ pub enum Next {
     Execute,
     /// Hold (Async Event Request).
     Hold,
+    /// Drop without a response: the target is shutting down and the queue is about to be
+    /// closed. The host's transport error recovery then retries the command after it
+    /// reconnects, where a status would have been handed to the application as an I/O error
+    /// (Linux 6.1 does so with Command Interrupted once its few retries run out).
+    Abandon,
 }
 
 /// Checks the command in request `slot` and decides its course. Fills `status` on failure.
@@ -48,8 +53,7 @@ pub fn prepare(conn: &mut Connection, slot: u32, shared: &Shared) -> Next {
     };
     ctrl.touch(shared.now_ms());
     if shared.stopping() && conn.qid != 0 {
-        r.fail(Status::COMMAND_INTERRUPTED);
-        return Next::Respond;
+        return Next::Abandon;
     }
     if conn.qid == 0 {
         admin::prepare(conn, slot, shared, &ctrl)

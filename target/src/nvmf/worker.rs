@@ -831,6 +831,15 @@ fn proceed(conn: &mut Connection, slot: u32, next: Next, ctx: &mut Ctx<'_>) {
         Next::Respond => respond(conn, slot, ctx),
         Next::Execute => execute(conn, slot, ctx),
         Next::Hold => conn.reqs[slot as usize].enter(ReqState::Held, qid, slot),
+        Next::Abandon => {
+            tracing::debug!(
+                qid,
+                cid = conn.reqs[slot as usize].sqe.cid,
+                "command dropped at shutdown: the host retries it after reconnecting"
+            );
+            conn.reqs[slot as usize].enter(ReqState::Responding, qid, slot);
+            free(conn, slot);
+        }
         Next::Fetch => {
             conn.reqs[slot as usize].enter(ReqState::NeedData, qid, slot);
             conn.read_wait.push_back(slot);
