@@ -203,7 +203,11 @@ impl Controller {
     }
 }
 
-fn open_fabric(kind: ProviderKind, opts: &ConnectOptions, url: &TargetUrl) -> Result<Fabric> {
+pub(crate) fn open_fabric(
+    kind: ProviderKind,
+    opts: &ConnectOptions,
+    url: &TargetUrl,
+) -> Result<Fabric> {
     let resolved = fabric::resolve(kind, url.addr, opts.connect_timeout())
         .map_err(Error::fabric(0, "resolve address"))?;
     let device = resolved.device();

@@ -20,12 +20,14 @@
 //! - [`Namespace`]: the synchronous block-device API (checks, MDTS splitting, retries).
 //! - [`IoQueue`]: the batched asynchronous API (caller tags, `QueueFull` as a value).
 //! - [`IoBuf`]: registered buffers for zero-copy I/O.
+//! - [`discover`]: what a target's discovery controller lists (`nvme discover`).
 //!
 //! See `docs/initiator.md` for the design: data paths (keyed SGL, in-capsule, push writes),
 //! buffers, failure handling.
 
 mod buf;
 mod controller;
+mod discovery;
 mod error;
 mod ioqueue;
 mod namespace;
@@ -36,6 +38,7 @@ mod stats;
 
 pub use buf::{BufPool, IoBuf, PAGE_BYTES};
 pub use controller::Controller;
+pub use discovery::{discover, discover_with, DiscoveryEntry, EntryKind};
 pub use error::{Error, ErrorKind, Result};
 pub use ioqueue::{Completion, IoQueue, Op, SubmitError};
 pub use namespace::Namespace;

@@ -182,7 +182,7 @@ impl Setup<'_> {
     }
 
     /// Runs one admin command with optional data of `len` bytes.
-    fn admin_cmd(
+    pub(crate) fn admin_cmd(
         &self,
         q: &mut Queue,
         sqe: Sqe,
@@ -213,7 +213,7 @@ impl Setup<'_> {
         Ok((cqe, buf.map(|b| b.as_slice().to_vec())))
     }
 
-    fn fabrics_connect(
+    pub(crate) fn fabrics_connect(
         &self,
         q: &mut Queue,
         qid: u16,
@@ -263,7 +263,7 @@ impl Setup<'_> {
         Ok(if qid == 0 { got } else { cntlid })
     }
 
-    fn prop_get(&self, q: &mut Queue, offset: u32) -> Result<u64> {
+    pub(crate) fn prop_get(&self, q: &mut Queue, offset: u32) -> Result<u64> {
         let size = PropertySize::of_offset(offset).unwrap_or(PropertySize::Four);
         let (cqe, _) = self.admin_cmd(
             q,
@@ -289,7 +289,7 @@ impl Setup<'_> {
         fabrics_ok(cqe.status, "Property Set")
     }
 
-    fn enable(&self, q: &mut Queue, cap: Cap) -> Result<()> {
+    pub(crate) fn enable(&self, q: &mut Queue, cap: Cap) -> Result<()> {
         let cc = Cc(0)
             .with_css(0)
             .with_mps(0)

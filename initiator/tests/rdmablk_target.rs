@@ -316,3 +316,24 @@ fn bounce_vs_zero_copy_cost() {
     drop((ns, ctrl));
     t.shutdown();
 }
+
+#[test]
+fn discover_lists_the_subsystem_and_its_url_connects() {
+    let dir = tmp_dir("discover");
+    let t = start(free_port(), 4096, &dir.join("ns.img"));
+    let base = url(&t, "");
+    let base = base.rsplit_once('/').expect("URL with a path").0;
+    let entries = rdmablk_initiator::discover_with(base, opts()).expect("discover");
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    let e = &entries[0];
+    assert_eq!(e.kind, rdmablk_initiator::EntryKind::Subsystem);
+    assert_eq!(e.subnqn, NQN);
+    assert_eq!(e.addr, Some(t.local_addrs()[0]));
+    // The entry's URL is what connect takes.
+    let url = e.url().expect("a URL for an RDMA entry");
+    assert_eq!(url, self::url(&t, ""));
+    let ctrl = Controller::connect_with(&url, opts()).expect("connect to the discovered URL");
+    sync_sizes(&ctrl, 9);
+    drop(ctrl);
+    t.shutdown();
+}

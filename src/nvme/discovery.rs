@@ -5,7 +5,8 @@
 //! header   0 GENCTR u64 | 8 NUMREC u64 | 16 RECFMT u16 | 18..1024 reserved
 //! entry    0 TRTYPE | 1 ADRFAM | 2 SUBTYPE | 3 TREQ | 4 PORTID u16 | 6 CNTLID u16
 //!          8 ASQSZ u16 | 10 EFLAGS u16 | 12..32 reserved
-//!         32 TRSVCID [32] | 256 TRADDR [256] | 512 SUBNQN [256] | 768 TSAS [256]
+//!         32 TRSVCID [32] | 64..256 reserved | 256 SUBNQN [256] | 512 TRADDR [256]
+//!        768 TSAS [256]
 //! TSAS (RDMA)  0 RDMA_QPTYPE | 1 RDMA_PRTYPE | 2 RDMA_CMS | 3..8 reserved | 8 RDMA_PKEY u16
 //! ```
 //!
@@ -149,9 +150,9 @@ impl DiscoveryLogEntry {
         put_u16(&mut b, 8, self.asqsz);
         put_u16(&mut b, 10, self.eflags);
         put_str(&mut b[32..32 + TRSVCID_LEN], &self.trsvcid);
-        put_str(&mut b[256..256 + TRADDR_LEN], &self.traddr);
         // At most 223 bytes plus the NUL (NQN rules); longer is cut, never overrun.
-        put_str(&mut b[512..512 + super::nqn::NQN_MAX_LEN + 1], &self.subnqn);
+        put_str(&mut b[256..256 + super::nqn::NQN_MAX_LEN + 1], &self.subnqn);
+        put_str(&mut b[512..512 + TRADDR_LEN], &self.traddr);
         b[768..768 + self.tsas.len()].copy_from_slice(&self.tsas);
         b
     }
@@ -171,8 +172,8 @@ impl DiscoveryLogEntry {
             asqsz: u16_at(b, 8),
             eflags: u16_at(b, 10),
             trsvcid: field_str(&b[32..32 + TRSVCID_LEN]),
-            traddr: field_str(&b[256..256 + TRADDR_LEN]),
-            subnqn: field_str(&b[512..512 + TRADDR_LEN]),
+            subnqn: field_str(&b[256..256 + TRADDR_LEN]),
+            traddr: field_str(&b[512..512 + TRADDR_LEN]),
             tsas,
         })
     }
@@ -240,9 +241,10 @@ mod tests {
         assert_eq!(&b[0..4], &[1, 1, 2, 0]);
         assert_eq!(&b[4..12], &[3, 0, 0xFF, 0xFF, 32, 0, 0, 0]);
         assert_eq!(&b[32..37], b"4420\0");
-        assert_eq!(&b[256..266], b"10.0.2.15\0");
-        assert_eq!(&b[512..539], b"nqn.2026-11.io.rdmablk:disk");
-        assert_eq!(b[539], 0);
+        // struct nvmf_disc_rsp_page_entry: SUBNQN before TRADDR.
+        assert_eq!(&b[256..283], b"nqn.2026-11.io.rdmablk:disk");
+        assert_eq!(b[283], 0);
+        assert_eq!(&b[512..522], b"10.0.2.15\0");
         assert_eq!(&b[768..772], &[1, 1, 1, 0]);
         assert_eq!(DiscoveryLogEntry::decode(&b).unwrap(), entry());
     }
@@ -268,14 +270,14 @@ mod tests {
             e.traddr.chars().all(|c| c == '?'),
             "no terminator: cut at the field"
         );
-        b[256..260].copy_from_slice(b"1.2 ");
-        b[260] = 0;
+        b[512..516].copy_from_slice(b"1.2 ");
+        b[516] = 0;
         assert_eq!(DiscoveryLogEntry::decode(&b).unwrap().traddr, "1.2");
         // A too-long NQN is cut, and the field keeps its terminator.
         let mut long = entry();
         long.subnqn = "n".repeat(400);
         let b = long.encode();
-        assert_eq!(b[512 + 223], 0);
+        assert_eq!(b[256 + 223], 0);
         assert_eq!(DiscoveryLogEntry::decode(&b).unwrap().subnqn.len(), 223);
     }
 }

@@ -868,7 +868,7 @@ fn io_opcodes_are_unknown_on_the_admin_queue() {
     t.shutdown();
 }
 
-/// The Linux host (5.19 and later) sends every Dataset Management with a 4 KiB range buffer,
+/// The Linux host (since about 5.7) sends every Dataset Management with a 4 KiB range buffer,
 /// whatever NR says (`nvme_setup_discard`): the SGL is longer than the command's data. It was
 /// answered Data SGL Length Invalid, so `blkdiscard`, `fstrim` and mkfs' discard failed.
 #[test]

@@ -4,9 +4,14 @@
 #
 #   tools/rxe-vm/run-in-vm.sh bash tests/vm/linux-host.sh
 #
-# Steps: start rdmablk-target (verbs provider, $IP:$PORT, a RAM namespace); modprobe
-# nvme-rdma; `nvme connect -t rdma`; find the block device; fio with crc32c verification
-# over random writes and reads of mixed sizes (4k-128k); `nvme disconnect`; SIGTERM the
+# Steps (a failure names its step): start rdmablk-target (verbs provider, $IP:$PORT; ns 1 in
+# RAM with 4 KiB blocks, ns 2 a file with 512-byte blocks); `nvme discover` lists the
+# subsystem; `nvme connect -t rdma`; fio crc32c verify over random I/O of 4k-128k; the admin
+# set nvme-cli uses (id-ctrl, id-ns, list-ns, ns-descs, logs, features), each answer checked;
+# discard then read back zeroes, write zeroes (`blkdiscard -z`), `nvme flush`; a file system
+# (mkfs.ext4 with its discard, files, fstrim, fsck, remount, checksums); `nvme reset` under
+# fio verify; `nvme disconnect` + `nvme connect-all`; the target restarted (SIGTERM, start)
+# under fio with a long ctrl-loss-tmo: fio sees no error; `nvme disconnect`; SIGTERM the
 # target and check it exits 0 with its arena back to idle. Prints PASS or FAIL (with the
 # target log and dmesg) and exits non-zero on failure.
 #
@@ -35,7 +40,7 @@ fail() {
   dmesg | tail -n 60
   [ "$CONNECTED" = 1 ] && nvme disconnect -n "$NQN" >/dev/null 2>&1
   [ -n "$TPID" ] && kill -TERM "$TPID" 2>/dev/null && wait "$TPID" 2>/dev/null
-  echo "RESULT: FAIL ($*)"
+  echo "RESULT: FAIL (step ${STEP:-setup}: $*)"
   exit 1
 }
 
@@ -74,36 +79,77 @@ allow_any_host = true
 nsid = 1
 block_size = 4096
 backend = { kind = "ram", size = "128MiB" }
+
+[[subsystem.namespace]]
+nsid = 2
+block_size = 512
+backend = { kind = "file", path = "$WORK/ns2.img", create_size = "64MiB" }
+
+[[subsystem]]
+nqn = "nqn.2026-11.io.rdmablk:vm-hidden"
+hosts = ["nqn.2026-11.io.rdmablk:someone-else"]
+
+[[subsystem.namespace]]
+nsid = 1
+backend = { kind = "null", size = "16MiB" }
 CFG
 
-say "starting $BIN on $IP:$PORT"
-RUST_LOG=${RUST_LOG:-info} "$BIN" --config "$WORK/target.toml" >"$WORK/target.out" 2>"$WORK/target.log" &
-TPID=$!
-for _ in $(seq 1 300); do
-  grep -q '^listening' "$WORK/target.out" 2>/dev/null && break
-  kill -0 "$TPID" 2>/dev/null || fail "target exited at start"
-  sleep 0.1
-done
-grep -q '^listening' "$WORK/target.out" || fail "target did not start listening"
-say "$(cat "$WORK/target.out")"
-
-modprobe nvme-rdma || fail "modprobe nvme-rdma"
-say "nvme connect -t rdma -a $IP -s $PORT -n $NQN"
-nvme connect -t rdma -a "$IP" -s "$PORT" -n "$NQN" || fail "nvme connect"
-CONNECTED=1
-
-DEV=
-for _ in $(seq 1 100); do
-  for b in /sys/block/nvme*; do
-    [ -e "$b" ] || continue
-    if [ "$(cat "$b/device/subsysnqn" 2>/dev/null)" = "$NQN" ]; then DEV=/dev/$(basename "$b"); fi
+start_target() {
+  say "starting $BIN on $IP:$PORT"
+  RUST_LOG=${RUST_LOG:-info} "$BIN" --config "$WORK/target.toml" >"$WORK/target.out" \
+    2>>"$WORK/target.log" &
+  TPID=$!
+  for _ in $(seq 1 300); do
+    grep -q '^listening' "$WORK/target.out" 2>/dev/null && break
+    kill -0 "$TPID" 2>/dev/null || fail "target exited at start"
+    sleep 0.1
   done
-  [ -n "$DEV" ] && [ -b "$DEV" ] && break
-  sleep 0.1
-done
-[ -n "$DEV" ] || fail "no block device for $NQN"
-say "block device $DEV ($(cat /sys/block/$(basename "$DEV")/size) sectors)"
+  grep -q '^listening' "$WORK/target.out" || fail "target did not start listening"
+  say "$(cat "$WORK/target.out")"
+}
 
+# ns_dev NSID: the block device of namespace NSID of $NQN (waits up to 10 s).
+ns_dev() {
+  local b d
+  for _ in $(seq 1 100); do
+    for b in /sys/block/nvme*n*; do
+      [ -e "$b" ] || continue
+      [ "$(cat "$b/device/subsysnqn" 2>/dev/null)" = "$NQN" ] || continue
+      [ "$(cat "$b/nsid" 2>/dev/null)" = "$1" ] || continue
+      d=/dev/$(basename "$b"); [ -b "$d" ] && { echo "$d"; return 0; }
+    done
+    sleep 0.1
+  done
+  return 1
+}
+
+STEP=setup
+step() { STEP=$1; say "--- step $STEP"; }
+# check COND-CMD...: fails the current step with the command line when it fails.
+check() { "$@" || fail "$STEP: $*"; }
+
+start_target
+modprobe nvme-rdma || fail "modprobe nvme-rdma"
+
+step discover
+nvme discover -t rdma -a "$IP" -s "$PORT" >"$WORK/discover.txt" 2>&1 ||
+  { cat "$WORK/discover.txt"; fail "discover: nvme discover"; }
+sed 's/^/  /' "$WORK/discover.txt"
+grep -q "subnqn: *$NQN" "$WORK/discover.txt" || fail "discover: $NQN not listed"
+grep -q "vm-hidden" "$WORK/discover.txt" && fail "discover: a subsystem the host may not use is listed"
+grep -q "trsvcid: *$PORT" "$WORK/discover.txt" || fail "discover: no trsvcid $PORT"
+
+step connect
+say "nvme connect -t rdma -a $IP -s $PORT -n $NQN"
+nvme connect -t rdma -a "$IP" -s "$PORT" -n "$NQN" --reconnect-delay=1 --ctrl-loss-tmo=120 ||
+  fail "nvme connect"
+CONNECTED=1
+DEV=$(ns_dev 1) || fail "connect: no block device for $NQN ns 1"
+DEV2=$(ns_dev 2) || fail "connect: no block device for $NQN ns 2"
+CTRL=/dev/$(basename "$(readlink -f "/sys/block/$(basename "$DEV")/device")")
+say "block devices $DEV ($(cat /sys/block/$(basename "$DEV")/size) sectors), $DEV2; controller $CTRL"
+
+step fio-verify
 common=(--filename="$DEV" --direct=1 --ioengine=libaio --iodepth=16 --bsrange=4k-128k
         --size="$FIO_SIZE" --randrepeat=1 --randseed=42 --verify=crc32c --verify_fatal=1)
 cd "$WORK" || fail "cd $WORK"   # fio writes its verify state files into the current directory
@@ -119,6 +165,9 @@ fio --name=mixed --rw=randrw --rwmixread=50 --verify_backlog=32 --time_based \
   || { cat "$WORK/fio3.txt"; fail "fio mixed"; }
 grep -hE "^ +(read|write):|err=" "$WORK"/fio[123].txt | sed 's/^/  /'
 
+source "$ROOT/tests/vm/linux-host-steps.sh"
+
+step disconnect
 say "nvme disconnect -n $NQN"
 nvme disconnect -n "$NQN" || fail "nvme disconnect"
 CONNECTED=0
@@ -133,5 +182,5 @@ LAST=$(sed 's/\x1b\[[0-9;]*m//g' "$WORK/target.log" | grep 'arena usage' | tail 
 say "last arena line: $LAST"
 echo "$LAST" | grep -q 'arena_bytes_in_use=0' || fail "arena not idle after the host left"
 dmesg | grep -iE "nvme|rdma" | tail -n 12 | sed 's/^/  dmesg: /'
-echo "RESULT: PASS (Linux nvme-rdma host <-> rdmablk-target on rxe0: connect, fio crc32c verify, disconnect, clean exit)"
+echo "RESULT: PASS (Linux nvme-rdma host <-> rdmablk-target on rxe0: discover, connect, fio crc32c verify, admin set, discard/write zeroes/flush, ext4 with fstrim and fsck, reset and target restart under fio, connect-all, disconnect, clean exit)"
 rm -rf "$WORK"

@@ -95,3 +95,60 @@ fn unreachable_soft_target_is_a_clear_setup_error() {
     let err = String::from_utf8_lossy(&r.stderr);
     assert!(err.contains(&format!("127.0.0.1:{port}")), "{err}");
 }
+
+/// `soft://HOST:PORT` without an NQN: rdmablk-perf asks the target's discovery controller and
+/// runs against the subsystem it lists.
+#[test]
+fn discovery_url_resolves_to_the_subsystem() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let toml = format!(
+        r#"
+[[listener]]
+provider = "soft"
+address = "127.0.0.1"
+port = {port}
+
+[arena]
+bytes = "64MiB"
+lock = false
+
+[[subsystem]]
+nqn = "nqn.2026-11.io.rdmablk:perf-discovery"
+allow_any_host = true
+
+[[subsystem.namespace]]
+nsid = 1
+backend = {{ kind = "ram", size = "16MiB" }}
+"#
+    );
+    let cfg = rdmablk_target::config::Config::from_str(&toml).expect("config");
+    let target = rdmablk_target::nvmf::Target::start(cfg).expect("target starts");
+    let url = format!("soft://127.0.0.1:{port}");
+    let r = perf(&[
+        &url,
+        "--rw",
+        "randrw",
+        "--bs",
+        "4k",
+        "--iodepth",
+        "4",
+        "--runtime",
+        "1",
+        "--size",
+        "4m",
+        "--verify",
+        "crc32c",
+    ]);
+    assert_exit(&r, 0);
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(
+        err.contains("discovered soft://127.0.0.1")
+            && err.contains("nqn.2026-11.io.rdmablk:perf-discovery"),
+        "{err}"
+    );
+    target.shutdown();
+}

@@ -73,7 +73,7 @@ pub enum SglFit {
     Exact,
     /// The SGL may describe more than the command's data, whose length the command itself
     /// gives; only that much moves. Dataset Management: its data length is (NR + 1) * 16
-    /// bytes, but Linux hosts since 5.19 always send a 4 KiB range buffer
+    /// bytes, but Linux hosts (since about 5.7) always send a 4 KiB range buffer
     /// (`nvme_setup_discard`, 256 ranges' worth) whatever NR says. nvmet accepts it the same
     /// way (`nvmet_check_data_len_lte`).
     AtLeast,

@@ -31,7 +31,8 @@ pub const MIN_BS_BYTES: u64 = 512;
 )]
 pub struct Args {
     /// What to drive: `file:/path` or `/dev/...` (local io_uring engine), `rdma://IP:PORT/NQN`
-    /// or `soft://HOST:PORT/NQN` (NVMe-oF initiator). Omit it with --embedded.
+    /// or `soft://HOST:PORT/NQN` (NVMe-oF initiator; without /NQN, or with the discovery NQN,
+    /// the first subsystem the target's discovery log lists). Omit it with --embedded.
     #[arg(value_name = "TARGET")]
     pub target: Option<String>,
 
@@ -316,6 +317,10 @@ impl fmt::Display for Target {
     }
 }
 
+/// The well-known discovery NQN: a remote target named by it (or by no NQN) is resolved
+/// through its discovery log.
+pub const DISCOVERY_NQN: &str = "nqn.2014-08.org.nvmexpress.discovery";
+
 /// A usage error: what is wrong and what to write instead.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
@@ -332,6 +337,11 @@ pub fn parse_target(s: &str) -> Result<Target, UsageError> {
             Some((addr, nqn)) if addr.contains(':') && !nqn.is_empty() => {
                 Ok((addr.to_string(), nqn.to_string()))
             }
+            // A discovery URL: the target's discovery controller names the subsystem.
+            Some((addr, "")) if addr.contains(':') => {
+                Ok((addr.to_string(), DISCOVERY_NQN.to_string()))
+            }
+            None if rest.contains(':') => Ok((rest.to_string(), DISCOVERY_NQN.to_string())),
             _ => Err(usage(format!(
                 "target '{s}': expected {scheme}://HOST:PORT/NQN, \
                  e.g. {scheme}://127.0.0.1:4420/nqn.2024-01.io.rdmablk:ram0"
@@ -624,7 +634,20 @@ mod tests {
             })
         );
         assert!(parse_target("rdma://10.0.0.1/nqn").is_err());
-        assert!(parse_target("soft://h:1/").is_err());
+        assert_eq!(
+            parse_target("soft://h:1/"),
+            Ok(Target::Soft {
+                addr: "h:1".into(),
+                nqn: DISCOVERY_NQN.into()
+            })
+        );
+        assert_eq!(
+            parse_target("rdma://10.0.0.1:4420"),
+            Ok(Target::Rdma {
+                addr: "10.0.0.1:4420".into(),
+                nqn: DISCOVERY_NQN.into()
+            })
+        );
         assert!(parse_target("/tmp/x").unwrap_err().0.contains("file:/path"));
         assert!(parse_target("file:").is_err());
     }

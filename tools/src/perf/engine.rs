@@ -221,12 +221,12 @@ pub fn open(target: &Target, opts: &OpenOptions) -> Result<Box<dyn Engine>, Engi
     match target {
         Target::File(path) => Ok(Box::new(local::LocalEngine::open(path, opts)?)),
         Target::Rdma { addr, nqn } => Ok(Box::new(nvmf::NvmfEngine::connect(
-            &format!("rdma://{addr}/{nqn}"),
+            &nvmf::resolve(&format!("rdma://{addr}/{nqn}"))?,
             opts,
             None,
         )?)),
         Target::Soft { addr, nqn } => Ok(Box::new(nvmf::NvmfEngine::connect(
-            &format!("soft://{addr}/{nqn}"),
+            &nvmf::resolve(&format!("soft://{addr}/{nqn}"))?,
             opts,
             None,
         )?)),

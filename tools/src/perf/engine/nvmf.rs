@@ -32,6 +32,30 @@ pub struct NvmfEngine {
     _embedded: Option<Arc<EmbeddedTarget>>,
 }
 
+/// A URL that names the discovery NQN becomes the URL of the first NVM subsystem the
+/// target's discovery log lists (said on stderr); any other URL is returned as it is.
+pub fn resolve(url: &str) -> Result<String, EngineError> {
+    let Some(base) = url.strip_suffix(&format!("/{}", crate::perf::args::DISCOVERY_NQN)) else {
+        return Ok(url.to_string());
+    };
+    let err = |e: String| EngineError::Connect {
+        target: url.to_string(),
+        err: e.into(),
+    };
+    let entries = ini::discover(base).map_err(|e| err(format!("discovery: {e}")))?;
+    let found = entries
+        .iter()
+        .filter(|e| e.kind == ini::EntryKind::Subsystem)
+        .find_map(|e| e.url())
+        .ok_or_else(|| {
+            err(format!(
+                "the discovery log lists no subsystem ({entries:?})"
+            ))
+        })?;
+    eprintln!("rdmablk-perf: {base}: discovered {found}");
+    Ok(found)
+}
+
 impl NvmfEngine {
     /// Connects to `url` with one I/O queue of `opts.queue_depth` entries.
     pub fn connect(

@@ -1,0 +1,129 @@
+# shellcheck shell=bash
+# linux-host-steps.sh - sourced by linux-host.sh once the Linux host is connected: the admin
+# set nvme-cli uses, discard / write zeroes / flush, a real file system, `nvme reset` and a
+# target restart under fio verify, `nvme connect-all`. Uses linux-host.sh's step, check, fail,
+# ns_dev, start_target and its variables (DEV DEV2 CTRL NQN IP PORT WORK TPID).
+
+# field NAME FILE: the value of "NAME : value" in nvme-cli's text output.
+field() { sed -n "s/^$1 *: *//p" "$2" | head -n 1 | sed 's/ *$//'; }
+
+# ---------------------------------------------------------------- the admin set
+step admin
+check nvme id-ctrl "$CTRL" >"$WORK/id-ctrl.txt"
+[ "$(field subnqn "$WORK/id-ctrl.txt")" = "$NQN" ] || fail "admin: id-ctrl subnqn"
+[ "$(field mn "$WORK/id-ctrl.txt")" = rdmablk ] || fail "admin: id-ctrl mn"
+[ "$(field cntrltype "$WORK/id-ctrl.txt")" = 1 ] || fail "admin: id-ctrl cntrltype (I/O)"
+[ "$(field nn "$WORK/id-ctrl.txt")" = 2 ] || fail "admin: id-ctrl nn"
+check nvme id-ns "$DEV" >"$WORK/id-ns.txt"
+want=$(( $(cat "/sys/block/$(basename "$DEV")/size") * 512 / 4096 ))
+nsze=$(field nsze "$WORK/id-ns.txt"); dlfeat=$(field dlfeat "$WORK/id-ns.txt")
+[ "$(printf '%d' "${nsze:-0}")" = "$want" ] || fail "admin: id-ns nsze $nsze != $want"
+[ "$(printf '%d' "${dlfeat:-0}")" = 1 ] || fail "admin: id-ns dlfeat $dlfeat (RAM reads zeroes)"
+check nvme list-ns "$CTRL" >"$WORK/list-ns.txt"
+grep -qE '^\[ *0\]:0x1$' "$WORK/list-ns.txt" && grep -qE '^\[ *1\]:0x2$' "$WORK/list-ns.txt" ||
+  { cat "$WORK/list-ns.txt"; fail "admin: list-ns is not 1, 2"; }
+check nvme ns-descs "$DEV" >"$WORK/ns-descs.txt"
+grep -qi uuid "$WORK/ns-descs.txt" || fail "admin: ns-descs has no UUID"
+check nvme error-log "$CTRL" -e 4 >/dev/null
+check nvme smart-log "$CTRL" >"$WORK/smart.txt"
+grep -qi "temperature" "$WORK/smart.txt" || fail "admin: smart-log"
+check nvme fw-log "$CTRL" >"$WORK/fw.txt"
+grep -q "frs1" "$WORK/fw.txt" || fail "admin: fw-log has no slot 1 revision"
+check nvme get-log "$CTRL" --log-id=4 --log-len=4096 >/dev/null
+check nvme effects-log "$CTRL" >"$WORK/effects.txt"
+grep -qi "write" "$WORK/effects.txt" || grep -q "ACS\|IOCS" "$WORK/effects.txt" ||
+  fail "admin: effects-log"
+# Features: number of queues (what connect negotiated), keep-alive timer (the host's KATO),
+# async event config, volatile write cache.
+check nvme get-feature "$CTRL" -f 7 >"$WORK/f7.txt"
+grep -q "Current value" "$WORK/f7.txt" || fail "admin: get-feature 7"
+check nvme get-feature "$CTRL" -f 0xf >"$WORK/f15.txt"
+grep -qE "0x0*(1388|2710)" "$WORK/f15.txt" || { cat "$WORK/f15.txt"; fail "admin: keep-alive timer"; }
+check nvme get-feature "$CTRL" -f 0xb >/dev/null
+check nvme get-feature "$CTRL" -f 6 >/dev/null
+check nvme set-feature "$CTRL" -f 0xb -v 0x100 >/dev/null
+nvme get-feature "$CTRL" -f 0xb | grep -q "0x0*100" || fail "admin: async event config not kept"
+check nvme show-regs "$CTRL" >"$WORK/regs.txt" 2>&1
+nvme list -v >"$WORK/list.txt" 2>&1 || fail "admin: nvme list -v"
+grep -q "$NQN" "$WORK/list.txt" || fail "admin: nvme list -v does not show $NQN"
+
+# ---------------------------------------------------------------- discard, zeroes, flush
+step discard
+MIB=1048576
+readback() { dd if="$1" bs=$MIB skip="$2" count=1 iflag=direct status=none | od -An -v -tx1 | sort -u; }
+check dd if=/dev/urandom of="$WORK/pattern" bs=$MIB count=4 status=none
+check dd if="$WORK/pattern" of="$DEV" bs=$MIB count=4 oflag=direct status=none
+check blkdiscard -o 0 -l $MIB "$DEV"
+[ "$(readback "$DEV" 0 | tr -d ' \n')" = "$(printf '00%.0s' $(seq 16))" ] ||
+  fail "discard: deallocated blocks do not read as zeroes"
+readback "$DEV" 1 | grep -qv "^ 00 00" || fail "discard: blocks after the range were touched"
+check blkdiscard "$DEV2"            # the whole 512-byte-block file namespace, like mkfs does
+step write-zeroes
+check blkdiscard -z -o $((2 * MIB)) -l $MIB "$DEV"
+[ "$(readback "$DEV" 2 | tr -d ' \n')" = "$(printf '00%.0s' $(seq 16))" ] ||
+  fail "write-zeroes: blocks do not read as zeroes"
+step flush
+check nvme flush "$CTRL" -n 1
+check nvme flush "$CTRL" -n 2
+check sync
+
+# ---------------------------------------------------------------- a real file system
+step filesystem
+MNT=$WORK/mnt; mkdir -p "$MNT"
+modprobe ext4 2>/dev/null || true
+check mkfs.ext4 -q -F -E discard "$DEV"
+check mount "$DEV" "$MNT"
+for i in 1 2 3 4; do check dd if=/dev/urandom of="$MNT/f$i" bs=1M count=$((i * 2)) status=none; done
+check mkdir "$MNT/dir"; check cp "$WORK/pattern" "$MNT/dir/pattern"
+(cd "$MNT" && sha256sum f1 f2 f3 f4 dir/pattern) >"$WORK/sums"
+check rm "$MNT/f2"
+check fstrim -v "$MNT"
+sed -i '/ f2$/d' "$WORK/sums"
+check umount "$MNT"
+fsck.ext4 -f -n "$DEV" >"$WORK/fsck.txt" 2>&1 || { cat "$WORK/fsck.txt"; fail "filesystem: fsck -f"; }
+check mount "$DEV" "$MNT"
+(cd "$MNT" && sha256sum -c --quiet "$WORK/sums") || fail "filesystem: checksums after remount"
+check umount "$MNT"
+
+# ---------------------------------------------------------------- resets under fio
+# fio_bg NAME DEVICE: fio write+verify in the background (pid in FIO_PID), long enough to be
+# in flight across what the step does to the controller.
+fio_bg() {
+  (cd "$WORK" && fio --name="$1" --filename="$2" --direct=1 --ioengine=libaio --iodepth=16 \
+    --bsrange=4k-64k --rw=randwrite --size=24m --randrepeat=1 --randseed=7 --verify=crc32c \
+    --verify_fatal=1 --do_verify=1 --loops=3 --output="$WORK/$1.txt") &
+  FIO_PID=$!
+}
+fio_wait() {
+  wait "$FIO_PID" || { cat "$WORK/$1.txt"; fail "$STEP: fio saw an error"; }
+  grep -E "err= *0" -q "$WORK/$1.txt" || { cat "$WORK/$1.txt"; fail "$STEP: fio err != 0"; }
+}
+
+step reset
+fio_bg reset "$DEV"
+sleep 3
+check nvme reset "$CTRL"
+fio_wait reset
+
+step target-restart
+fio_bg restart "$DEV2"
+sleep 3
+say "SIGTERM the target under fio, then start it again"
+kill -TERM "$TPID"; wait "$TPID"; RC=$?
+[ "$RC" = 0 ] || fail "target-restart: the target exited with $RC"
+TPID=
+sleep 2
+start_target
+fio_wait restart
+[ -b "$DEV2" ] || fail "target-restart: $DEV2 is gone"
+
+# ---------------------------------------------------------------- connect-all
+step connect-all
+check nvme disconnect -n "$NQN"
+CONNECTED=0
+sleep 1
+check nvme connect-all -t rdma -a "$IP" -s "$PORT"
+CONNECTED=1
+DEV=$(ns_dev 1) || fail "connect-all: no block device for ns 1"
+CTRL=/dev/$(basename "$(readlink -f "/sys/block/$(basename "$DEV")/device")")
+check dd if="$DEV" of=/dev/null bs=$MIB count=8 iflag=direct status=none
