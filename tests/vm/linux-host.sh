@@ -32,7 +32,11 @@ CONNECTED=0
 
 say() { echo "linux-host: $*"; }
 
+# fail writes to the script's own stdout (fd 3) even from a command whose output a step
+# redirects to a file.
+exec 3>&1
 fail() {
+  exec 1>&3 2>&3
   say "FAIL: $*"
   echo "----- target log (last 60 lines) -----"
   tail -n 60 "$WORK/target.log" 2>/dev/null
