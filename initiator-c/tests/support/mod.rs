@@ -11,12 +11,16 @@ use rdmablk_target::Target;
 
 pub const NQN: &str = "nqn.2026-11.io.rdmablk:c-api";
 
-/// A target on 127.0.0.1 (a free port) with one RAM namespace of `ram_mib` MiB, 4 KiB
-/// blocks; shut down on drop.
+/// A target on 127.0.0.1 (a free port) with one RAM namespace; shut down on drop.
 pub struct SoftTarget(Option<Target>);
 
 impl SoftTarget {
+    /// `ram_mib` MiB of 4 KiB blocks.
     pub fn start(ram_mib: u32) -> SoftTarget {
+        Self::start_with(ram_mib, 4096)
+    }
+
+    pub fn start_with(ram_mib: u32, block_size: u32) -> SoftTarget {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -43,7 +47,7 @@ allow_any_host = true
 
 [[subsystem.namespace]]
 nsid = 1
-block_size = 4096
+block_size = {block_size}
 backend = {{ kind = "ram", size = "{ram_mib}MiB" }}
 "#
         );
