@@ -162,6 +162,29 @@ impl IoBuf {
     pub fn truncate(&mut self, len: usize) {
         self.len = self.len.min(len);
     }
+
+    /// Splits the buffer in two at byte `at`, a multiple of [`PAGE_BYTES`] inside the buffer
+    /// (`0 < at < len`): `self` keeps `[0, at)`, the returned buffer holds `[at, len)`. Each
+    /// half is again a unique handle to its own pages and frees them on drop. `None` (and
+    /// `self` unchanged) when `at` is not such a point.
+    ///
+    /// Lets a caller that must hand out one contiguous region (fio's I/O memory) allocate it
+    /// once and still submit its pieces independently.
+    pub fn split_off(&mut self, at: usize) -> Option<IoBuf> {
+        if at == 0 || at >= self.len || at % PAGE_BYTES != 0 {
+            return None;
+        }
+        let head_pages = at / PAGE_BYTES;
+        let tail = IoBuf {
+            pool: self.pool.clone(),
+            offset: self.offset + at,
+            len: self.len - at,
+            pages: self.pages - head_pages,
+        };
+        self.len = at;
+        self.pages = head_pages;
+        Some(tail)
+    }
 }
 
 impl AsRef<[u8]> for IoBuf {
@@ -214,6 +237,25 @@ mod tests {
         drop(a);
         let c = p.alloc(8192).unwrap();
         assert_eq!(c.addr(0), b.addr(0) - 8192, "freed run reused");
+    }
+
+    #[test]
+    fn split_off_gives_disjoint_halves_that_free_their_own_pages() {
+        let p = pool(64 << 10);
+        let mut a = p.alloc(5 * PAGE_BYTES).unwrap();
+        assert!(a.split_off(0).is_none());
+        assert!(a.split_off(100).is_none());
+        assert!(a.split_off(5 * PAGE_BYTES).is_none());
+        let b = a.split_off(2 * PAGE_BYTES).unwrap();
+        assert_eq!((a.len(), b.len()), (2 * PAGE_BYTES, 3 * PAGE_BYTES));
+        assert_eq!(b.addr(0), a.addr(0) + 2 * PAGE_BYTES as u64);
+        drop(a);
+        // The head's two pages are free again; the tail's three are not.
+        let c = p.alloc(2 * PAGE_BYTES).unwrap();
+        assert_eq!(c.addr(0), b.addr(0) - 2 * PAGE_BYTES as u64);
+        drop(b);
+        drop(c);
+        assert_eq!(p.alloc(16 * PAGE_BYTES).unwrap().len(), 16 * PAGE_BYTES);
     }
 
     #[test]

@@ -23,8 +23,9 @@ rdmablk_apt_install() {
     "${missing[@]}" >&2
 }
 
-# Build dependencies: the verbs headers and libraries bindgen and the linker need, and libclang.
-RDMABLK_BUILD_PKGS=(libibverbs-dev librdmacm-dev libclang-dev clang pkg-config gcc g++)
+# Build dependencies: the verbs headers and libraries bindgen and the linker need, and libclang;
+# make, fio (Debian 12's 3.33) and gcc's ASan for the C API's tests (initiator-c/tests).
+RDMABLK_BUILD_PKGS=(libibverbs-dev librdmacm-dev libclang-dev clang pkg-config gcc g++ make fio)
 # What tools/test-rxe needs to run a Soft-RoCE VM, plus the Linux NVMe-oF peers' user tools.
 # tools/test-rxe installs them (the guest runs this machine's user space over 9p).
 RDMABLK_VM_PKGS=(qemu-system-x86 busybox-static cpio kmod dpkg rdma-core ibverbs-utils

@@ -141,27 +141,40 @@ def cell_iops(pt):
 def soft_vs_local(d):
     points, order, notes = read_manifest(d)
     have_fio = any(c == "fio" for (_, c) in points)
+    have_eng = any(c == "fio-rdmablk" for (_, c) in points)
     head = ["workload", "rdmablk soft IOPS", "local IOPS"]
     if have_fio:
         head.append("fio IOPS")
+    if have_eng:
+        head.append("fio+rdmablk IOPS")
     head.append("soft / local")
     if have_fio:
         head.append("local / fio")
+    if have_eng:
+        head.append("fio+rdmablk / soft")
     head += ["soft p50/p99 us", "local p50/p99 us"]
     if have_fio:
         head.append("fio p50/p99 us")
+    if have_eng:
+        head.append("fio+rdmablk p50/p99 us")
     rows = [head]
     for w in order:
-        s, l, f = (points.get((w, c)) for c in ("soft", "local", "fio"))
+        s, l, f, e = (points.get((w, c)) for c in ("soft", "local", "fio", "fio-rdmablk"))
         row = [w, cell_iops(s), cell_iops(l)]
         if have_fio:
             row.append(cell_iops(f))
+        if have_eng:
+            row.append(cell_iops(e))
         row.append(ratio(s, l))
         if have_fio:
             row.append(ratio(l, f))
+        if have_eng:
+            row.append(ratio(e, s))
         row += [fmt_lat(s), fmt_lat(l)]
         if have_fio:
             row.append(fmt_lat(f))
+        if have_eng:
+            row.append(fmt_lat(e))
         rows.append(row)
     print_table(rows)
     print_notes(notes)
