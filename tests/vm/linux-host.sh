@@ -53,6 +53,12 @@ command -v nvme >/dev/null || fail "nvme-cli is missing"
 command -v fio >/dev/null || fail "fio is missing"
 ibv_devinfo -d rxe0 >/dev/null 2>&1 || fail "no rxe0 device (run inside the rxe VM)"
 
+# A block device for the block backend: a loop device over a file in the guest's tmpfs.
+modprobe loop 2>/dev/null || true
+truncate -s 64M "$WORK/blk.img" || fail "truncate $WORK/blk.img"
+LOOPDEV=$(losetup -f --show "$WORK/blk.img") || fail "losetup (no loop device support?)"
+NQN_KINDS=nqn.2026-11.io.rdmablk:vm-kinds
+
 cat >"$WORK/target.toml" <<CFG
 [[listener]]
 provider = "verbs"
@@ -88,6 +94,18 @@ backend = { kind = "ram", size = "128MiB" }
 nsid = 2
 block_size = 512
 backend = { kind = "file", path = "$WORK/ns2.img", create_size = "64MiB" }
+
+[[subsystem]]
+nqn = "$NQN_KINDS"
+allow_any_host = true
+
+[[subsystem.namespace]]
+nsid = 1
+backend = { kind = "block", path = "$LOOPDEV" }
+
+[[subsystem.namespace]]
+nsid = 2
+backend = { kind = "null", size = "64MiB" }
 
 [[subsystem]]
 nqn = "nqn.2026-11.io.rdmablk:vm-hidden"
@@ -185,6 +203,7 @@ TPID=
 LAST=$(sed 's/\x1b\[[0-9;]*m//g' "$WORK/target.log" | grep 'arena usage' | tail -n 1)
 say "last arena line: $LAST"
 echo "$LAST" | grep -q 'arena_bytes_in_use=0' || fail "arena not idle after the host left"
+losetup -d "$LOOPDEV" 2>/dev/null
 dmesg | grep -iE "nvme|rdma" | tail -n 12 | sed 's/^/  dmesg: /'
 echo "RESULT: PASS (Linux nvme-rdma host <-> rdmablk-target on rxe0: discover, connect, fio crc32c verify, admin set, discard/write zeroes/flush, ext4 with fstrim and fsck, reset and target restart under fio, connect-all, disconnect, clean exit)"
 rm -rf "$WORK"
