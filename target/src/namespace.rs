@@ -23,6 +23,9 @@ use crate::io::WorkerIo;
 #[derive(Debug)]
 pub struct Namespace {
     nsid: u32,
+    /// Index of this namespace in the target's namespace table, and of each worker's queue to
+    /// it ([`crate::nvmf::NamespaceTable`]).
+    slot: usize,
     backend: Arc<dyn Backend>,
     read_only: bool,
     uuid: Option<[u8; 16]>,
@@ -43,6 +46,7 @@ impl Namespace {
         assert!(nsid != 0 && nsid != u32::MAX, "invalid NSID {nsid:#x}");
         Namespace {
             nsid,
+            slot: 0,
             read_only: read_only || backend.read_only(),
             backend,
             uuid: None,
@@ -52,6 +56,16 @@ impl Namespace {
 
     pub fn nsid(&self) -> u32 {
         self.nsid
+    }
+
+    /// This namespace with table slot `slot`.
+    pub fn with_slot(mut self, slot: usize) -> Namespace {
+        self.slot = slot;
+        self
+    }
+
+    pub fn slot(&self) -> usize {
+        self.slot
     }
 
     pub fn block_size(&self) -> u32 {

@@ -50,13 +50,16 @@ check nvme get-feature "$CTRL" -f 0xb >/dev/null
 check nvme get-feature "$CTRL" -f 6 >/dev/null
 check nvme set-feature "$CTRL" -f 0xb -v 0x100 >/dev/null
 nvme get-feature "$CTRL" -f 0xb | grep -q "0x0*100" || fail "admin: async event config not kept"
-if ! nvme show-regs "$CTRL" >"$WORK/regs.txt" 2>&1; then
-  sed 's/^/  show-regs: /' "$WORK/regs.txt" | head -n 20
-  for off in 0 8 0x14 0x1c; do
-    nvme get-property "$CTRL" --offset="$off" --human-readable 2>&1 | sed "s/^/  get-property $off: /"
-  done
-  later "admin: nvme show-regs"
-fi
+# The registers, one property at a time, checked: CAP (MQES = max_queue_depth - 1, CSS NVM),
+# VS 1.3, CC.EN, CSTS.RDY. (nvme-cli 2.3's show-regs walks every offset up to CMBSZ and gives
+# up on this fabrics controller after its first answer; its output is shown, not judged.)
+check nvme get-property "$CTRL" --offset=0 --human-readable >"$WORK/cap.txt"
+grep -q "(MQES): 128" "$WORK/cap.txt" && grep -q "NVM command set is Supported" "$WORK/cap.txt" ||
+  { cat "$WORK/cap.txt"; later "admin: CAP"; }
+nvme get-property "$CTRL" --offset=8 | grep -q "10300" || later "admin: VS is not 1.3"
+nvme get-property "$CTRL" --offset=0x14 --human-readable | grep -q "(EN): Yes" || later "admin: CC.EN"
+nvme get-property "$CTRL" --offset=0x1c --human-readable | grep -q "(RDY): Yes" || later "admin: CSTS.RDY"
+nvme show-regs "$CTRL" 2>&1 | head -n 3 | sed 's/^/  show-regs (not judged): /'
 nvme list -v >"$WORK/list.txt" 2>&1 || fail "admin: nvme list -v"
 grep -q "$NQN" "$WORK/list.txt" || fail "admin: nvme list -v does not show $NQN"
 
@@ -84,8 +87,10 @@ check blkdiscard -z -o $((2 * MIB)) -l $MIB "$DEV"
 [ "$(readback "$DEV" 2 | tr -d ' \n')" = "$(printf '00%.0s' $(seq 16))" ] ||
   fail "write-zeroes: blocks do not read as zeroes"
 step flush
-check nvme flush "$CTRL" -n 1
-check nvme flush "$CTRL" -n 2
+# Through the namespaces' block devices (the controller's character device refuses I/O
+# commands when it has more than one namespace).
+check nvme flush "$DEV"
+check nvme flush "$DEV2"
 check sync
 
 # ---------------------------------------------------------------- a real file system
@@ -185,7 +190,10 @@ CTRL=/dev/$(basename "$(readlink -f "/sys/block/$(basename "$DEV")/device")")
 check nvme get-feature "$CTRL" -f 0xf >"$WORK/kato.txt"
 grep -qE "0x0*3a98" "$WORK/kato.txt" || { cat "$WORK/kato.txt"; fail "$STEP: KATO is not 15 s"; }
 check dd if="$DEV" of=/dev/null bs=128k count=64 iflag=direct status=none
-check nvme connect -t rdma -a "$IP" -s "$PORT" -n "$NQN" --duplicate-connect --queue-size=128
+# nvme-cli 2.3 says "already connected" despite --duplicate-connect when transport, address
+# and NQN match an existing controller; a host address makes it a second path of the same host.
+check nvme connect -t rdma -a "$IP" -s "$PORT" -n "$NQN" --duplicate-connect --queue-size=128 \
+  --host-traddr="$IP"
 n=$(for c in /sys/class/nvme/nvme*; do cat "$c/subsysnqn" 2>/dev/null; done | grep -cx "$NQN")
 [ "$n" = 2 ] || fail "$STEP: $n controllers of $NQN after --duplicate-connect (want 2)"
 check nvme disconnect -n "$NQN"       # both controllers

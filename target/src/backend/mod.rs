@@ -65,6 +65,9 @@ pub trait BackendQueue {
 /// An error opening a backend (at start, or when a worker opens its queue).
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
+    /// A worker could not open its queue to a namespace.
+    #[error("namespace {nsid}: cannot open a worker's queue: {why}")]
+    Queue { nsid: u32, why: String },
     #[error("cannot open {}: {source} (check the path and its permissions{})", path.display(),
         if *read_only { "" } else { ", or set read_only = true if it is write-protected" })]
     Open {

@@ -120,15 +120,14 @@ fn identify(
         cns::CONTROLLER => identify_controller(ctrl, shared).encode(),
         cns::NAMESPACE => match id.nsid {
             0 | u32::MAX => return Err(Status::INVALID_NAMESPACE.with_dnr()),
-            nsid => match subsys.ns_index(nsid) {
-                Some(i) => {
-                    let ns = &subsys.namespaces()[i];
+            nsid => match subsys.namespace(nsid) {
+                Some(ns) => {
                     let lbads = ns.block_size().trailing_zeros() as u8;
                     let mut idn = IdentifyNamespace::simple(ns.num_blocks(), lbads);
                     // DLFEAT: deallocated blocks read as zeroes, where the backend
                     // guarantees it (else 0: not reported).
                     idn.dlfeat = u8::from(ns.deallocated_reads_zeroes());
-                    idn.nguid = uuid_of(subsys.nqn.as_str(), ns);
+                    idn.nguid = uuid_of(subsys.nqn.as_str(), &ns);
                     idn.encode()
                 }
                 // An inactive NSID: all zeroes.
@@ -152,14 +151,11 @@ fn identify(
             }
             encode_ns_list(&nsids[..n], id.nsid)
         }
-        cns::NS_DESC_LIST => match subsys.ns_index(id.nsid) {
-            Some(i) => {
-                let ns = &subsys.namespaces()[i];
-                encode_ns_descriptors(&[
-                    NsDescriptor::Uuid(uuid_of(subsys.nqn.as_str(), ns)),
-                    NsDescriptor::Csi(0),
-                ])
-            }
+        cns::NS_DESC_LIST => match subsys.namespace(id.nsid) {
+            Some(ns) => encode_ns_descriptors(&[
+                NsDescriptor::Uuid(uuid_of(subsys.nqn.as_str(), &ns)),
+                NsDescriptor::Csi(0),
+            ]),
             None => return Err(Status::INVALID_NAMESPACE.with_dnr()),
         },
         // CSI-specific and other CNS values: hosts probe them and skip on this status.

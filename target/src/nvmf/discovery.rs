@@ -75,7 +75,12 @@ pub fn log_page(shared: &Shared, ctrl: &Controller, listener: usize) -> Vec<u8> 
         .clone();
     let provider = listeners.get(listener).map(|l| l.provider);
     let mut entries = Vec::new();
-    for s in shared.subsystems.iter().filter(|s| s.allows(&ctrl.hostnqn)) {
+    for s in shared
+        .subsystems
+        .load()
+        .iter()
+        .filter(|s| s.allows(&ctrl.hostnqn))
+    {
         for (i, addr) in addrs.iter().enumerate() {
             if listeners.get(i).map(|l| l.provider) != provider {
                 continue;

@@ -12,10 +12,10 @@ use rdmablk::nvme::{Dsm, ReadWrite, Sct, Status, WriteZeroes};
 use super::command::{data_phase, Next, SglFit};
 use super::connection::Connection;
 use super::controller::Controller;
+use super::ns_queues::NsQueues;
 use super::request::{Action, DataDir, WrId, WrKind};
 use super::Shared;
 use crate::backend::{IoBuf, IoError, IoErrorKind, IoOp, IoRequest, SubmitError};
-use crate::namespace::NamespaceQueue;
 
 /// Broadcast NSID (Flush of every namespace).
 const NSID_ALL: u32 = 0xFFFF_FFFF;
@@ -39,25 +39,23 @@ fn check(
 ) -> Result<Next, Status> {
     let sqe = conn.reqs[slot as usize].sqe;
     let subsys = &ctrl.subsys;
-    let ns_index = |nsid: u32| -> Result<usize, Status> {
+    let namespace = |nsid: u32| {
         subsys
-            .ns_index(nsid)
+            .namespace(nsid)
             .ok_or(Status::INVALID_NAMESPACE.with_dnr())
     };
-    let flat = |i: usize| subsys.ns_base + i;
     let action;
     let mut fit = SglFit::Exact;
     let (dir, len) = match sqe.opcode {
         op::READ | op::WRITE => {
             let rw = ReadWrite::from_sqe(&sqe);
-            let i = ns_index(rw.nsid)?;
-            let ns = &subsys.namespaces()[i];
+            let ns = namespace(rw.nsid)?;
             let write = sqe.opcode == op::WRITE;
             let bytes = rw.byte_len(ns.block_size());
             let len =
                 u32::try_from(bytes).map_err(|_| Status::SGL_INVALID_DATA_LENGTH.with_dnr())?;
             action = Action::ReadWrite {
-                ns: flat(i),
+                ns: ns.slot(),
                 lba: rw.slba,
                 blocks: rw.blocks(),
                 write,
@@ -81,17 +79,17 @@ fn check(
             let ns = if sqe.nsid == NSID_ALL {
                 None
             } else {
-                Some(flat(ns_index(sqe.nsid)?))
+                Some(namespace(sqe.nsid)?.slot())
             };
             action = Action::Flush { ns };
             (DataDir::None, 0)
         }
         op::WRITE_ZEROES => {
             let wz = WriteZeroes::from_sqe(&sqe);
-            let i = ns_index(wz.nsid)?;
-            wz.check_range(subsys.namespaces()[i].num_blocks())?;
+            let ns = namespace(wz.nsid)?;
+            wz.check_range(ns.num_blocks())?;
             action = Action::WriteZeroes {
-                ns: flat(i),
+                ns: ns.slot(),
                 lba: wz.slba,
                 blocks: wz.blocks(),
                 deallocate: wz.deallocate,
@@ -100,10 +98,10 @@ fn check(
         }
         op::DATASET_MANAGEMENT => {
             let dsm = Dsm::from_sqe(&sqe);
-            let i = ns_index(dsm.nsid)?;
+            let ns = namespace(dsm.nsid)?;
             action = if dsm.deallocate {
                 Action::Deallocate {
-                    ns: flat(i),
+                    ns: ns.slot(),
                     ranges: dsm.ranges() as u32,
                 }
             } else {
@@ -135,7 +133,10 @@ pub fn plan(conn: &mut Connection, slot: u32, shared: &Shared) -> bool {
             None => 0,
         },
         Action::Deallocate { ns, ranges } => {
-            let nsze = shared.namespaces[ns].num_blocks();
+            let Some(nsze) = shared.namespaces.get(ns).map(|n| n.num_blocks()) else {
+                conn.reqs[slot as usize].fail(Status::INVALID_NAMESPACE.with_dnr());
+                return false;
+            };
             for i in 0..ranges {
                 match dsm_range(conn, slot, i) {
                     Some(rg) if rg.check_range(nsze).is_ok() => {}
@@ -170,12 +171,7 @@ fn dsm_range(conn: &Connection, slot: u32, i: u32) -> Option<DsmRange> {
 
 /// Submits the request's remaining backend operations. On `Busy` the request is queued on
 /// `backlog` to be resumed when the backend has room.
-pub fn submit(
-    conn: &mut Connection,
-    slot: u32,
-    nsq: &mut [NamespaceQueue],
-    backlog: &mut VecDeque<u64>,
-) {
+pub fn submit(conn: &mut Connection, slot: u32, nsq: &mut NsQueues, backlog: &mut VecDeque<u64>) {
     let key = conn.key;
     while conn.reqs[slot as usize].ops_next < conn.reqs[slot as usize].ops_total {
         let r = conn.reqs[slot as usize];
@@ -193,7 +189,14 @@ pub fn submit(
             }
         };
         let tag = WrId::new(key, WrKind::Backend, slot).encode();
-        match nsq[ns].submit(IoRequest { tag, op }) {
+        let Some(q) = nsq.get(ns) else {
+            // Removed while the request waited: it fails, the namespace's other I/O is done.
+            let r = &mut conn.reqs[slot as usize];
+            r.fail(Status::INVALID_NAMESPACE.with_dnr());
+            r.ops_next += 1;
+            continue;
+        };
+        match q.submit(IoRequest { tag, op }) {
             Ok(()) => {
                 let r = &mut conn.reqs[slot as usize];
                 r.ops_in_flight += 1;
@@ -253,8 +256,11 @@ fn backend_op(conn: &Connection, slot: u32, i: u32) -> Result<Option<(usize, IoO
         } => (ns, IoOp::WriteZeroes { lba, blocks }),
         Action::Flush { ns: Some(ns) } => (ns, IoOp::Flush),
         Action::Flush { ns: None } => {
-            let base = conn.ctrl.as_ref().ok_or(())?.subsys.ns_base;
-            (base + i as usize, IoOp::Flush)
+            let all = conn.ctrl.as_ref().ok_or(())?.subsys.namespaces();
+            match all.get(i as usize) {
+                Some(n) => (n.slot(), IoOp::Flush),
+                None => return Ok(None),
+            }
         }
         Action::Deallocate { ns, .. } => {
             let rg = dsm_range(conn, slot, i).ok_or(())?;

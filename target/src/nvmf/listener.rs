@@ -16,7 +16,7 @@ use crossbeam_channel::Sender;
 use rdmablk::fabric::{ConnRequest, Cq, Listener, QpCaps, QpInit};
 use rdmablk::nvme::{CmReject, CmRejectStatus, CmRequest};
 
-use super::worker::PendingConn;
+use super::worker::{PendingConn, WorkerMsg};
 use super::{cqes_per_connection, Shared, TargetError, ADMIN_QUEUE_DEPTH, SEND_WRS_PER_REQUEST};
 use crate::arena::ArenaError;
 
@@ -27,7 +27,7 @@ pub(super) fn spawn(
     index: usize,
     listener: Listener,
     shared: Arc<Shared>,
-    workers: Vec<Sender<PendingConn>>,
+    workers: Vec<Sender<WorkerMsg>>,
     cqs: Vec<Cq>,
 ) -> Result<JoinHandle<()>, TargetError> {
     std::thread::Builder::new()
@@ -59,7 +59,7 @@ struct Acceptor {
     /// This listener's index in the configuration.
     index: usize,
     shared: Arc<Shared>,
-    workers: Vec<Sender<PendingConn>>,
+    workers: Vec<Sender<WorkerMsg>>,
     cqs: Vec<Cq>,
     next_worker: usize,
 }
@@ -182,7 +182,7 @@ impl Acceptor {
             cqes: cqes_per_connection(depth),
             listener: self.index,
         };
-        if let Err(e) = self.workers[worker].send(pending) {
+        if let Err(e) = self.workers[worker].send(WorkerMsg::Conn(pending)) {
             // The worker is gone (shutting down): dropping the QP refuses the host.
             tracing::warn!(%peer, "worker {worker} is gone; connection dropped");
             drop(e);

@@ -30,13 +30,18 @@ pub mod discovery;
 pub mod fabrics;
 pub mod io;
 pub mod listener;
+pub mod ns_queues;
+pub mod ns_table;
 pub mod request;
 pub mod subsystem;
 pub mod worker;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use arc_swap::ArcSwap;
+use crossbeam_channel::Sender;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -48,7 +53,9 @@ use crate::config::{Config, ConfigError, DISCOVERY_NQN};
 use crate::namespace::Namespace;
 
 use controller::ControllerTable;
+use ns_table::NamespaceTable;
 use subsystem::Subsystem;
+use worker::WorkerMsg;
 
 /// Admin queue entries (NVMe-oF: the admin queue has 32 entries).
 pub const ADMIN_QUEUE_DEPTH: u32 = 32;
@@ -122,10 +129,17 @@ pub enum TargetError {
 /// What every thread of a running target shares.
 #[derive(Debug)]
 pub struct Shared {
+    /// The configuration the target started with: what only a restart changes (arena,
+    /// threads, limits) is read from here; see [`Shared::config`] for the rest.
     pub cfg: Config,
-    pub subsystems: Vec<Arc<Subsystem>>,
-    /// Every namespace, in subsystem order (the index workers' namespace queues use).
-    pub namespaces: Vec<Arc<Namespace>>,
+    /// The configuration in force (the last successful reload's).
+    pub config: ArcSwap<Config>,
+    /// The NVM subsystems (swapped whole when one is added or removed).
+    pub subsystems: ArcSwap<Vec<Arc<Subsystem>>>,
+    /// Every namespace, by slot (the index of workers' namespace queues).
+    pub namespaces: NamespaceTable,
+    /// Each worker's message channel (set once the workers run).
+    pub workers: OnceLock<Vec<Sender<WorkerMsg>>>,
     pub controllers: ControllerTable,
     pub arena: Arc<Arena>,
     pub pd: Pd,
@@ -160,11 +174,15 @@ impl Shared {
 
     /// The subsystem a Connect names: an NVM subsystem, or the discovery subsystem by the
     /// well-known discovery NQN or the target's unique one.
-    pub fn subsystem(&self, nqn: &str) -> Option<&Arc<Subsystem>> {
+    pub fn subsystem(&self, nqn: &str) -> Option<Arc<Subsystem>> {
         if nqn == DISCOVERY_NQN || nqn == self.discovery.nqn {
-            return Some(&self.discovery);
+            return Some(Arc::clone(&self.discovery));
         }
-        self.subsystems.iter().find(|s| s.nqn == nqn)
+        self.subsystems
+            .load()
+            .iter()
+            .find(|s| s.nqn == nqn)
+            .cloned()
     }
 
     pub fn stopping(&self) -> bool {
@@ -230,12 +248,15 @@ impl Target {
             }
             Err(e) => return Err(dev_err("allocate a memory window", e)),
         };
-        let (subsystems, namespaces) = open_subsystems(&cfg)?;
+        let namespaces = NamespaceTable::default();
+        let subsystems = open_subsystems(&cfg, &namespaces)?;
         let workers_n = cfg.target.worker_threads.max(1) as usize;
         let cq_capacity = cq_capacity(&cfg, &attr, workers_n);
         let shared = Arc::new(Shared {
-            subsystems,
+            config: ArcSwap::from_pointee(cfg.clone()),
+            subsystems: ArcSwap::from_pointee(subsystems),
             namespaces,
+            workers: OnceLock::new(),
             controllers: ControllerTable::default(),
             arena,
             pd,
@@ -271,6 +292,7 @@ impl Target {
             senders.push(tx);
             cqs.push(cq);
         }
+        let _ = shared.workers.set(senders.clone());
         for (index, l) in shared.cfg.listeners.iter().enumerate() {
             let addr = SocketAddr::new(l.address, l.port);
             let listener = device
@@ -415,28 +437,35 @@ fn open_device(cfg: &Config) -> Result<Device, TargetError> {
     })
 }
 
-type Opened = (Vec<Arc<Subsystem>>, Vec<Arc<Namespace>>);
-
-fn open_subsystems(cfg: &Config) -> Result<Opened, TargetError> {
+fn open_subsystems(
+    cfg: &Config,
+    table: &NamespaceTable,
+) -> Result<Vec<Arc<Subsystem>>, TargetError> {
     let mut subsystems = Vec::new();
-    let mut all = Vec::new();
     for s in &cfg.subsystems {
         let mut namespaces = Vec::new();
         for n in &s.namespaces {
-            let ns = Namespace::open(n).map_err(|source| TargetError::Namespace {
-                nqn: s.nqn.clone(),
-                nsid: n.nsid,
-                source,
-            })?;
-            tracing::info!(subsystem = %s.nqn, nsid = n.nsid, kind = n.backend.kind(),
-                blocks = ns.num_blocks(), block_size = ns.block_size(), "namespace open");
-            namespaces.push(Arc::new(ns));
+            namespaces.push(open_namespace(&s.nqn, n, table)?);
         }
-        let sub = Subsystem::new(s, namespaces, all.len());
-        all.extend(sub.namespaces().iter().cloned());
-        subsystems.push(Arc::new(sub));
+        subsystems.push(Arc::new(Subsystem::new(s, namespaces)));
     }
-    Ok((subsystems, all))
+    Ok(subsystems)
+}
+
+/// Opens namespace `n` of subsystem `nqn` and gives it a slot in `table`.
+pub(crate) fn open_namespace(
+    nqn: &str,
+    n: &crate::config::NamespaceConfig,
+    table: &NamespaceTable,
+) -> Result<Arc<Namespace>, TargetError> {
+    let ns = Namespace::open(n).map_err(|source| TargetError::Namespace {
+        nqn: nqn.to_owned(),
+        nsid: n.nsid,
+        source,
+    })?;
+    tracing::info!(subsystem = %nqn, nsid = n.nsid, kind = n.backend.kind(),
+        blocks = ns.num_blocks(), block_size = ns.block_size(), "namespace open");
+    Ok(table.insert(ns))
 }
 
 /// CQ entries one connection of `depth` may need: its receives, and per request at most a

@@ -1,6 +1,12 @@
 //! Subsystems as the engine sees them: NQN, host access list, serial and namespaces.
+//!
+//! The namespaces and the host list change at run time (reload, `rdmablk-ctl`): each is an
+//! immutable list swapped whole (`ArcSwap`), so the I/O path reads a consistent list without a
+//! lock, and a change is one atomic store that the next command sees.
 
 use std::sync::Arc;
+
+use arc_swap::ArcSwap;
 
 use crate::config::SubsystemConfig;
 use crate::namespace::Namespace;
@@ -15,43 +21,47 @@ pub enum SubsystemKind {
     Discovery,
 }
 
+/// Who may connect.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HostList {
+    pub allow_any_host: bool,
+    pub hosts: Vec<String>,
+}
+
+impl HostList {
+    pub fn allows(&self, hostnqn: &str) -> bool {
+        self.allow_any_host || self.hosts.iter().any(|h| h == hostnqn)
+    }
+}
+
 /// One subsystem: what a host names in Connect's SUBNQN.
 #[derive(Debug)]
 pub struct Subsystem {
     pub nqn: String,
     pub kind: SubsystemKind,
-    allow_any_host: bool,
-    hosts: Vec<String>,
+    hosts: ArcSwap<HostList>,
     /// Serial number for Identify Controller (at most 20 ASCII bytes).
     pub serial: String,
     /// Namespaces, ascending by NSID.
-    namespaces: Vec<Arc<Namespace>>,
-    /// Index of this subsystem's first namespace in the target's flat namespace list (the
-    /// order of each worker's namespace queues).
-    pub ns_base: usize,
+    namespaces: ArcSwap<Vec<Arc<Namespace>>>,
 }
 
 impl Subsystem {
     /// The subsystem of `cfg` over its opened namespaces.
-    pub fn new(
-        cfg: &SubsystemConfig,
-        mut namespaces: Vec<Arc<Namespace>>,
-        ns_base: usize,
-    ) -> Subsystem {
-        namespaces.sort_by_key(|n| n.nsid());
+    pub fn new(cfg: &SubsystemConfig, namespaces: Vec<Arc<Namespace>>) -> Subsystem {
         let serial = cfg
             .serial
             .clone()
             .unwrap_or_else(|| derive_serial(&cfg.nqn));
-        Subsystem {
+        let s = Subsystem {
             nqn: cfg.nqn.clone(),
             kind: SubsystemKind::Nvm,
-            allow_any_host: cfg.allow_any_host,
-            hosts: cfg.hosts.clone(),
+            hosts: ArcSwap::from_pointee(HostList::of(cfg)),
             serial,
-            namespaces,
-            ns_base,
-        }
+            namespaces: ArcSwap::from_pointee(Vec::new()),
+        };
+        s.set_namespaces(namespaces);
+        s
     }
 
     /// The discovery subsystem named `nqn` (the well-known discovery NQN, or the target's
@@ -60,11 +70,12 @@ impl Subsystem {
         Subsystem {
             nqn: nqn.to_owned(),
             kind: SubsystemKind::Discovery,
-            allow_any_host: true,
-            hosts: Vec::new(),
+            hosts: ArcSwap::from_pointee(HostList {
+                allow_any_host: true,
+                hosts: Vec::new(),
+            }),
             serial: derive_serial(nqn),
-            namespaces: Vec::new(),
-            ns_base: 0,
+            namespaces: ArcSwap::from_pointee(Vec::new()),
         }
     }
 
@@ -74,24 +85,51 @@ impl Subsystem {
 
     /// Whether `hostnqn` may connect.
     pub fn allows(&self, hostnqn: &str) -> bool {
-        self.allow_any_host || self.hosts.iter().any(|h| h == hostnqn)
+        self.hosts.load().allows(hostnqn)
+    }
+
+    /// The host list in force.
+    pub fn hosts(&self) -> Arc<HostList> {
+        self.hosts.load_full()
+    }
+
+    /// Replaces the host list (new Connects see it at once).
+    pub fn set_hosts(&self, hosts: HostList) {
+        self.hosts.store(Arc::new(hosts));
     }
 
     /// The namespaces, ascending by NSID.
-    pub fn namespaces(&self) -> &[Arc<Namespace>] {
-        &self.namespaces
+    pub fn namespaces(&self) -> Arc<Vec<Arc<Namespace>>> {
+        self.namespaces.load_full()
     }
 
-    /// Index (into [`Subsystem::namespaces`]) of the active namespace `nsid`.
-    pub fn ns_index(&self, nsid: u32) -> Option<usize> {
-        self.namespaces
-            .binary_search_by_key(&nsid, |n| n.nsid())
+    /// Replaces the namespace list.
+    pub fn set_namespaces(&self, mut namespaces: Vec<Arc<Namespace>>) {
+        namespaces.sort_by_key(|n| n.nsid());
+        self.namespaces.store(Arc::new(namespaces));
+    }
+
+    /// The active namespace `nsid`.
+    pub fn namespace(&self, nsid: u32) -> Option<Arc<Namespace>> {
+        let list = self.namespaces.load();
+        list.binary_search_by_key(&nsid, |n| n.nsid())
             .ok()
+            .map(|i| Arc::clone(&list[i]))
     }
 
     /// The highest NSID (Identify Controller NN).
     pub fn max_nsid(&self) -> u32 {
-        self.namespaces.last().map_or(0, |n| n.nsid())
+        self.namespaces.load().last().map_or(0, |n| n.nsid())
+    }
+}
+
+impl HostList {
+    /// The host list a subsystem's configuration gives.
+    pub fn of(cfg: &SubsystemConfig) -> HostList {
+        HostList {
+            allow_any_host: cfg.allow_any_host,
+            hosts: cfg.hosts.clone(),
+        }
     }
 }
 

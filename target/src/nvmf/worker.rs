@@ -22,13 +22,13 @@ use rdmablk::nvme::{CmAccept, PushAnswer, PushRequest, PushWindow, Sqe, Status, 
 
 use super::command::{self, Next};
 use super::connection::{Connection, Phase, RemoteKey, DRAIN_TIMEOUT, INVALIDATE_TIMEOUT};
+use super::ns_queues::{Ack, NsQueues};
 use super::request::{Action, ReqState, Request, WrId, WrKind};
 use super::{fabrics, io, Shared, TargetError};
 use crate::arena::Window;
-use crate::backend::{Completion, IoOp, IoRequest, SubmitError};
+use crate::backend::{BackendError, Completion};
 use crate::config::PollMode;
 use crate::io::WorkerIo;
-use crate::namespace::NamespaceQueue;
 
 /// How long an idle worker in interrupt mode sleeps on its CQ before looking at connection
 /// events and timers again.
@@ -39,6 +39,17 @@ const TICK: Duration = Duration::from_millis(5);
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 /// Backend queue depth per (worker, namespace).
 const BACKEND_DEPTH_MAX: u32 = 1024;
+
+/// What a worker is sent.
+pub enum WorkerMsg {
+    /// A new connection.
+    Conn(PendingConn),
+    /// A namespace was added: open a queue to it, then answer.
+    OpenNamespace(Arc<crate::namespace::Namespace>, Ack),
+    /// The namespace in this slot was removed: close the queue once its I/O is done (flush
+    /// first), then answer.
+    CloseNamespace(usize, Ack),
+}
 
 /// A connection handed from a listener to a worker: QP created on the worker's CQ, window
 /// carved, nothing posted yet.
@@ -63,28 +74,31 @@ pub(super) fn spawn(
     index: usize,
     shared: Arc<Shared>,
     cq: Cq,
-) -> Result<(Sender<PendingConn>, JoinHandle<()>), TargetError> {
-    let (tx, rx) = crossbeam_channel::unbounded();
+) -> Result<(Sender<WorkerMsg>, JoinHandle<()>), TargetError> {
+    let (tx, rx) = crossbeam_channel::unbounded::<WorkerMsg>();
     let (ready_tx, ready_rx) = crossbeam_channel::bounded(1);
     let handle = std::thread::Builder::new()
         .name(format!("rdmablk-w{index}"))
         .spawn(move || {
             let depth = (shared.cfg.limits.max_queue_depth * 2).min(BACKEND_DEPTH_MAX);
-            let ring_entries = depth.saturating_mul(shared.namespaces.len().max(1) as u32);
+            // Room for the namespaces there are, and for some added later (beyond it, I/O
+            // waits in the backlog for ring room).
+            let ring_entries = depth.saturating_mul(shared.namespaces.len().max(4) as u32);
             let io = WorkerIo::new(ring_entries, Some(Arc::clone(&shared.arena)));
-            let mut nsq = Vec::with_capacity(shared.namespaces.len());
-            for ns in &shared.namespaces {
-                match ns.open_queue(&io, depth) {
-                    Ok(q) => nsq.push(q),
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(e));
-                        return;
-                    }
+            let mut nsq = NsQueues::default();
+            for ns in shared.namespaces.all() {
+                if let Err(e) = nsq.open(&ns, &io, depth) {
+                    let _ = ready_tx.send(Err(BackendError::Queue {
+                        nsid: ns.nsid(),
+                        why: e,
+                    }));
+                    return;
                 }
             }
             let _ = ready_tx.send(Ok(()));
             let w = Worker {
                 index,
+                backend_depth: depth,
                 busy_poll: shared.cfg.target.poll_mode == PollMode::Busy,
                 shared,
                 cq,
@@ -96,6 +110,7 @@ pub(super) fn spawn(
                 backlog: VecDeque::with_capacity(1024),
                 wcs: vec![Wc::default(); 32],
                 comps: vec![Completion::EMPTY; 64],
+                done: Vec::with_capacity(1024),
                 last_tick: Instant::now(),
                 stop_since: None,
             };
@@ -119,20 +134,24 @@ pub(super) fn spawn(
 
 struct Worker {
     index: usize,
+    /// Depth of each backend queue this worker opens.
+    backend_depth: u32,
     busy_poll: bool,
     shared: Arc<Shared>,
     cq: Cq,
-    rx: Receiver<PendingConn>,
+    rx: Receiver<WorkerMsg>,
     /// Connection slab; a connection's key is `index | generation << 16`.
     conns: Vec<Option<Connection>>,
     gens: Vec<u16>,
-    /// One queue per namespace (the target's flat namespace order). Dropped before `_io`.
-    nsq: Vec<NamespaceQueue>,
+    /// One queue per namespace slot. Dropped before `_io`.
+    nsq: NsQueues,
     _io: WorkerIo,
     /// Requests (as backend tags) waiting for backend room.
     backlog: VecDeque<u64>,
     wcs: Vec<Wc>,
     comps: Vec<Completion>,
+    /// Backend completions collected by a poll, handled after it (capacity kept).
+    done: Vec<Completion>,
     last_tick: Instant,
     stop_since: Option<Instant>,
 }
@@ -140,7 +159,7 @@ struct Worker {
 /// What request handlers need besides their connection.
 struct Ctx<'a> {
     shared: &'a Shared,
-    nsq: &'a mut [NamespaceQueue],
+    nsq: &'a mut NsQueues,
     backlog: &'a mut VecDeque<u64>,
 }
 
@@ -193,13 +212,16 @@ impl Worker {
 
     fn take_new(&mut self) -> bool {
         let mut any = false;
-        while let Ok(p) = self.rx.try_recv() {
+        while let Ok(msg) = self.rx.try_recv() {
             any = true;
-            if self.shared.stopping() {
-                self.release(p.cqes);
-                continue;
+            match msg {
+                WorkerMsg::Conn(p) if self.shared.stopping() => self.release(p.cqes),
+                WorkerMsg::Conn(p) => self.add(p),
+                WorkerMsg::OpenNamespace(ns, ack) => {
+                    let _ = ack.send(self.nsq.open(&ns, &self._io, self.backend_depth));
+                }
+                WorkerMsg::CloseNamespace(slot, ack) => self.nsq.close(slot, ack),
             }
-            self.add(p);
         }
         any
     }
@@ -453,20 +475,16 @@ impl Worker {
     }
 
     fn poll_backends(&mut self) -> bool {
-        let mut any = false;
-        for q in 0..self.nsq.len() {
-            loop {
-                let n = self.nsq[q].poll(&mut self.comps);
-                for i in 0..n {
-                    let c = self.comps[i];
-                    self.on_backend(c);
-                }
-                any |= n > 0;
-                if n < self.comps.len() {
-                    break;
-                }
-            }
+        let mut nsq = std::mem::take(&mut self.nsq);
+        let mut comps = std::mem::take(&mut self.comps);
+        let mut done = std::mem::take(&mut self.done);
+        let any = nsq.poll(&mut comps, |c| done.push(c));
+        self.nsq = nsq;
+        self.comps = comps;
+        for c in done.drain(..) {
+            self.on_backend(c);
         }
+        self.done = done;
         any
     }
 
@@ -528,6 +546,7 @@ impl Worker {
     // ---------------------------------------------------------------- housekeeping
 
     fn housekeeping(&mut self) {
+        self.nsq.reap_closed(&mut self.comps);
         let now = self.shared.now_ms();
         for i in 0..self.conns.len() {
             let Some(conn) = self.conns[i].as_mut() else {
@@ -610,7 +629,7 @@ impl Worker {
             std::hint::spin_loop();
             return;
         }
-        let backend_busy = !self.backlog.is_empty() || self.nsq.iter().any(|q| q.in_flight() > 0);
+        let backend_busy = !self.backlog.is_empty() || self.nsq.busy();
         if backend_busy {
             std::thread::yield_now();
             return;
@@ -664,48 +683,13 @@ impl Worker {
     /// Flushes every namespace through this worker's queues before exiting; a namespace
     /// whose flush fails, is refused or does not finish is recorded for the exit status.
     fn final_flush(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        for i in 0..self.nsq.len() {
-            let nsid = self.shared.namespaces[i].nsid();
-            let failure = match self.flush_one(i, deadline) {
-                Ok(()) => {
-                    tracing::debug!(nsid, "namespace flushed");
-                    continue;
-                }
-                Err(why) => why,
-            };
+        for (nsid, failure) in self.nsq.flush_all(&mut self.comps) {
             tracing::error!(nsid, worker = self.index, error = %failure, "final flush failed");
             self.shared
                 .final_flush_failures
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .push(format!("namespace {nsid} ({failure})"));
-        }
-    }
-
-    fn flush_one(&mut self, i: usize, deadline: Instant) -> Result<(), String> {
-        let q = &mut self.nsq[i];
-        let tag = u64::MAX;
-        q.submit(IoRequest {
-            tag,
-            op: IoOp::Flush,
-        })
-        .map_err(|e| match e {
-            SubmitError::Rejected(e) => format!("refused: {e}"),
-            SubmitError::Busy => "refused: backend queue full".to_string(),
-        })?;
-        loop {
-            let n = q.poll(&mut self.comps);
-            if let Some(c) = self.comps[..n].iter().find(|c| c.tag == tag) {
-                return c.result.map_err(|e| e.to_string());
-            }
-            if q.in_flight() == 0 {
-                return Err("the flush completion was lost".into());
-            }
-            if Instant::now() > deadline {
-                return Err("did not complete in 30 s".into());
-            }
-            std::thread::sleep(Duration::from_micros(100));
         }
     }
 }
