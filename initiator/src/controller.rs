@@ -151,9 +151,29 @@ impl Controller {
         self.info().namespaces.iter().map(|n| n.nsid).collect()
     }
 
-    /// A handle to namespace `nsid` (sync block-device API).
+    /// Asks the controller again which namespaces are active and what they look like (a
+    /// target may add, remove or grow namespaces at run time); returns the active NSIDs.
+    pub fn rescan_namespaces(&self) -> Result<Vec<u32>> {
+        let found = {
+            let mut admin = self.shared.admin.lock().unwrap_or_else(|p| p.into_inner());
+            let q = admin.as_mut().ok_or_else(|| Error::Disconnected {
+                what: "no admin queue".into(),
+            })?;
+            self.shared.setup().identify_namespaces(q)?
+        };
+        let ids = found.iter().map(|n| n.nsid).collect();
+        self.shared.lock_pool().info.namespaces = found;
+        Ok(ids)
+    }
+
+    /// A handle to namespace `nsid` (sync block-device API). A namespace not known from the
+    /// last scan is looked for once more ([`Controller::rescan_namespaces`]).
     pub fn namespace(&self, nsid: u32) -> Result<Namespace> {
-        let info = self.info();
+        let mut info = self.info();
+        if !info.namespaces.iter().any(|n| n.nsid == nsid) {
+            self.rescan_namespaces()?;
+            info = self.info();
+        }
         let ns = info
             .namespaces
             .iter()

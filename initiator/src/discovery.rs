@@ -161,14 +161,10 @@ fn with_discovery_nqn(url: &str) -> String {
         None => (url, None),
     };
     let after_scheme = base.split_once("://").map_or(base, |(_, r)| r);
-    let mut out = if after_scheme.contains('/') {
-        base.trim_end_matches('/').to_string()
-    } else {
-        format!("{base}/{DISCOVERY_NQN}")
+    let mut out = match after_scheme.split_once('/') {
+        Some((_, nqn)) if !nqn.is_empty() => base.to_string(),
+        _ => format!("{}/{DISCOVERY_NQN}", base.trim_end_matches('/')),
     };
-    if out.ends_with(':') || out.ends_with("://") {
-        out.push_str(DISCOVERY_NQN);
-    }
     if let Some(q) = query {
         out.push('?');
         out.push_str(q);

@@ -370,7 +370,7 @@ impl Setup<'_> {
         Ok(n)
     }
 
-    fn identify_namespaces(&self, q: &mut Queue) -> Result<Vec<NamespaceInfo>> {
+    pub(crate) fn identify_namespaces(&self, q: &mut Queue) -> Result<Vec<NamespaceInfo>> {
         let list = self.identify(q, cns::ACTIVE_NS_LIST, 0)?;
         let nsids = decode_ns_list(&list).map_err(Error::wire)?;
         let mut out = Vec::with_capacity(nsids.len());

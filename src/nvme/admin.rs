@@ -89,6 +89,15 @@ impl AsyncEvent {
         }
     }
 
+    /// "The Discovery Log Page changed; read it again".
+    pub fn discovery_changed() -> AsyncEvent {
+        AsyncEvent {
+            event_type: event_type::NOTICE,
+            info: notice::DISCOVERY_LOG_CHANGED,
+            log_page: super::log_page::lid::DISCOVERY,
+        }
+    }
+
     /// To dw0.
     pub fn to_dw0(self) -> u32 {
         u32::from(self.event_type & 0x7)

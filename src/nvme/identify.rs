@@ -105,6 +105,8 @@ pub mod oaes {
     pub const FW_ACTIVATION: u32 = 1 << 9;
     /// ANA change notices.
     pub const ANA_CHANGE: u32 = 1 << 11;
+    /// Discovery log page change notices (discovery controllers).
+    pub const DISCOVERY_LOG_CHANGE: u32 = 1 << 31;
 }
 
 /// Identify CTRATT bit 0: 128-bit host identifier.

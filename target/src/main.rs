@@ -1,6 +1,7 @@
 //! `rdmablk-target --config FILE`: serve the configured namespaces to NVMe-oF hosts over RDMA
 //! until SIGINT or SIGTERM, then drain, flush and exit 0 (1 if a namespace's final flush
-//! failed: its data may not be durable).
+//! failed: its data may not be durable). SIGHUP re-reads FILE and applies what changed (see
+//! `docs/operations.md`).
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -37,7 +38,7 @@ fn main() -> anyhow::Result<()> {
         println!("{}: configuration is valid", args.config.display());
         return Ok(());
     }
-    // Block the signals before any thread starts, so every thread inherits the mask and the
+    // Block the signals (SIGINT, SIGTERM, SIGHUP) before any thread starts, so every thread inherits the mask and the
     // main thread alone receives them through sigwait.
     let signals = block_signals().context("blocking SIGINT/SIGTERM")?;
     let target = Target::start(cfg).context("starting the target")?;
@@ -45,7 +46,20 @@ fn main() -> anyhow::Result<()> {
         // One machine-readable line per listener, for scripts and tests.
         println!("listening {addr}");
     }
-    let sig = wait_signal(&signals).context("waiting for a signal")?;
+    let handle = target.handle();
+    handle.set_config_path(args.config.clone());
+    let sig = loop {
+        let sig = wait_signal(&signals).context("waiting for a signal")?;
+        if sig != libc::SIGHUP {
+            break sig;
+        }
+        // Reload: all or nothing; a refusal leaves the running configuration serving.
+        match handle.reload() {
+            Ok(changes) if changes.is_empty() => tracing::info!("reload: nothing changed"),
+            Ok(changes) => tracing::info!(changes = changes.len(), "reload applied"),
+            Err(e) => tracing::error!("reload refused: {e}"),
+        }
+    };
     tracing::info!(signal = sig, "shutting down");
     target.shutdown_checked()?;
     tracing::info!("target stopped");
@@ -60,6 +74,7 @@ fn block_signals() -> std::io::Result<libc::sigset_t> {
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, libc::SIGINT);
         libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGHUP);
         let rc = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
         if rc != 0 {
             return Err(std::io::Error::from_raw_os_error(rc));

@@ -190,10 +190,13 @@ CTRL=/dev/$(basename "$(readlink -f "/sys/block/$(basename "$DEV")/device")")
 check nvme get-feature "$CTRL" -f 0xf >"$WORK/kato.txt"
 grep -qE "0x0*3a98" "$WORK/kato.txt" || { cat "$WORK/kato.txt"; fail "$STEP: KATO is not 15 s"; }
 check dd if="$DEV" of=/dev/null bs=128k count=64 iflag=direct status=none
-# nvme-cli 2.3 says "already connected" despite --duplicate-connect when transport, address
-# and NQN match an existing controller; a host address makes it a second path of the same host.
-check nvme connect -t rdma -a "$IP" -s "$PORT" -n "$NQN" --duplicate-connect --queue-size=128 \
-  --host-traddr="$IP"
+# nvme-cli 2.3 (libnvme 1.3) answers "already connected" despite --duplicate-connect when an
+# existing controller matches, so the second controller is asked of the kernel directly, the
+# way nvme-cli itself does it (/dev/nvme-fabrics).
+hostnqn=$(cat /etc/nvme/hostnqn 2>/dev/null || true)
+printf 'transport=rdma,traddr=%s,trsvcid=%s,nqn=%s,duplicate_connect,queue_size=128%s' \
+  "$IP" "$PORT" "$NQN" "${hostnqn:+,hostnqn=$hostnqn}" >/dev/nvme-fabrics ||
+  fail "$STEP: duplicate_connect through /dev/nvme-fabrics"
 n=$(for c in /sys/class/nvme/nvme*; do cat "$c/subsysnqn" 2>/dev/null; done | grep -cx "$NQN")
 [ "$n" = 2 ] || fail "$STEP: $n controllers of $NQN after --duplicate-connect (want 2)"
 check nvme disconnect -n "$NQN"       # both controllers

@@ -272,7 +272,8 @@ fn get_log_page(
         if glp.lid != lid::DISCOVERY {
             return Err(Status::INVALID_FIELD.with_dnr());
         }
-        let log = discovery::log_page(shared, ctrl, conn.listener);
+        let log = discovery::log_page(shared, ctrl, conn.provider);
+        ctrl.discovery_log_read(glp.rae);
         let window = glp.window(&log)?.to_vec();
         return send_page(conn, slot, shared, len, &window);
     }
@@ -300,7 +301,7 @@ fn get_log_page(
             b.len()
         }
         lid::CHANGED_NS_LIST => {
-            page = encode_changed_ns(&[]);
+            page = encode_changed_ns(&ctrl.changed_namespaces(glp.rae));
             PAGE_4K_LEN
         }
         lid::CMD_EFFECTS => {

@@ -97,8 +97,10 @@ pub struct Connection {
     pub depth: u32,
     pub lkey: u32,
     pub peer: SocketAddr,
-    /// Index of the `[[listener]]` the host came in through.
-    pub listener: usize,
+    /// The listener the host came in through ([`super::listener::RunningListener::id`]).
+    pub listener: u64,
+    /// Its fabric provider.
+    pub provider: rdmablk::fabric::ProviderKind,
     pub phase: Phase,
     /// Request contexts (response slot and data slot `i` each), taken from `free_reqs` when a
     /// capsule arrives. They are separate from receive buffers: a receive is reposted as soon

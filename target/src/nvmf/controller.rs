@@ -5,11 +5,13 @@
 //! keep-alive clock, the `dead` flag that tells I/O queues to tear down, CC/CSTS, the number
 //! of I/O queues granted and the connected queue IDs.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
+use rdmablk::nvme::admin::AsyncEvent;
+use rdmablk::nvme::identify::oaes;
 use rdmablk::nvme::properties::{shn, shst};
 use rdmablk::nvme::{Cc, Csts};
 
@@ -48,7 +50,26 @@ pub struct Controller {
     last_seen_ms: AtomicU64,
     /// Set when the controller is torn down: every queue of it disconnects.
     dead: AtomicBool,
+    /// Asynchronous events waiting for an Async Event Request, and the changed namespaces.
+    events: Mutex<Events>,
 }
+
+/// A controller's asynchronous events (NVMe Base 5.2): at most one outstanding per kind
+/// until the host reads the log page that clears it.
+#[derive(Debug, Default)]
+struct Events {
+    /// Events to hand to the next Async Event Requests (AER completion dw0).
+    pending: VecDeque<u32>,
+    /// Namespaces changed since the host last read the Changed Namespace List.
+    changed_ns: Vec<u32>,
+    /// A namespace event was sent (or is pending) and not yet cleared by a log read.
+    ns_masked: bool,
+    /// The same for the discovery log.
+    discovery_masked: bool,
+}
+
+/// Changed namespace IDs kept at most; beyond, the log says "more than 1024" (0xFFFFFFFF).
+const CHANGED_NS_MAX: usize = 1024;
 
 impl Controller {
     pub fn state(&self) -> MutexGuard<'_, CtrlState> {
@@ -87,6 +108,68 @@ impl Controller {
     pub fn is_ready(&self) -> bool {
         let s = self.state();
         s.cc.en() && s.csts.rdy()
+    }
+
+    /// Namespace `nsid` was added, removed or resized: remember it for the Changed
+    /// Namespace List and raise a Namespace Attribute Changed event, if the host enabled
+    /// them (Set Features Async Event Configuration bit 8).
+    pub fn namespace_changed(&self, nsid: u32) {
+        if self.state().aec & oaes::NS_ATTR == 0 {
+            return;
+        }
+        let mut e = self.events();
+        if !e.changed_ns.contains(&nsid) && e.changed_ns.len() <= CHANGED_NS_MAX {
+            e.changed_ns.push(nsid);
+        }
+        if !e.ns_masked {
+            e.ns_masked = true;
+            e.pending.push_back(AsyncEvent::ns_changed().to_dw0());
+        }
+    }
+
+    /// The discovery log may have changed: raise a Discovery Log Change event, if the host
+    /// enabled them (AEC bit 31).
+    pub fn discovery_changed(&self) {
+        if self.state().aec & oaes::DISCOVERY_LOG_CHANGE == 0 {
+            return;
+        }
+        let mut e = self.events();
+        if !e.discovery_masked {
+            e.discovery_masked = true;
+            e.pending
+                .push_back(AsyncEvent::discovery_changed().to_dw0());
+        }
+    }
+
+    /// The next event for an Async Event Request.
+    pub fn take_event(&self) -> Option<u32> {
+        self.events().pending.pop_front()
+    }
+
+    /// Reads the Changed Namespace List; unless `retain` (RAE), clears it and re-arms the
+    /// namespace event.
+    pub fn changed_namespaces(&self, retain: bool) -> Vec<u32> {
+        let mut e = self.events();
+        let mut list = e.changed_ns.clone();
+        if list.len() > CHANGED_NS_MAX {
+            list = vec![u32::MAX; CHANGED_NS_MAX + 1];
+        }
+        if !retain {
+            e.changed_ns.clear();
+            e.ns_masked = false;
+        }
+        list
+    }
+
+    /// The host read the discovery log; unless `retain`, re-arms the discovery event.
+    pub fn discovery_log_read(&self, retain: bool) {
+        if !retain {
+            self.events().discovery_masked = false;
+        }
+    }
+
+    fn events(&self) -> MutexGuard<'_, Events> {
+        self.events.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Registers I/O queue `qid`; false if it is out of range or already connected.
@@ -185,6 +268,7 @@ impl ControllerTable {
             kato_ms: AtomicU64::new(kato_ms),
             last_seen_ms: AtomicU64::new(now_ms),
             dead: AtomicBool::new(false),
+            events: Mutex::new(Events::default()),
         });
         t.by_id.insert(cntlid, Arc::clone(&ctrl));
         Some(ctrl)
@@ -201,6 +285,14 @@ impl ControllerTable {
         if let Some(c) = t.by_id.remove(&cntlid) {
             c.kill();
         }
+    }
+
+    /// Every live controller, in cntlid order.
+    pub fn all(&self) -> Vec<Arc<Controller>> {
+        let t = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut v: Vec<_> = t.by_id.values().cloned().collect();
+        v.sort_by_key(|c| c.cntlid);
+        v
     }
 
     pub fn len(&self) -> usize {

@@ -14,7 +14,9 @@
 //! subsystem it may not connect to. The generation counter changes whenever what the log
 //! could say changes.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
+
+use rdmablk::fabric::ProviderKind;
 
 use rdmablk::nvme::discovery::{adrfam, encode_log, subtype, treq, trtype, DiscoveryLogEntry};
 use rdmablk::nvme::identify::CNTRLTYPE_DISCOVERY;
@@ -49,7 +51,7 @@ pub fn identify_controller(ctrl: &Controller, shared: &Shared) -> IdentifyContro
         .unwrap_or_else(|_| Nqn::new(crate::config::DISCOVERY_NQN).expect("static NQN"));
     let mut id = IdentifyController::nvmf_defaults(ctrl.cntlid, nqn, 0);
     id.cntrltype = CNTRLTYPE_DISCOVERY;
-    id.oaes = 0;
+    id.oaes = rdmablk::nvme::identify::oaes::DISCOVERY_LOG_CHANGE;
     id.oncs = 0;
     id.vwc = 0;
     id.nn = 0;
@@ -66,14 +68,14 @@ pub fn identify_controller(ctrl: &Controller, shared: &Shared) -> IdentifyContro
 
 /// The whole Discovery Log Page for the host of `ctrl`, which came in through listener
 /// `listener`.
-pub fn log_page(shared: &Shared, ctrl: &Controller, listener: usize) -> Vec<u8> {
-    let listeners = &shared.cfg.listeners;
-    let addrs = shared
-        .listen_addrs
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone();
-    let provider = listeners.get(listener).map(|l| l.provider);
+pub fn log_page(shared: &Shared, ctrl: &Controller, provider: ProviderKind) -> Vec<u8> {
+    let ports: Vec<(u16, SocketAddr)> = shared
+        .lock_listeners()
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.cfg.provider_kind() == provider)
+        .map(|(i, l)| (u16::try_from(i + 1).unwrap_or(u16::MAX), l.addr))
+        .collect();
     let mut entries = Vec::new();
     for s in shared
         .subsystems
@@ -81,16 +83,13 @@ pub fn log_page(shared: &Shared, ctrl: &Controller, listener: usize) -> Vec<u8> 
         .iter()
         .filter(|s| s.allows(&ctrl.hostnqn))
     {
-        for (i, addr) in addrs.iter().enumerate() {
-            if listeners.get(i).map(|l| l.provider) != provider {
-                continue;
-            }
+        for &(portid, addr) in &ports {
             entries.push(DiscoveryLogEntry {
                 trtype: trtype::RDMA,
                 adrfam: family(addr.ip()),
                 subtype: subtype::NVME,
                 treq: treq::NOT_SPECIFIED,
-                portid: u16::try_from(i + 1).unwrap_or(u16::MAX),
+                portid,
                 cntlid: rdmablk::nvme::fabrics::CNTLID_DYNAMIC,
                 asqsz: ADMIN_QUEUE_DEPTH as u16,
                 eflags: 0,
@@ -101,7 +100,8 @@ pub fn log_page(shared: &Shared, ctrl: &Controller, listener: usize) -> Vec<u8> 
             });
         }
     }
-    for r in &shared.cfg.referrals {
+    let config = shared.config.load();
+    for r in &config.referrals {
         let (trtype, tsas) = match r.transport {
             Transport::Rdma => (trtype::RDMA, DiscoveryLogEntry::rdma_tsas()),
             Transport::Tcp => (trtype::TCP, [0u8; 16]),

@@ -7,40 +7,90 @@
 //! completion-queue room or too many connections (NO_RESOURCES). Nothing is ever allocated
 //! outside the arena for a connection's buffers.
 
-use std::sync::atomic::Ordering;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crossbeam_channel::Sender;
-use rdmablk::fabric::{ConnRequest, Cq, Listener, QpCaps, QpInit};
+use rdmablk::fabric::{ConnRequest, Cq, ProviderKind, QpCaps, QpInit};
 use rdmablk::nvme::{CmReject, CmRejectStatus, CmRequest};
 
 use super::worker::{PendingConn, WorkerMsg};
 use super::{cqes_per_connection, Shared, TargetError, ADMIN_QUEUE_DEPTH, SEND_WRS_PER_REQUEST};
 use crate::arena::ArenaError;
+use crate::config::ListenerConfig;
 
 /// How often a listener looks at the stop flag.
 const POLL: Duration = Duration::from_millis(50);
 
-pub(super) fn spawn(
+/// A listener that runs: its configuration, the address it is bound to, and its thread.
+pub struct RunningListener {
+    /// Unique for the target's life (connections remember which listener they came through).
+    pub id: u64,
+    pub cfg: ListenerConfig,
+    /// The bound address (the real port where the configuration said 0).
+    pub addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for RunningListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunningListener")
+            .field("id", &self.id)
+            .field("addr", &self.addr)
+            .finish()
+    }
+}
+
+impl RunningListener {
+    /// Stops accepting and waits for the listener's thread.
+    pub fn stop(mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            if t.join().is_err() {
+                tracing::error!(addr = %self.addr, "a listener thread panicked");
+            }
+        }
+    }
+}
+
+/// Binds listener `cfg` on the target's device and starts accepting on it.
+pub(super) fn start(
+    shared: &Arc<Shared>,
+    cfg: &ListenerConfig,
     index: usize,
-    listener: Listener,
-    shared: Arc<Shared>,
-    workers: Vec<Sender<WorkerMsg>>,
-    cqs: Vec<Cq>,
-) -> Result<JoinHandle<()>, TargetError> {
-    std::thread::Builder::new()
-        .name(format!("rdmablk-l{index}"))
+) -> Result<RunningListener, TargetError> {
+    let addr = SocketAddr::new(cfg.address, cfg.port);
+    let listener = shared
+        .device
+        .listen(addr, 128)
+        .map_err(|source| TargetError::Listen {
+            index,
+            addr,
+            source,
+        })?;
+    let local = listener.local_addr();
+    tracing::info!(provider = %cfg.provider_kind(), %local, device = %shared.device.name(),
+        "listening");
+    let id = shared.next_listener_id.fetch_add(1, Ordering::Relaxed);
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers = shared.workers.get().cloned().unwrap_or_default();
+    let mut l = Acceptor {
+        listener: id,
+        provider: cfg.provider_kind(),
+        shared: Arc::clone(shared),
+        workers,
+        cqs: shared.cqs.clone(),
+        next_worker: 0,
+    };
+    let flag = Arc::clone(&stop);
+    let thread = std::thread::Builder::new()
+        .name(format!("rdmablk-l{id}"))
         .spawn(move || {
-            let mut l = Acceptor {
-                index,
-                shared,
-                workers,
-                cqs,
-                next_worker: 0,
-            };
-            while !l.shared.stopping() {
+            while !l.shared.stopping() && !flag.load(Ordering::Acquire) {
                 match listener.get_request(Some(POLL)) {
                     Ok(Some(req)) => l.handle(req),
                     Ok(None) => {}
@@ -52,12 +102,20 @@ pub(super) fn spawn(
             }
             tracing::info!(addr = %listener.local_addr(), "listener stopped");
         })
-        .map_err(TargetError::Thread)
+        .map_err(TargetError::Thread)?;
+    Ok(RunningListener {
+        id,
+        cfg: cfg.clone(),
+        addr: local,
+        stop,
+        thread: Some(thread),
+    })
 }
 
 struct Acceptor {
-    /// This listener's index in the configuration.
-    index: usize,
+    /// This listener's id ([`RunningListener::id`]).
+    listener: u64,
+    provider: ProviderKind,
     shared: Arc<Shared>,
     workers: Vec<Sender<WorkerMsg>>,
     cqs: Vec<Cq>,
@@ -180,9 +238,10 @@ impl Acceptor {
             push_asked: cm.push.is_some(),
             peer,
             cqes: cqes_per_connection(depth),
-            listener: self.index,
+            listener: self.listener,
+            provider: self.provider,
         };
-        if let Err(e) = self.workers[worker].send(WorkerMsg::Conn(pending)) {
+        if let Err(e) = self.workers[worker].send(WorkerMsg::Conn(Box::new(pending))) {
             // The worker is gone (shutting down): dropping the QP refuses the host.
             tracing::warn!(%peer, "worker {worker} is gone; connection dropped");
             drop(e);

@@ -32,6 +32,7 @@ pub mod io;
 pub mod listener;
 pub mod ns_queues;
 pub mod ns_table;
+pub mod reload;
 pub mod request;
 pub mod subsystem;
 pub mod worker;
@@ -45,7 +46,7 @@ use crossbeam_channel::Sender;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use rdmablk::fabric::{Device, DeviceAttr, FabricError, Pd, ProviderKind};
+use rdmablk::fabric::{Cq, Device, DeviceAttr, FabricError, Pd, ProviderKind};
 
 use crate::arena::{Arena, ArenaError, ArenaStats};
 use crate::backend::BackendError;
@@ -53,6 +54,7 @@ use crate::config::{Config, ConfigError, DISCOVERY_NQN};
 use crate::namespace::Namespace;
 
 use controller::ControllerTable;
+use listener::RunningListener;
 use ns_table::NamespaceTable;
 use subsystem::Subsystem;
 use worker::WorkerMsg;
@@ -162,9 +164,17 @@ pub struct Shared {
     pub discovery: Arc<Subsystem>,
     /// The Discovery Log Page's generation counter: changes whenever the log may have.
     pub discovery_genctr: AtomicU64,
-    /// Per `[[listener]]`, the address it listens on (the real port where the configuration
-    /// said 0), for discovery log entries; filled as listeners start.
-    pub listen_addrs: Mutex<Vec<SocketAddr>>,
+    /// The listeners running, in configuration order.
+    pub listeners: Mutex<Vec<RunningListener>>,
+    pub next_listener_id: AtomicU64,
+    /// The RDMA device every listener is on, and each worker's completion queue (what a
+    /// listener added at run time needs).
+    pub device: Device,
+    pub cqs: Vec<Cq>,
+    /// Serializes reloads and control-socket changes.
+    pub reload_lock: Mutex<()>,
+    /// The file the configuration came from (what a reload re-reads).
+    pub config_path: OnceLock<std::path::PathBuf>,
 }
 
 impl Shared {
@@ -183,6 +193,10 @@ impl Shared {
             .iter()
             .find(|s| s.nqn == nqn)
             .cloned()
+    }
+
+    pub fn lock_listeners(&self) -> std::sync::MutexGuard<'_, Vec<RunningListener>> {
+        self.listeners.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub fn stopping(&self) -> bool {
@@ -206,15 +220,13 @@ impl Shared {
 /// A running target.
 pub struct Target {
     shared: Arc<Shared>,
-    addrs: Vec<SocketAddr>,
-    listeners: Vec<JoinHandle<()>>,
     workers: Vec<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Target")
-            .field("addrs", &self.addrs)
+            .field("addrs", &self.local_addrs())
             .finish()
     }
 }
@@ -252,6 +264,10 @@ impl Target {
         let subsystems = open_subsystems(&cfg, &namespaces)?;
         let workers_n = cfg.target.worker_threads.max(1) as usize;
         let cq_capacity = cq_capacity(&cfg, &attr, workers_n);
+        let cqs = (0..workers_n)
+            .map(|_| device.create_cq(cq_capacity))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| dev_err("create a completion queue", e))?;
         let shared = Arc::new(Shared {
             config: ArcSwap::from_pointee(cfg.clone()),
             subsystems: ArcSwap::from_pointee(subsystems),
@@ -272,61 +288,46 @@ impl Target {
                 cfg.target.discovery_nqn.as_deref().unwrap_or(DISCOVERY_NQN),
             )),
             discovery_genctr: AtomicU64::new(1),
-            listen_addrs: Mutex::new(Vec::new()),
+            listeners: Mutex::new(Vec::new()),
+            next_listener_id: AtomicU64::new(1),
+            device: device.clone(),
+            cqs,
+            reload_lock: Mutex::new(()),
+            config_path: OnceLock::new(),
             cfg,
         });
         let mut target = Target {
             shared: Arc::clone(&shared),
-            addrs: Vec::new(),
-            listeners: Vec::new(),
             workers: Vec::new(),
         };
         let mut senders = Vec::new();
-        let mut cqs = Vec::new();
-        for index in 0..workers_n {
-            let cq = device
-                .create_cq(cq_capacity)
-                .map_err(|e| dev_err("create a completion queue", e))?;
+        for (index, cq) in shared.cqs.iter().enumerate() {
             let (tx, handle) = worker::spawn(index, Arc::clone(&shared), cq.clone())?;
             target.workers.push(handle);
             senders.push(tx);
-            cqs.push(cq);
         }
-        let _ = shared.workers.set(senders.clone());
+        let _ = shared.workers.set(senders);
         for (index, l) in shared.cfg.listeners.iter().enumerate() {
-            let addr = SocketAddr::new(l.address, l.port);
-            let listener = device
-                .listen(addr, 128)
-                .map_err(|source| TargetError::Listen {
-                    index,
-                    addr,
-                    source,
-                })?;
-            let local = listener.local_addr();
-            tracing::info!(provider = %l.provider_kind(), %local, device = %device.name(),
-                "listening");
-            target.addrs.push(local);
-            shared
-                .listen_addrs
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(local);
-            let handle = listener::spawn(
-                index,
-                listener,
-                Arc::clone(&shared),
-                senders.clone(),
-                cqs.clone(),
-            )?;
-            target.listeners.push(handle);
+            let running = listener::start(&shared, l, index)?;
+            shared.lock_listeners().push(running);
         }
         shared.log_arena("started");
         Ok(target)
     }
 
-    /// The addresses listened on (with the real port where the configuration said 0).
-    pub fn local_addrs(&self) -> &[SocketAddr] {
-        &self.addrs
+    /// The addresses listened on (with the real port where the configuration said 0), in
+    /// configuration order.
+    pub fn local_addrs(&self) -> Vec<SocketAddr> {
+        self.shared
+            .lock_listeners()
+            .iter()
+            .map(|l| l.addr)
+            .collect()
+    }
+
+    /// What the control socket, SIGHUP and `rdmablk-ctl` act on.
+    pub fn handle(&self) -> TargetHandle {
+        TargetHandle(Arc::clone(&self.shared))
     }
 
     /// Arena accounting (bytes in use return to 0 when every host has gone).
@@ -378,7 +379,11 @@ impl Target {
 
     fn stop_and_join(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
-        for h in self.listeners.drain(..).chain(self.workers.drain(..)) {
+        let listeners = std::mem::take(&mut *self.shared.lock_listeners());
+        for l in listeners {
+            l.stop();
+        }
+        for h in self.workers.drain(..) {
             if h.join().is_err() {
                 tracing::error!("a target thread panicked");
             }
@@ -388,9 +393,21 @@ impl Target {
 
 impl Drop for Target {
     fn drop(&mut self) {
-        if !self.listeners.is_empty() || !self.workers.is_empty() {
+        if !self.workers.is_empty() {
             self.stop_and_join();
         }
+    }
+}
+
+/// A handle on a running target for operators: reload, status, changes (see [`reload`],
+/// `docs/operations.md`). Cheap to clone; valid while the target runs.
+#[derive(Clone, Debug)]
+pub struct TargetHandle(pub(crate) Arc<Shared>);
+
+impl TargetHandle {
+    /// Records the file the configuration came from, for [`TargetHandle::reload`].
+    pub fn set_config_path(&self, path: std::path::PathBuf) {
+        let _ = self.0.config_path.set(path);
     }
 }
 

@@ -42,13 +42,15 @@ const BACKEND_DEPTH_MAX: u32 = 1024;
 
 /// What a worker is sent.
 pub enum WorkerMsg {
-    /// A new connection.
-    Conn(PendingConn),
+    /// A new connection (boxed: the other messages are small).
+    Conn(Box<PendingConn>),
     /// A namespace was added: open a queue to it, then answer.
     OpenNamespace(Arc<crate::namespace::Namespace>, Ack),
     /// The namespace in this slot was removed: close the queue once its I/O is done (flush
     /// first), then answer.
     CloseNamespace(usize, Ack),
+    /// The listener with this id was removed: close the connections that came through it.
+    CloseListener(u64),
 }
 
 /// A connection handed from a listener to a worker: QP created on the worker's CQ, window
@@ -66,8 +68,9 @@ pub struct PendingConn {
     pub push_asked: bool,
     pub peer: SocketAddr,
     pub cqes: u32,
-    /// Index of the `[[listener]]` the host came in through.
-    pub listener: usize,
+    /// The listener the host came in through ([`super::listener::RunningListener::id`]).
+    pub listener: u64,
+    pub provider: rdmablk::fabric::ProviderKind,
 }
 
 pub(super) fn spawn(
@@ -216,11 +219,19 @@ impl Worker {
             any = true;
             match msg {
                 WorkerMsg::Conn(p) if self.shared.stopping() => self.release(p.cqes),
-                WorkerMsg::Conn(p) => self.add(p),
+                WorkerMsg::Conn(p) => self.add(*p),
                 WorkerMsg::OpenNamespace(ns, ack) => {
                     let _ = ack.send(self.nsq.open(&ns, &self._io, self.backend_depth));
                 }
                 WorkerMsg::CloseNamespace(slot, ack) => self.nsq.close(slot, ack),
+                WorkerMsg::CloseListener(id) => {
+                    let shared = Arc::clone(&self.shared);
+                    for conn in self.conns.iter_mut().flatten() {
+                        if conn.listener == id && !conn.is_closing() {
+                            begin_close(conn, "listener removed", &shared);
+                        }
+                    }
+                }
             }
         }
         any
@@ -258,6 +269,7 @@ impl Worker {
             lkey,
             peer: p.peer,
             listener: p.listener,
+            provider: p.provider,
             phase: Phase::Binding,
             reqs: vec![Request::new(); p.depth as usize].into_boxed_slice(),
             free_reqs: (0..p.depth).rev().collect(),
@@ -545,8 +557,38 @@ impl Worker {
 
     // ---------------------------------------------------------------- housekeeping
 
+    /// Completes held Async Event Requests with the events their controllers raised.
+    fn deliver_events(&mut self) {
+        for i in 0..self.conns.len() {
+            let key = match &self.conns[i] {
+                Some(c) if c.qid == 0 && c.is_live() && !c.aers.is_empty() => c.key,
+                _ => continue,
+            };
+            let Some((conn, mut ctx)) = self.ctx_and_conn(key) else {
+                continue;
+            };
+            let Some(ctrl) = conn.ctrl.clone() else {
+                continue;
+            };
+            while !conn.aers.is_empty() {
+                let Some(event) = ctrl.take_event() else {
+                    break;
+                };
+                let slot = conn.aers.remove(0);
+                conn.reqs[slot as usize].dw0 = event;
+                tracing::debug!(
+                    cntlid = ctrl.cntlid,
+                    event = format_args!("{event:#010x}"),
+                    "asynchronous event"
+                );
+                respond(conn, slot, &mut ctx);
+            }
+        }
+    }
+
     fn housekeeping(&mut self) {
         self.nsq.reap_closed(&mut self.comps);
+        self.deliver_events();
         let now = self.shared.now_ms();
         for i in 0..self.conns.len() {
             let Some(conn) = self.conns[i].as_mut() else {

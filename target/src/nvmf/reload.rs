@@ -1,0 +1,465 @@
+//! Live reconfiguration: a new configuration is validated, then applied all or nothing.
+//!
+//! What may change while hosts are connected: subsystems (added, removed), their namespaces
+//! (added, removed, replaced when a namespace's settings change) and host lists, listeners,
+//! referrals. Everything else (arena, threads, limits, keep-alive settings) changes only with
+//! a restart, and a reload that changes it is refused naming the keys.
+//!
+//! Order (what can fail comes first, so a refusal leaves the running target untouched):
+//! 1. open every new namespace (a slot in the namespace table each) and have every worker
+//!    open its queue to it; bind every new listener. Any failure undoes these and refuses.
+//! 2. publish: the new subsystem and host lists are swapped in; controllers of removed
+//!    subsystems, and of hosts no longer allowed, are torn down; controllers whose namespaces
+//!    changed get a Namespace Attribute Changed event; discovery controllers a Discovery Log
+//!    Change event.
+//! 3. retire: workers close their queues to removed namespaces once the I/O already in
+//!    flight there is done, flush them, and the namespaces are closed; removed listeners stop
+//!    and their connections close.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam_channel::bounded;
+
+use super::listener::{self, RunningListener};
+use super::ns_queues::Ack;
+use super::subsystem::{HostList, Subsystem};
+use super::worker::WorkerMsg;
+use super::{open_namespace, Shared, TargetHandle};
+use crate::config::{Config, ConfigError, ListenerConfig, NamespaceConfig, SubsystemConfig};
+use crate::namespace::Namespace;
+
+/// How long workers get to open a namespace queue.
+const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long workers get to finish a removed namespace's I/O and flush it.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(40);
+
+/// Why a reload changed nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(
+        "{} only change with a restart: put the running values back in the file, or restart \
+         the target (nothing was changed)", keys.join(", ")
+    )]
+    RestartNeeded { keys: Vec<String> },
+    #[error("{0} (nothing was changed)")]
+    Apply(String),
+    #[error("no configuration file to reload (the target was started from a string)")]
+    NoFile,
+    #[error("the target is shutting down")]
+    Stopping,
+}
+
+/// What a reload changed, one line per change (empty: the file says what runs).
+pub type Changes = Vec<String>;
+
+impl TargetHandle {
+    /// Re-reads the configuration file the target was started with and applies it.
+    pub fn reload(&self) -> Result<Changes, ReloadError> {
+        let path = self.0.config_path.get().ok_or(ReloadError::NoFile)?;
+        let cfg = Config::from_file(path)?;
+        self.apply(cfg)
+    }
+
+    /// Applies `new` (see the module documentation).
+    pub fn apply(&self, new: Config) -> Result<Changes, ReloadError> {
+        let shared = &self.0;
+        let _serial = shared.reload_lock.lock().unwrap_or_else(|p| p.into_inner());
+        if shared.stopping() {
+            return Err(ReloadError::Stopping);
+        }
+        new.validate()?;
+        let old = shared.config.load_full();
+        let keys = restart_only_changes(&old, &new);
+        if !keys.is_empty() {
+            return Err(ReloadError::RestartNeeded { keys });
+        }
+        let plan = Plan::of(&old, &new);
+        let prepared = prepare(shared, &plan, &new)?;
+        let changes = publish(shared, &plan, &new, prepared);
+        shared.config.store(Arc::new(new));
+        Ok(changes)
+    }
+}
+
+/// Keys whose change needs a restart.
+fn restart_only_changes(old: &Config, new: &Config) -> Vec<String> {
+    let mut keys = Vec::new();
+    if old.arena != new.arena {
+        keys.push("[arena]".to_string());
+    }
+    if old.limits != new.limits {
+        keys.push("[limits]".to_string());
+    }
+    let (a, b) = (&old.target, &new.target);
+    for (key, same) in [
+        (
+            "target.worker_threads",
+            a.worker_threads == b.worker_threads,
+        ),
+        ("target.poll_mode", a.poll_mode == b.poll_mode),
+        (
+            "target.keep_alive_granularity_ms",
+            a.keep_alive_granularity_ms == b.keep_alive_granularity_ms,
+        ),
+        (
+            "target.default_keep_alive_timeout_ms",
+            a.default_keep_alive_timeout_ms == b.default_keep_alive_timeout_ms,
+        ),
+        (
+            "target.connect_timeout_ms",
+            a.connect_timeout_ms == b.connect_timeout_ms,
+        ),
+        ("target.discovery_nqn", a.discovery_nqn == b.discovery_nqn),
+    ] {
+        if !same {
+            keys.push(key.to_string());
+        }
+    }
+    let old_subs: HashMap<&str, &SubsystemConfig> =
+        old.subsystems.iter().map(|s| (s.nqn.as_str(), s)).collect();
+    for (i, s) in new.subsystems.iter().enumerate() {
+        if let Some(o) = old_subs.get(s.nqn.as_str()) {
+            if o.serial != s.serial {
+                keys.push(format!(
+                    "subsystem[{i}].serial (or remove the subsystem and add it back)"
+                ));
+            }
+        }
+    }
+    keys
+}
+
+/// What differs between the running configuration and the new one.
+#[derive(Debug, Default)]
+struct Plan {
+    added_subsystems: Vec<SubsystemConfig>,
+    removed_subsystems: Vec<String>,
+    /// Per subsystem kept: namespaces added (or replaced: new settings), and NSIDs removed (or
+    /// replaced).
+    added_namespaces: Vec<(String, NamespaceConfig)>,
+    removed_namespaces: Vec<(String, u32)>,
+    hosts_changed: Vec<(String, HostList)>,
+    added_listeners: Vec<ListenerConfig>,
+    removed_listeners: Vec<ListenerConfig>,
+    referrals_changed: bool,
+}
+
+impl Plan {
+    fn of(old: &Config, new: &Config) -> Plan {
+        let mut p = Plan::default();
+        let old_subs: HashMap<&str, &SubsystemConfig> =
+            old.subsystems.iter().map(|s| (s.nqn.as_str(), s)).collect();
+        let new_nqns: HashSet<&str> = new.subsystems.iter().map(|s| s.nqn.as_str()).collect();
+        for s in &old.subsystems {
+            if !new_nqns.contains(s.nqn.as_str()) {
+                p.removed_subsystems.push(s.nqn.clone());
+            }
+        }
+        for s in &new.subsystems {
+            let Some(o) = old_subs.get(s.nqn.as_str()) else {
+                p.added_subsystems.push(s.clone());
+                continue;
+            };
+            if HostList::of(o) != HostList::of(s) {
+                p.hosts_changed.push((s.nqn.clone(), HostList::of(s)));
+            }
+            let old_ns: HashMap<u32, &NamespaceConfig> =
+                o.namespaces.iter().map(|n| (n.nsid, n)).collect();
+            let new_ns: HashMap<u32, &NamespaceConfig> =
+                s.namespaces.iter().map(|n| (n.nsid, n)).collect();
+            for n in &o.namespaces {
+                if new_ns.get(&n.nsid) != Some(&n) {
+                    p.removed_namespaces.push((s.nqn.clone(), n.nsid));
+                }
+            }
+            for n in &s.namespaces {
+                if old_ns.get(&n.nsid) != Some(&n) {
+                    p.added_namespaces.push((s.nqn.clone(), n.clone()));
+                }
+            }
+        }
+        let key = |l: &ListenerConfig| (l.provider, l.address, l.port);
+        let old_l: HashSet<_> = old.listeners.iter().map(key).collect();
+        let new_l: HashSet<_> = new.listeners.iter().map(key).collect();
+        p.added_listeners = new
+            .listeners
+            .iter()
+            .filter(|l| !old_l.contains(&key(l)))
+            .cloned()
+            .collect();
+        p.removed_listeners = old
+            .listeners
+            .iter()
+            .filter(|l| !new_l.contains(&key(l)))
+            .cloned()
+            .collect();
+        p.referrals_changed = old.referrals != new.referrals;
+        p
+    }
+
+    fn discovery_changes(&self) -> bool {
+        !self.added_subsystems.is_empty()
+            || !self.removed_subsystems.is_empty()
+            || !self.hosts_changed.is_empty()
+            || !self.added_listeners.is_empty()
+            || !self.removed_listeners.is_empty()
+            || self.referrals_changed
+    }
+}
+
+/// What step 1 made ready: namespaces open (by subsystem NQN) and listeners bound.
+struct Prepared {
+    namespaces: Vec<(String, Arc<Namespace>)>,
+    listeners: Vec<RunningListener>,
+}
+
+fn prepare(shared: &Arc<Shared>, plan: &Plan, new: &Config) -> Result<Prepared, ReloadError> {
+    let mut ready = Prepared {
+        namespaces: Vec::new(),
+        listeners: Vec::new(),
+    };
+    let wanted = plan
+        .added_subsystems
+        .iter()
+        .flat_map(|s| s.namespaces.iter().map(move |n| (s.nqn.as_str(), n)))
+        .chain(plan.added_namespaces.iter().map(|(q, n)| (q.as_str(), n)));
+    for (nqn, n) in wanted {
+        match open_namespace(nqn, n, &shared.namespaces) {
+            Ok(ns) => ready.namespaces.push((nqn.to_owned(), ns)),
+            Err(e) => {
+                undo(shared, ready);
+                return Err(ReloadError::Apply(e.to_string()));
+            }
+        }
+    }
+    for (_, ns) in &ready.namespaces {
+        let ns2 = Arc::clone(ns);
+        if let Err(e) = broadcast(shared, OPEN_TIMEOUT, |ack| {
+            WorkerMsg::OpenNamespace(Arc::clone(&ns2), ack)
+        }) {
+            undo(shared, ready);
+            return Err(ReloadError::Apply(format!("namespace {}: {e}", ns2.nsid())));
+        }
+    }
+    for l in &plan.added_listeners {
+        let index = new
+            .listeners
+            .iter()
+            .position(|x| x == l)
+            .unwrap_or_default();
+        match listener::start(shared, l, index) {
+            Ok(running) => ready.listeners.push(running),
+            Err(e) => {
+                undo(shared, ready);
+                return Err(ReloadError::Apply(e.to_string()));
+            }
+        }
+    }
+    Ok(ready)
+}
+
+/// Undoes a [`prepare`] that failed half way.
+fn undo(shared: &Shared, ready: Prepared) {
+    for l in ready.listeners {
+        l.stop();
+    }
+    for (_, ns) in ready.namespaces {
+        retire(shared, &ns);
+    }
+}
+
+/// Closes every worker's queue to `ns` (after its I/O), flushes it, frees its slot.
+fn retire(shared: &Shared, ns: &Arc<Namespace>) {
+    let slot = ns.slot();
+    if let Err(e) = broadcast(shared, CLOSE_TIMEOUT, |ack| {
+        WorkerMsg::CloseNamespace(slot, ack)
+    }) {
+        tracing::error!(nsid = ns.nsid(), error = %e, "closing a removed namespace");
+    }
+    shared.namespaces.release(slot);
+}
+
+fn publish(shared: &Arc<Shared>, plan: &Plan, new: &Config, ready: Prepared) -> Changes {
+    let mut changes = Vec::new();
+    let running = shared.subsystems.load_full();
+    let by_nqn: HashMap<&str, &Arc<Subsystem>> =
+        running.iter().map(|s| (s.nqn.as_str(), s)).collect();
+    let mut opened: HashMap<&str, Vec<Arc<Namespace>>> = HashMap::new();
+    for (nqn, ns) in &ready.namespaces {
+        opened.entry(nqn.as_str()).or_default().push(Arc::clone(ns));
+    }
+    // The new subsystem list, existing subsystems kept (controllers hold them).
+    let mut list = Vec::new();
+    let mut retired = Vec::new();
+    let mut touched: Vec<(Arc<Subsystem>, Vec<u32>)> = Vec::new();
+    for s in &new.subsystems {
+        let fresh = opened.remove(s.nqn.as_str()).unwrap_or_default();
+        let Some(sub) = by_nqn.get(s.nqn.as_str()) else {
+            changes.push(format!("subsystem {} added", s.nqn));
+            list.push(Arc::new(Subsystem::new(s, fresh)));
+            continue;
+        };
+        let gone: Vec<u32> = plan
+            .removed_namespaces
+            .iter()
+            .filter(|(q, _)| q == &s.nqn)
+            .map(|(_, id)| *id)
+            .collect();
+        let mut nss: Vec<Arc<Namespace>> = sub
+            .namespaces()
+            .iter()
+            .filter(|n| {
+                let keep = !gone.contains(&n.nsid());
+                if !keep {
+                    retired.push(Arc::clone(n));
+                }
+                keep
+            })
+            .cloned()
+            .collect();
+        let mut ids = gone.clone();
+        for n in &fresh {
+            ids.push(n.nsid());
+            let what = if gone.contains(&n.nsid()) {
+                "replaced"
+            } else {
+                "added"
+            };
+            changes.push(format!("subsystem {} namespace {} {what}", s.nqn, n.nsid()));
+        }
+        for id in &gone {
+            if !fresh.iter().any(|n| n.nsid() == *id) {
+                changes.push(format!("subsystem {} namespace {id} removed", s.nqn));
+            }
+        }
+        nss.extend(fresh);
+        if !ids.is_empty() {
+            sub.set_namespaces(nss);
+            ids.sort_unstable();
+            ids.dedup();
+            touched.push((Arc::clone(sub), ids));
+        }
+        if let Some((_, hosts)) = plan.hosts_changed.iter().find(|(q, _)| q == &s.nqn) {
+            sub.set_hosts(hosts.clone());
+            changes.push(format!("subsystem {} hosts changed", s.nqn));
+        }
+        list.push(Arc::clone(sub));
+    }
+    for nqn in &plan.removed_subsystems {
+        if let Some(sub) = by_nqn.get(nqn.as_str()) {
+            retired.extend(sub.namespaces().iter().cloned());
+            changes.push(format!("subsystem {nqn} removed"));
+        }
+    }
+    shared.subsystems.store(Arc::new(list));
+
+    // Controllers: those that lost their subsystem or their host's access go; the others of
+    // a changed subsystem hear which namespaces changed.
+    let removed: HashSet<&str> = plan.removed_subsystems.iter().map(|s| s.as_str()).collect();
+    for c in shared.controllers.all() {
+        if c.subsys.is_discovery() {
+            continue;
+        }
+        if removed.contains(c.subsys.nqn.as_str()) || !c.subsys.allows(&c.hostnqn) {
+            tracing::info!(cntlid = c.cntlid, subnqn = %c.subsys.nqn, hostnqn = %c.hostnqn,
+                "controller torn down: its subsystem or its host's access was removed");
+            changes.push(format!(
+                "controller {} ({}) disconnected",
+                c.cntlid, c.hostnqn
+            ));
+            c.kill();
+            continue;
+        }
+        if let Some((_, ids)) = touched.iter().find(|(s, _)| Arc::ptr_eq(s, &c.subsys)) {
+            for id in ids {
+                c.namespace_changed(*id);
+            }
+        }
+    }
+
+    // Listeners.
+    {
+        let mut ls = shared.lock_listeners();
+        let key = |l: &ListenerConfig| (l.provider, l.address, l.port);
+        let gone: HashSet<_> = plan.removed_listeners.iter().map(key).collect();
+        let mut kept = Vec::new();
+        for l in ls.drain(..) {
+            if gone.contains(&key(&l.cfg)) {
+                changes.push(format!("listener {} removed", l.addr));
+                let id = l.id;
+                l.stop();
+                send_all(shared, || WorkerMsg::CloseListener(id));
+            } else {
+                kept.push(l);
+            }
+        }
+        for l in ready.listeners {
+            changes.push(format!("listener {} added", l.addr));
+            kept.push(l);
+        }
+        // Configuration order (discovery port IDs follow it).
+        kept.sort_by_key(|l| {
+            new.listeners
+                .iter()
+                .position(|c| key(c) == key(&l.cfg))
+                .unwrap_or(usize::MAX)
+        });
+        *ls = kept;
+    }
+
+    if plan.discovery_changes() {
+        shared.discovery_genctr.fetch_add(1, Ordering::AcqRel);
+        for c in shared.controllers.all() {
+            if c.subsys.is_discovery() {
+                c.discovery_changed();
+            }
+        }
+        if plan.referrals_changed {
+            changes.push("referrals changed".to_string());
+        }
+    }
+
+    // Retire removed namespaces last: new I/O no longer finds them; what is in flight ends.
+    for ns in retired {
+        retire(shared, &ns);
+    }
+    for c in &changes {
+        tracing::info!(change = %c, "reload");
+    }
+    changes
+}
+
+/// Sends a message made by `make` to every worker and waits for every answer.
+fn broadcast(
+    shared: &Shared,
+    timeout: Duration,
+    make: impl Fn(Ack) -> WorkerMsg,
+) -> Result<(), String> {
+    let workers = shared.workers.get().cloned().unwrap_or_default();
+    let (tx, rx) = bounded(workers.len().max(1));
+    let mut sent = 0;
+    for w in &workers {
+        if w.send(make(tx.clone())).is_ok() {
+            sent += 1;
+        }
+    }
+    for _ in 0..sent {
+        match rx.recv_timeout(timeout) {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err(format!("a worker did not answer in {timeout:?}")),
+        }
+    }
+    Ok(())
+}
+
+fn send_all(shared: &Shared, make: impl Fn() -> WorkerMsg) {
+    for w in shared.workers.get().into_iter().flatten() {
+        let _ = w.send(make());
+    }
+}

@@ -1,0 +1,293 @@
+//! Live reconfiguration end to end: a running target takes a new configuration while a raw
+//! host (for the asynchronous events and logs) and rdmablk's initiator (for verified I/O)
+//! stay connected.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use rdmablk::nvme::admin::AsyncEvent;
+use rdmablk::nvme::features::fid;
+use rdmablk::nvme::log_page::lid;
+use rdmablk::nvme::opcodes::admin;
+use rdmablk::nvme::{GetLogPage, SetFeatures, Sqe, Status};
+use rdmablk_initiator::{ConnectOptions, Controller};
+use rdmablk_target::config::Config;
+use rdmablk_target::nvmf::reload::ReloadError;
+use rdmablk_target::Target;
+
+/// A configuration on `port` whose subsystem has the namespaces `nsids` (16 MiB of RAM each)
+/// and allows `hosts`; `extra` is appended (more subsystems, listeners ...).
+fn cfg(port: u16, nsids: &[u32], hosts: &[&str], extra: &str) -> Config {
+    let (kind, address) = e2e_fabric();
+    let provider = kind.as_str();
+    let hosts: Vec<String> = hosts.iter().map(|h| format!("\"{h}\"")).collect();
+    let mut text = format!(
+        r#"
+[[listener]]
+provider = "{provider}"
+address = "{address}"
+port = {port}
+
+[target]
+worker_threads = 2
+keep_alive_granularity_ms = 100
+
+[arena]
+bytes = "48MiB"
+lock = false
+
+[limits]
+max_queue_depth = 32
+max_io_size = 131072
+
+[[subsystem]]
+nqn = "{SUBNQN}"
+hosts = [{}]
+"#,
+        hosts.join(", ")
+    );
+    for n in nsids {
+        text.push_str(&format!(
+            "\n[[subsystem.namespace]]\nnsid = {n}\nblock_size = 512\n\
+             backend = {{ kind = \"ram\", size = \"16MiB\" }}\n"
+        ));
+    }
+    text.push_str(extra);
+    Config::from_str(&text).expect("test config")
+}
+
+fn url(t: &Target) -> String {
+    let scheme = if e2e_fabric().0 == rdmablk::fabric::ProviderKind::Verbs {
+        "rdma"
+    } else {
+        "soft"
+    };
+    format!("{scheme}://{}/{SUBNQN}", t.local_addrs()[0])
+}
+
+fn opts() -> ConnectOptions {
+    ConnectOptions {
+        hostnqn: HOSTNQN.into(),
+        io_queues: 2,
+        queue_size: 16,
+        kato_ms: 5_000,
+        reconnect_attempts: 0,
+        ..ConnectOptions::default()
+    }
+}
+
+/// Writes and reads back 64 KiB at `at` of namespace `nsid` through the initiator.
+fn verify(ctrl: &Controller, nsid: u32, at: u64, seed: u64) -> Result<(), String> {
+    let ns = ctrl.namespace(nsid).map_err(|e| e.to_string())?;
+    let data = pattern(seed, 64 << 10);
+    ns.write_at(at, &data).map_err(|e| e.to_string())?;
+    let mut back = vec![0u8; data.len()];
+    ns.read_at(at, &mut back).map_err(|e| e.to_string())?;
+    if back != data {
+        return Err(format!("namespace {nsid}: data read back differs"));
+    }
+    Ok(())
+}
+
+/// Enables namespace-attribute events and leaves an Async Event Request outstanding.
+fn arm_events(h: &mut Host) {
+    let sf = SetFeatures {
+        fid: fid::ASYNC_EVENT_CONFIG,
+        value: 1 << 8,
+        save: false,
+        nsid: 0,
+    };
+    assert_status(&h.submit(sf.to_sqe(0), &[]), Status::SUCCESS);
+    let mut aer = Sqe::new(admin::ASYNC_EVENT_REQUEST, 0);
+    aer.cid = 0x7000;
+    h.send_capsule(&aer.to_bytes());
+}
+
+fn changed_namespaces(h: &mut Host) -> Vec<u32> {
+    let mut sqe = GetLogPage::new(lid::CHANGED_NS_LIST, 0xFFFF_FFFF, 0, 4096).to_sqe(0);
+    sqe.set_sgl(&h.keyed(0, 4096));
+    assert_status(&h.submit(sqe, &[]), Status::SUCCESS);
+    h.read_data(0, 4096)
+        .chunks(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .take_while(|&id| id != 0)
+        .collect()
+}
+
+#[test]
+fn namespaces_come_and_go_while_hosts_stay_connected() {
+    init_tracing();
+    let port = free_port();
+    let t = Target::start(cfg(port, &[1], &[HOSTNQN], "")).expect("target starts");
+    let handle = t.handle();
+    let (mut admin, _) = admin_queue(t.local_addrs()[0], 0);
+    arm_events(&mut admin);
+    let ctrl = Controller::connect_with(&url(&t), opts()).expect("initiator connects");
+    verify(&ctrl, 1, 0, 1).unwrap();
+
+    // Add namespace 2: the held AER completes with "namespace attribute changed", the log
+    // names NSID 2, and the initiator finds and uses it.
+    let changes = handle
+        .apply(cfg(port, &[1, 2], &[HOSTNQN], ""))
+        .expect("reload");
+    assert!(
+        changes.iter().any(|c| c.contains("namespace 2 added")),
+        "{changes:?}"
+    );
+    let aen = admin.wait_response().expect("the AER completes");
+    assert_eq!(aen.cid, 0x7000);
+    assert_eq!(AsyncEvent::from_dw0(aen.dw0), AsyncEvent::ns_changed());
+    assert_eq!(changed_namespaces(&mut admin), vec![2]);
+    assert_eq!(
+        changed_namespaces(&mut admin),
+        Vec::<u32>::new(),
+        "the read cleared it"
+    );
+    verify(&ctrl, 2, 4096, 2).unwrap();
+
+    // Remove namespace 2 while I/O runs on namespace 1: that I/O never fails.
+    let stop = Arc::new(AtomicBool::new(false));
+    let rounds = Arc::new(AtomicU64::new(0));
+    let io = {
+        let (ctrl, stop, rounds) = (ctrl.clone(), stop.clone(), rounds.clone());
+        std::thread::spawn(move || {
+            let mut seed = 100;
+            while !stop.load(Ordering::Relaxed) {
+                verify(&ctrl, 1, (seed % 64) * 65536, seed)?;
+                rounds.fetch_add(1, Ordering::Relaxed);
+                seed += 1;
+            }
+            Ok::<(), String>(())
+        })
+    };
+    while rounds.load(Ordering::Relaxed) < 3 {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut aer = Sqe::new(admin::ASYNC_EVENT_REQUEST, 0);
+    aer.cid = 0x7001;
+    admin.send_capsule(&aer.to_bytes());
+    let changes = handle
+        .apply(cfg(port, &[1], &[HOSTNQN], ""))
+        .expect("reload");
+    assert!(
+        changes.iter().any(|c| c.contains("namespace 2 removed")),
+        "{changes:?}"
+    );
+    let before = rounds.load(Ordering::Relaxed);
+    while rounds.load(Ordering::Relaxed) < before + 3 {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    stop.store(true, Ordering::Relaxed);
+    io.join()
+        .unwrap()
+        .expect("I/O on namespace 1 across the removal");
+    let aen = admin.wait_response().expect("the second AER completes");
+    assert_eq!(aen.cid, 0x7001);
+    assert_eq!(changed_namespaces(&mut admin), vec![2]);
+    let ns2 = Controller::connect_with(&url(&t), opts())
+        .unwrap()
+        .namespace(2)
+        .map(|_| ());
+    assert!(ns2.is_err(), "namespace 2 is gone");
+
+    // A broken configuration changes nothing: namespace 1 keeps serving.
+    let mut broken = cfg(port, &[1], &[HOSTNQN], "");
+    broken.subsystems[0].namespaces[0].block_size = 1000;
+    match handle.apply(broken) {
+        Err(ReloadError::Config(e)) => {
+            assert!(e.to_string().contains("block_size"), "{e}")
+        }
+        other => panic!("a broken configuration was not refused: {other:?}"),
+    }
+    // A setting that needs a restart: refused, naming it.
+    let mut arena = cfg(port, &[1], &[HOSTNQN], "");
+    arena.arena.bytes = rdmablk_target::config::ByteSize::parse("64MiB").unwrap();
+    match handle.apply(arena) {
+        Err(e @ ReloadError::RestartNeeded { .. }) => {
+            assert!(e.to_string().contains("[arena]"), "{e}")
+        }
+        other => panic!("an arena change was not refused: {other:?}"),
+    }
+    verify(&ctrl, 1, 0, 7).unwrap();
+
+    // The host is taken off the allow-list: its controllers go.
+    let before = t.controllers();
+    let changes = handle
+        .apply(cfg(port, &[1], &[OTHER_HOSTNQN], ""))
+        .expect("reload");
+    assert!(
+        changes.iter().any(|c| c.contains("disconnected")),
+        "{changes:?}"
+    );
+    assert!(admin.wait_disconnected(Duration::from_secs(10)));
+    // Every controller of the host goes (each worker closes its queues at its next tick).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while t.controllers() > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(t.controllers(), 0, "controllers before: {before}");
+    assert!(
+        verify(&ctrl, 1, 0, 8).is_err(),
+        "a removed host's I/O fails"
+    );
+    drop(ctrl);
+    drop(admin);
+    wait_idle(&t);
+    t.shutdown();
+}
+
+#[test]
+fn subsystems_and_listeners_come_and_go() {
+    init_tracing();
+    let port = free_port();
+    let port2 = free_port();
+    let (kind, address) = e2e_fabric();
+    let second = format!(
+        "\n[[listener]]\nprovider = \"{}\"\naddress = \"{address}\"\nport = {port2}\n\
+         \n[[subsystem]]\nnqn = \"nqn.2026-11.io.rdmablk:added\"\nallow_any_host = true\n\
+         \n[[subsystem.namespace]]\nnsid = 1\nbackend = {{ kind = \"ram\", size = \"8MiB\" }}\n",
+        kind.as_str()
+    );
+    let t = Target::start(cfg(port, &[1], &[HOSTNQN], "")).expect("target starts");
+    let handle = t.handle();
+    let changes = handle
+        .apply(cfg(port, &[1], &[HOSTNQN], &second))
+        .expect("reload");
+    assert!(
+        changes.iter().any(|c| c.contains("added:"))
+            || changes
+                .iter()
+                .any(|c| c.contains("nqn.2026-11.io.rdmablk:added added")),
+        "{changes:?}"
+    );
+    assert_eq!(t.local_addrs().len(), 2, "{changes:?}");
+    // The new subsystem through the new listener.
+    let scheme = if kind == rdmablk::fabric::ProviderKind::Verbs {
+        "rdma"
+    } else {
+        "soft"
+    };
+    let url2 = format!(
+        "{scheme}://{}/nqn.2026-11.io.rdmablk:added",
+        t.local_addrs()[1]
+    );
+    let ctrl = Controller::connect_with(&url2, opts()).expect("connect to the added subsystem");
+    verify(&ctrl, 1, 0, 3).unwrap();
+    // Both go again: the connection through the removed listener is closed.
+    let changes = handle
+        .apply(cfg(port, &[1], &[HOSTNQN], ""))
+        .expect("reload");
+    assert!(
+        changes.iter().any(|c| c.contains("listener")),
+        "{changes:?}"
+    );
+    assert_eq!(t.local_addrs().len(), 1);
+    assert!(verify(&ctrl, 1, 0, 4).is_err());
+    drop(ctrl);
+    wait_idle(&t);
+    t.shutdown();
+}
