@@ -109,6 +109,18 @@ pub mod oaes {
     pub const DISCOVERY_LOG_CHANGE: u32 = 1 << 31;
 }
 
+/// Identify CMIC bits (controller multi-path I/O and namespace sharing capabilities).
+pub mod cmic {
+    /// The subsystem may have more than one port.
+    pub const MULTI_PORT: u8 = 1 << 0;
+    /// The subsystem may have two or more controllers (the Linux host refuses a second
+    /// controller of a subsystem without it: "Subsystem does not support multiple
+    /// controllers").
+    pub const MULTI_CTRL: u8 = 1 << 1;
+    /// Asymmetric namespace access reporting.
+    pub const ANA: u8 = 1 << 3;
+}
+
 /// Identify CTRATT bit 0: 128-bit host identifier.
 pub const CTRATT_HOST_ID_128: u32 = 1 << 0;
 /// Identify CNTRLTYPE: I/O controller.

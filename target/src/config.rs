@@ -113,6 +113,29 @@ pub struct Config {
     /// `[[referral]]`: other discovery services the discovery log points hosts to.
     #[serde(rename = "referral", default)]
     pub referrals: Vec<ReferralConfig>,
+    /// `[control]`: the control socket.
+    #[serde(default)]
+    pub control: ControlConfig,
+}
+
+/// `[control]`.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ControlConfig {
+    /// Unix socket `rdmablk-ctl` talks to (mode 0600); empty disables it. Used by the
+    /// `rdmablk-target` daemon (an embedded target starts none).
+    pub socket: PathBuf,
+}
+
+/// Where `rdmablk-target` and `rdmablk-ctl` meet by default.
+pub const DEFAULT_CONTROL_SOCKET: &str = "/run/rdmablk/ctl.sock";
+
+impl Default for ControlConfig {
+    fn default() -> Self {
+        ControlConfig {
+            socket: PathBuf::from(DEFAULT_CONTROL_SOCKET),
+        }
+    }
 }
 
 /// `[[referral]]`: a discovery service elsewhere (another target), listed in every host's

@@ -5,13 +5,17 @@
 //! - [`backend`]: block backends (io_uring files and devices, null, ram, fault injection) and
 //!   the namespace wrapper that fences writes after a failed flush.
 //! - [`io`]: the per-worker io_uring engine the file and block backends submit through.
-//! - [`nvmf`]: the NVMe-oF/RDMA protocol engine ([`Target`]).
+//! - [`nvmf`]: the NVMe-oF/RDMA protocol engine ([`Target`]); [`nvmf::reload`]: live
+//!   reconfiguration.
+//! - [`control`]: the control socket (`rdmablk-ctl`); [`systemd`]: readiness notification.
 
 pub mod arena;
 pub mod backend;
 pub mod config;
+pub mod control;
 pub mod io;
 pub mod namespace;
 pub mod nvmf;
+pub mod systemd;
 
 pub use nvmf::{Target, TargetError};

@@ -9,7 +9,8 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Parser;
 use rdmablk_target::config::Config;
-use rdmablk_target::Target;
+use rdmablk_target::control::ControlServer;
+use rdmablk_target::{systemd, Target};
 
 /// rdmablk NVMe-oF/RDMA target daemon.
 #[derive(Debug, Parser)]
@@ -48,18 +49,28 @@ fn main() -> anyhow::Result<()> {
     }
     let handle = target.handle();
     handle.set_config_path(args.config.clone());
+    let socket = handle.control_socket();
+    let _control = if socket.as_os_str().is_empty() {
+        None
+    } else {
+        Some(ControlServer::start(handle.clone(), &socket).context("starting the control socket")?)
+    };
+    systemd::notify("READY=1");
     let sig = loop {
         let sig = wait_signal(&signals).context("waiting for a signal")?;
         if sig != libc::SIGHUP {
             break sig;
         }
         // Reload: all or nothing; a refusal leaves the running configuration serving.
+        systemd::notify("RELOADING=1");
         match handle.reload() {
             Ok(changes) if changes.is_empty() => tracing::info!("reload: nothing changed"),
             Ok(changes) => tracing::info!(changes = changes.len(), "reload applied"),
             Err(e) => tracing::error!("reload refused: {e}"),
         }
+        systemd::notify("READY=1");
     };
+    systemd::notify("STOPPING=1");
     tracing::info!(signal = sig, "shutting down");
     target.shutdown_checked()?;
     tracing::info!("target stopped");

@@ -56,6 +56,11 @@ fn admin_bring_up_like_a_linux_host() {
     id.check_fabrics(cntlid)
         .expect("what the Linux host enforces");
     assert_eq!(id.mdts, 5, "128 KiB in 4 KiB pages");
+    assert_eq!(
+        id.cmic & rdmablk::nvme::identify::cmic::MULTI_CTRL,
+        rdmablk::nvme::identify::cmic::MULTI_CTRL,
+        "a host may have several controllers of a subsystem (the Linux host needs the bit)"
+    );
     assert_eq!(id.nn, 1);
     assert_eq!(id.subnqn.as_ref().unwrap().as_str(), SUBNQN);
     assert_eq!(id.in_capsule_bytes(), 4096);
@@ -66,6 +71,11 @@ fn admin_bring_up_like_a_linux_host() {
     let ns = IdentifyNamespace::decode(&b);
     assert_eq!(ns.nsze, NS_BLOCKS);
     assert_eq!(ns.block_bytes().unwrap(), BLOCK);
+    assert_eq!(
+        ns.nmic & 1,
+        1,
+        "NMIC: shared (a host's second controller needs it)"
+    );
     let (c, b) = identify(&mut h, cns::ACTIVE_NS_LIST, 0);
     assert!(c.status.is_success());
     assert_eq!(&b[..8], &[1, 0, 0, 0, 0, 0, 0, 0]);

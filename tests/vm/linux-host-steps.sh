@@ -4,6 +4,15 @@
 # target restart under fio verify, `nvme connect-all`. Uses linux-host.sh's step, check, fail,
 # ns_dev, start_target and its variables (DEV DEV2 CTRL NQN NQN_KINDS IP PORT WORK TPID).
 
+# kconnect NQN [OPTIONS]: connects NQN at $IP:$PORT through /dev/nvme-fabrics, as nvme-cli
+# does underneath, with this host's NQN (and OPTIONS, comma-separated kernel options).
+kconnect() {
+  local hostnqn
+  hostnqn=$(cat /etc/nvme/hostnqn 2>/dev/null || true)
+  printf 'transport=rdma,traddr=%s,trsvcid=%s,nqn=%s%s%s' "$IP" "$PORT" "$1" \
+    "${hostnqn:+,hostnqn=$hostnqn}" "${2:+,$2}" >/dev/nvme-fabrics
+}
+
 # later STEP MESSAGE: a failure that does not stop the later steps (so one VM run shows every
 # problem); the run still fails at the end.
 LATER=()
@@ -193,9 +202,7 @@ check dd if="$DEV" of=/dev/null bs=128k count=64 iflag=direct status=none
 # nvme-cli 2.3 (libnvme 1.3) answers "already connected" despite --duplicate-connect when an
 # existing controller matches, so the second controller is asked of the kernel directly, the
 # way nvme-cli itself does it (/dev/nvme-fabrics).
-hostnqn=$(cat /etc/nvme/hostnqn 2>/dev/null || true)
-printf 'transport=rdma,traddr=%s,trsvcid=%s,nqn=%s,duplicate_connect,queue_size=128%s' \
-  "$IP" "$PORT" "$NQN" "${hostnqn:+,hostnqn=$hostnqn}" >/dev/nvme-fabrics ||
+kconnect "$NQN" duplicate_connect,queue_size=128 ||
   fail "$STEP: duplicate_connect through /dev/nvme-fabrics"
 n=$(for c in /sys/class/nvme/nvme*; do cat "$c/subsysnqn" 2>/dev/null; done | grep -cx "$NQN")
 [ "$n" = 2 ] || fail "$STEP: $n controllers of $NQN after --duplicate-connect (want 2)"
@@ -204,7 +211,9 @@ check nvme connect -t rdma -a "$IP" -s "$PORT" -n "$NQN"
 DEV=$(ns_dev 1) || fail "$STEP: no block device"
 
 step backends
-check nvme connect -t rdma -a "$IP" -s "$PORT" -n "$NQN_KINDS"
+# A second subsystem on the same address and port: nvme-cli 2.3 takes it for the connected
+# one ("already connected"), so it is asked of the kernel directly.
+kconnect "$NQN_KINDS" || fail "$STEP: connect $NQN_KINDS through /dev/nvme-fabrics"
 BLK=""; NUL=""
 for _ in $(seq 1 100); do
   for b in /sys/block/nvme*n*; do

@@ -128,6 +128,10 @@ fn identify(
                     // guarantees it (else 0: not reported).
                     idn.dlfeat = u8::from(ns.deallocated_reads_zeroes());
                     idn.nguid = uuid_of(subsys.nqn.as_str(), &ns);
+                    // NMIC bit 0: the namespace may be attached to several controllers (every
+                    // host's, and a host's second path). Without it the Linux host refuses the
+                    // namespace on a second controller ("duplicate IDs in subsystem").
+                    idn.nmic = NMIC_SHARED;
                     idn.encode()
                 }
                 // An inactive NSID: all zeroes.
@@ -178,6 +182,9 @@ fn uuid_of(nqn: &str, ns: &crate::namespace::Namespace) -> [u8; 16] {
     })
 }
 
+/// Identify Namespace NMIC bit 0: may be attached to two or more controllers.
+const NMIC_SHARED: u8 = 1 << 0;
+
 /// MDTS: log2 of the largest transfer in 4 KiB pages (CAP.MPSMIN = 4 KiB).
 pub fn mdts(max_io_size: u32) -> u8 {
     let pages = (max_io_size / 4096).max(1);
@@ -195,6 +202,9 @@ fn identify_controller(ctrl: &Controller, shared: &Shared) -> IdentifyController
     id.sn = ascii_padded(&ctrl.subsys.serial);
     id.mn = ascii_padded(MODEL);
     id.fr = ascii_padded(FIRMWARE_REVISION);
+    // Every host gets its own controller and a host may have several (duplicate connects,
+    // several paths): say so, as nvmet does.
+    id.cmic = rdmablk::nvme::identify::cmic::MULTI_CTRL;
     id.mdts = mdts(limits.max_io_size);
     id.maxcmd = limits.max_queue_depth.min(0xFFFF) as u16;
     id.nn = ctrl.subsys.max_nsid();

@@ -46,6 +46,16 @@ impl std::fmt::Debug for RunningListener {
 }
 
 impl RunningListener {
+    /// Whether it still accepts connections (not drained).
+    pub fn accepting(&self) -> bool {
+        !self.stop.load(Ordering::Acquire)
+    }
+
+    /// Stops accepting (the thread ends at its next poll); connections stay.
+    pub fn drain(&self) {
+        self.stop.store(true, Ordering::Release);
+    }
+
     /// Stops accepting and waits for the listener's thread.
     pub fn stop(mut self) {
         self.stop.store(true, Ordering::Release);

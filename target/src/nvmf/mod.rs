@@ -409,6 +409,32 @@ impl TargetHandle {
     pub fn set_config_path(&self, path: std::path::PathBuf) {
         let _ = self.0.config_path.set(path);
     }
+
+    /// The control socket the configuration names (`[control] socket`; empty: none).
+    pub fn control_socket(&self) -> std::path::PathBuf {
+        self.0.cfg.control.socket.clone()
+    }
+
+    /// The file the configuration came from.
+    pub fn config_path(&self) -> Option<std::path::PathBuf> {
+        self.0.config_path.get().cloned()
+    }
+
+    /// Stops accepting connections on the listener bound to `addr` ("ADDR:PORT"); its
+    /// connections stay. Until `listener remove` or a restart.
+    pub fn drain(&self, addr: &str) -> Result<(), String> {
+        let want: SocketAddr = addr
+            .parse()
+            .map_err(|e| format!("{addr:?} is not ADDR:PORT: {e}"))?;
+        let ls = self.0.lock_listeners();
+        let l = ls
+            .iter()
+            .find(|l| l.addr == want)
+            .ok_or_else(|| format!("no listener on {addr}"))?;
+        l.drain();
+        tracing::info!(addr, "listener drained: no new connections");
+        Ok(())
+    }
 }
 
 impl crate::config::ListenerConfig {

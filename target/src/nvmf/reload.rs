@@ -95,6 +95,9 @@ fn restart_only_changes(old: &Config, new: &Config) -> Vec<String> {
     if old.limits != new.limits {
         keys.push("[limits]".to_string());
     }
+    if old.control != new.control {
+        keys.push("[control]".to_string());
+    }
     let (a, b) = (&old.target, &new.target);
     for (key, same) in [
         (

@@ -79,6 +79,9 @@ poll_mode = "interrupt"
 keep_alive_granularity_ms = 100
 {extra_target}
 
+[control]
+socket = ""   # parallel tests: no shared default socket
+
 [arena]
 bytes = "{arena}"
 lock = false

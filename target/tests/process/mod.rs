@@ -46,6 +46,9 @@ port = {port}
 worker_threads = {workers}
 poll_mode = "interrupt"
 
+[control]
+socket = ""   # parallel tests: no shared default socket
+
 [arena]
 bytes = "48MiB"
 lock = false

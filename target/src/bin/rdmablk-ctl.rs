@@ -1,0 +1,291 @@
+//! `rdmablk-ctl`: operate a running rdmablk-target through its control socket.
+//!
+//! ```text
+//! rdmablk-ctl status                      listeners, subsystems, namespaces, controllers, arena
+//! rdmablk-ctl reload                      re-read the configuration file, apply what changed
+//! rdmablk-ctl subsystem add NQN [--allow-any-host | --host NQN ...]
+//! rdmablk-ctl subsystem remove NQN
+//! rdmablk-ctl namespace add NQN NSID --backend KIND [--path P] [--size S] [--block-size N]
+//! rdmablk-ctl namespace remove NQN NSID
+//! rdmablk-ctl host add|remove NQN HOSTNQN
+//! rdmablk-ctl listener add|remove PROVIDER ADDRESS [PORT]
+//! rdmablk-ctl drain ADDR:PORT             stop accepting there; connections stay
+//! ```
+//! `--json` prints the daemon's answer as it is; exit status 0 only on success.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use serde_json::{json, Value};
+
+use rdmablk_target::config::DEFAULT_CONTROL_SOCKET;
+
+#[derive(Debug, Parser)]
+#[command(version, about = "Operate a running rdmablk-target")]
+struct Args {
+    /// The target's control socket ([control] socket in its configuration).
+    #[arg(long, short = 's', default_value = DEFAULT_CONTROL_SOCKET, global = true)]
+    socket: PathBuf,
+    /// Print the answer as JSON.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Listeners, subsystems, namespaces, controllers, arena.
+    Status,
+    /// Re-read the configuration file and apply the difference.
+    Reload,
+    /// Add or remove a subsystem.
+    Subsystem {
+        #[command(subcommand)]
+        op: SubsystemOp,
+    },
+    /// Add or remove a namespace.
+    Namespace {
+        #[command(subcommand)]
+        op: NamespaceOp,
+    },
+    /// Allow or disallow a host on a subsystem.
+    Host {
+        #[command(subcommand)]
+        op: HostOp,
+    },
+    /// Add or remove a listener.
+    Listener {
+        #[command(subcommand)]
+        op: ListenerOp,
+    },
+    /// Stop accepting connections on a listener (ADDR:PORT); its connections stay.
+    Drain { listener: String },
+}
+
+#[derive(Debug, Subcommand)]
+enum SubsystemOp {
+    Add {
+        nqn: String,
+        #[arg(long)]
+        allow_any_host: bool,
+        #[arg(long = "host")]
+        hosts: Vec<String>,
+    },
+    Remove {
+        nqn: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum NamespaceOp {
+    Add {
+        nqn: String,
+        nsid: u32,
+        /// file, block, ram or null.
+        #[arg(long)]
+        backend: String,
+        /// file / block: the path.
+        #[arg(long)]
+        path: Option<String>,
+        /// ram / null: the size ("1GiB"); file: create it this size if missing.
+        #[arg(long)]
+        size: Option<String>,
+        #[arg(long)]
+        block_size: Option<u32>,
+    },
+    Remove {
+        nqn: String,
+        nsid: u32,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum HostOp {
+    Add { nqn: String, host: String },
+    Remove { nqn: String, host: String },
+}
+
+#[derive(Debug, Subcommand)]
+enum ListenerOp {
+    Add {
+        provider: String,
+        address: String,
+        #[arg(default_value_t = 4420)]
+        port: u16,
+    },
+    Remove {
+        provider: String,
+        address: String,
+        #[arg(default_value_t = 4420)]
+        port: u16,
+    },
+}
+
+fn request(cmd: &Cmd) -> Value {
+    match cmd {
+        Cmd::Status => json!({"cmd": "status"}),
+        Cmd::Reload => json!({"cmd": "reload"}),
+        Cmd::Drain { listener } => json!({"cmd": "drain", "listener": listener}),
+        Cmd::Subsystem { op } => match op {
+            SubsystemOp::Add {
+                nqn,
+                allow_any_host,
+                hosts,
+            } => json!({"cmd": "subsystem-add", "nqn": nqn,
+                        "allow_any_host": allow_any_host, "hosts": hosts}),
+            SubsystemOp::Remove { nqn } => json!({"cmd": "subsystem-remove", "nqn": nqn}),
+        },
+        Cmd::Namespace { op } => match op {
+            NamespaceOp::Add {
+                nqn,
+                nsid,
+                backend,
+                path,
+                size,
+                block_size,
+            } => {
+                let mut b = json!({ "kind": backend });
+                if let Some(p) = path {
+                    b["path"] = json!(p);
+                }
+                match (backend.as_str(), size) {
+                    ("file", Some(s)) => b["create_size"] = json!(s),
+                    (_, Some(s)) => b["size"] = json!(s),
+                    _ => {}
+                }
+                let mut r = json!({"cmd": "namespace-add", "nqn": nqn, "nsid": nsid, "backend": b});
+                if let Some(bs) = block_size {
+                    r["block_size"] = json!(bs);
+                }
+                r
+            }
+            NamespaceOp::Remove { nqn, nsid } => {
+                json!({"cmd": "namespace-remove", "nqn": nqn, "nsid": nsid})
+            }
+        },
+        Cmd::Host { op } => match op {
+            HostOp::Add { nqn, host } => json!({"cmd": "host-add", "nqn": nqn, "host": host}),
+            HostOp::Remove { nqn, host } => {
+                json!({"cmd": "host-remove", "nqn": nqn, "host": host})
+            }
+        },
+        Cmd::Listener { op } => match op {
+            ListenerOp::Add {
+                provider,
+                address,
+                port,
+            } => {
+                json!({"cmd": "listener-add", "provider": provider, "address": address, "port": port})
+            }
+            ListenerOp::Remove {
+                provider,
+                address,
+                port,
+            } => {
+                json!({"cmd": "listener-remove", "provider": provider, "address": address, "port": port})
+            }
+        },
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let answer = match rdmablk_target::control::call(&args.socket, &request(&args.cmd)) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!(
+                "rdmablk-ctl: {}: {e} (is rdmablk-target running, with this [control] socket?)",
+                args.socket.display()
+            );
+            return ExitCode::from(2);
+        }
+    };
+    let ok = answer.get("ok").and_then(Value::as_bool) == Some(true);
+    if args.json {
+        println!("{answer}");
+    } else if !ok {
+        eprintln!(
+            "rdmablk-ctl: {}",
+            answer
+                .get("error")
+                .and_then(Value::as_str)
+                .unwrap_or("failed")
+        );
+    } else {
+        print_human(&args.cmd, &answer["result"]);
+    }
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn print_human(cmd: &Cmd, r: &Value) {
+    let s = |v: &Value| match v {
+        Value::String(x) => x.clone(),
+        Value::Null => "-".into(),
+        other => other.to_string(),
+    };
+    match cmd {
+        Cmd::Status => {
+            println!("LISTENERS");
+            for l in r["listeners"].as_array().into_iter().flatten() {
+                let state = if l["accepting"] == json!(true) {
+                    ""
+                } else {
+                    " (drained)"
+                };
+                println!("  {:<6} {}{state}", s(&l["provider"]), s(&l["address"]));
+            }
+            println!("SUBSYSTEMS");
+            for sub in r["subsystems"].as_array().into_iter().flatten() {
+                let hosts = if sub["allow_any_host"] == json!(true) {
+                    "any host".to_string()
+                } else {
+                    sub["hosts"]
+                        .as_array()
+                        .map(|h| h.iter().map(s).collect::<Vec<_>>().join(", "))
+                        .unwrap_or_default()
+                };
+                println!("  {}  [{hosts}]", s(&sub["nqn"]));
+                for ns in sub["namespaces"].as_array().into_iter().flatten() {
+                    println!(
+                        "    ns {:<4} {:<6} {:>14} bytes  block {:<5} {}",
+                        s(&ns["nsid"]),
+                        s(&ns["backend"]),
+                        s(&ns["bytes"]),
+                        s(&ns["block_size"]),
+                        s(&ns["path"])
+                    );
+                }
+            }
+            println!("CONTROLLERS");
+            for c in r["controllers"].as_array().into_iter().flatten() {
+                println!(
+                    "  {:<5} {}  host {}  io_queues {}  kato {} ms",
+                    s(&c["cntlid"]),
+                    s(&c["subnqn"]),
+                    s(&c["hostnqn"]),
+                    s(&c["io_queues"]),
+                    s(&c["kato_ms"])
+                );
+            }
+            let a = &r["arena"];
+            println!(
+                "ARENA  {} bytes, {} in use by {} windows, {} free",
+                s(&a["bytes"]),
+                s(&a["bytes_in_use"]),
+                s(&a["windows"]),
+                s(&a["bytes_free"])
+            );
+        }
+        _ => match r.get("changes").and_then(Value::as_array) {
+            Some(c) if c.is_empty() => println!("nothing changed"),
+            Some(c) => c.iter().for_each(|x| println!("{}", s(x))),
+            None => println!("{r}"),
+        },
+    }
+}

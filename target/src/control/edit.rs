@@ -1,0 +1,385 @@
+//! Changes made through the control socket are made to the configuration file first (comments
+//! and layout kept, with `toml_edit`), then the file is reloaded: the file stays the one source
+//! of truth. The new file is written next to the old one, synced, and renamed over it; if the
+//! reload refuses it, the old text is put back the same way.
+
+use std::io::Write;
+use std::path::Path;
+
+use serde::Deserialize;
+use toml_edit::{value, Array, ArrayOfTables, DocumentMut, InlineTable, Item, Table, Value};
+
+/// One change to the configuration, as a control request names it.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(tag = "cmd", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum Edit {
+    SubsystemAdd {
+        nqn: String,
+        #[serde(default)]
+        allow_any_host: bool,
+        #[serde(default)]
+        hosts: Vec<String>,
+    },
+    SubsystemRemove {
+        nqn: String,
+    },
+    NamespaceAdd {
+        nqn: String,
+        nsid: u32,
+        #[serde(default)]
+        block_size: Option<u32>,
+        /// The backend table as in the file: `{"kind": "file", "path": "..."}`.
+        backend: serde_json::Map<String, serde_json::Value>,
+    },
+    NamespaceRemove {
+        nqn: String,
+        nsid: u32,
+    },
+    HostAdd {
+        nqn: String,
+        host: String,
+    },
+    HostRemove {
+        nqn: String,
+        host: String,
+    },
+    ListenerAdd {
+        provider: String,
+        address: String,
+        #[serde(default = "default_port")]
+        port: u16,
+    },
+    ListenerRemove {
+        provider: String,
+        address: String,
+        #[serde(default = "default_port")]
+        port: u16,
+    },
+}
+
+fn default_port() -> u16 {
+    crate::config::DEFAULT_PORT
+}
+
+/// Applies `edit` to the document text `text`; the new text, or what is wrong.
+pub fn apply(text: &str, edit: &Edit) -> Result<String, String> {
+    let mut doc: DocumentMut = text
+        .parse()
+        .map_err(|e| format!("the configuration file does not parse: {e}"))?;
+    match edit {
+        Edit::SubsystemAdd {
+            nqn,
+            allow_any_host,
+            hosts,
+        } => {
+            if find_subsystem(&mut doc, nqn).is_some() {
+                return Err(format!("subsystem {nqn} exists already"));
+            }
+            let mut t = Table::new();
+            t.insert("nqn", value(nqn.as_str()));
+            if *allow_any_host {
+                t.insert("allow_any_host", value(true));
+            } else {
+                t.insert("hosts", value(strings(hosts)));
+            }
+            array(&mut doc, "subsystem").push(t);
+        }
+        Edit::SubsystemRemove { nqn } => {
+            let subs = array(&mut doc, "subsystem");
+            let i = position(subs, nqn).ok_or_else(|| no_subsystem(nqn))?;
+            subs.remove(i);
+        }
+        Edit::NamespaceAdd {
+            nqn,
+            nsid,
+            block_size,
+            backend,
+        } => {
+            let sub = find_subsystem(&mut doc, nqn).ok_or_else(|| no_subsystem(nqn))?;
+            let nss = table_array(sub, "namespace");
+            if nss
+                .iter()
+                .any(|n| n.get("nsid").and_then(Item::as_integer) == Some(i64::from(*nsid)))
+            {
+                return Err(format!("subsystem {nqn} has a namespace {nsid} already"));
+            }
+            let mut t = Table::new();
+            t.insert("nsid", value(i64::from(*nsid)));
+            if let Some(bs) = block_size {
+                t.insert("block_size", value(i64::from(*bs)));
+            }
+            t.insert("backend", value(inline(backend)?));
+            nss.push(t);
+        }
+        Edit::NamespaceRemove { nqn, nsid } => {
+            let sub = find_subsystem(&mut doc, nqn).ok_or_else(|| no_subsystem(nqn))?;
+            let nss = table_array(sub, "namespace");
+            let i = nss
+                .iter()
+                .position(|n| n.get("nsid").and_then(Item::as_integer) == Some(i64::from(*nsid)))
+                .ok_or_else(|| format!("subsystem {nqn} has no namespace {nsid}"))?;
+            nss.remove(i);
+        }
+        Edit::HostAdd { nqn, host } => {
+            let sub = find_subsystem(&mut doc, nqn).ok_or_else(|| no_subsystem(nqn))?;
+            if sub.get("allow_any_host").and_then(Item::as_bool) == Some(true) {
+                return Err(format!(
+                    "subsystem {nqn} allows any host (set allow_any_host = false first)"
+                ));
+            }
+            let hosts = sub
+                .entry("hosts")
+                .or_insert(value(Array::new()))
+                .as_array_mut()
+                .ok_or("`hosts` is not an array")?;
+            if hosts.iter().any(|h| h.as_str() == Some(host.as_str())) {
+                return Err(format!("subsystem {nqn} allows {host} already"));
+            }
+            hosts.push(host.as_str());
+        }
+        Edit::HostRemove { nqn, host } => {
+            let sub = find_subsystem(&mut doc, nqn).ok_or_else(|| no_subsystem(nqn))?;
+            let hosts = sub
+                .get_mut("hosts")
+                .and_then(Item::as_array_mut)
+                .ok_or_else(|| format!("subsystem {nqn} has no host list"))?;
+            let i = hosts
+                .iter()
+                .position(|h| h.as_str() == Some(host.as_str()))
+                .ok_or_else(|| format!("subsystem {nqn} does not list {host}"))?;
+            hosts.remove(i);
+        }
+        Edit::ListenerAdd {
+            provider,
+            address,
+            port,
+        } => {
+            let ls = array(&mut doc, "listener");
+            if listener_position(ls, provider, address, *port).is_some() {
+                return Err(format!(
+                    "listener {provider} {address}:{port} exists already"
+                ));
+            }
+            let mut t = Table::new();
+            t.insert("provider", value(provider.as_str()));
+            t.insert("address", value(address.as_str()));
+            t.insert("port", value(i64::from(*port)));
+            ls.push(t);
+        }
+        Edit::ListenerRemove {
+            provider,
+            address,
+            port,
+        } => {
+            let ls = array(&mut doc, "listener");
+            let i = listener_position(ls, provider, address, *port)
+                .ok_or_else(|| format!("no listener {provider} {address}:{port}"))?;
+            ls.remove(i);
+        }
+    }
+    Ok(doc.to_string())
+}
+
+fn no_subsystem(nqn: &str) -> String {
+    format!("no subsystem {nqn}")
+}
+
+fn strings(v: &[String]) -> Array {
+    v.iter().map(String::as_str).collect()
+}
+
+/// The array of tables `key` at the top level (created if missing).
+fn array<'a>(doc: &'a mut DocumentMut, key: &str) -> &'a mut ArrayOfTables {
+    let item = doc
+        .entry(key)
+        .or_insert(Item::ArrayOfTables(ArrayOfTables::new()));
+    if !item.is_array_of_tables() {
+        *item = Item::ArrayOfTables(ArrayOfTables::new());
+    }
+    item.as_array_of_tables_mut().expect("set just above")
+}
+
+fn table_array<'a>(t: &'a mut Table, key: &str) -> &'a mut ArrayOfTables {
+    let item = t
+        .entry(key)
+        .or_insert(Item::ArrayOfTables(ArrayOfTables::new()));
+    if !item.is_array_of_tables() {
+        *item = Item::ArrayOfTables(ArrayOfTables::new());
+    }
+    item.as_array_of_tables_mut().expect("set just above")
+}
+
+fn position(subs: &ArrayOfTables, nqn: &str) -> Option<usize> {
+    subs.iter()
+        .position(|s| s.get("nqn").and_then(Item::as_str) == Some(nqn))
+}
+
+fn find_subsystem<'a>(doc: &'a mut DocumentMut, nqn: &str) -> Option<&'a mut Table> {
+    let subs = doc.get_mut("subsystem")?.as_array_of_tables_mut()?;
+    let i = position(subs, nqn)?;
+    subs.get_mut(i)
+}
+
+fn listener_position(
+    ls: &ArrayOfTables,
+    provider: &str,
+    address: &str,
+    port: u16,
+) -> Option<usize> {
+    ls.iter().position(|l| {
+        l.get("provider").and_then(Item::as_str) == Some(provider)
+            && l.get("address").and_then(Item::as_str) == Some(address)
+            && l.get("port")
+                .and_then(Item::as_integer)
+                .unwrap_or(i64::from(crate::config::DEFAULT_PORT))
+                == i64::from(port)
+    })
+}
+
+/// The file's metadata if it may be changed; a read-only file is refused: a change made only
+/// to the running target would be lost at the next restart or reload.
+pub fn writable(path: &Path) -> Result<std::fs::Metadata, String> {
+    let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if meta.permissions().readonly() {
+        return Err(format!(
+            "{} is read-only: changes are refused so that the file and the running target \
+             never disagree (make it writable, or edit it and reload)",
+            path.display()
+        ));
+    }
+    Ok(meta)
+}
+
+/// A JSON object as a TOML inline table (strings, integers, booleans and nested tables).
+fn inline(m: &serde_json::Map<String, serde_json::Value>) -> Result<InlineTable, String> {
+    let mut t = InlineTable::new();
+    for (k, v) in m {
+        let v: Value = match v {
+            serde_json::Value::String(s) => s.as_str().into(),
+            serde_json::Value::Bool(b) => (*b).into(),
+            serde_json::Value::Number(n) => match n.as_i64() {
+                Some(i) => i.into(),
+                None => n
+                    .as_f64()
+                    .ok_or(format!("backend.{k}: not a number"))?
+                    .into(),
+            },
+            serde_json::Value::Object(o) => Value::InlineTable(inline(o)?),
+            other => {
+                return Err(format!(
+                    "backend.{k}: {other} cannot be written in TOML here"
+                ))
+            }
+        };
+        t.insert(k, v);
+    }
+    Ok(t)
+}
+
+/// Writes `text` to `path` atomically: a temporary file beside it, fsync, rename, fsync of the
+/// directory. A read-only file is refused (the change would not survive a restart).
+pub fn write_atomically(path: &Path, text: &str) -> Result<(), String> {
+    let meta = writable(path)?;
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path.file_name().map(|n| n.to_string_lossy().to_string());
+    let tmp = dir.join(format!(".{}.rdmablk-tmp", name.unwrap_or_default()));
+    let io = |e: std::io::Error| format!("writing {}: {e}", tmp.display());
+    {
+        let mut f = std::fs::File::create(&tmp).map_err(io)?;
+        f.set_permissions(meta.permissions()).map_err(io)?;
+        f.write_all(text.as_bytes()).map_err(io)?;
+        f.sync_all().map_err(io)?;
+    }
+    std::fs::rename(&tmp, path).map_err(|e| format!("renaming over {}: {e}", path.display()))?;
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = r#"# the comment stays
+[[listener]]
+provider = "soft"
+address = "127.0.0.1"
+port = 4420
+
+[arena]
+bytes = "64MiB"   # and this one
+
+[[subsystem]]
+nqn = "nqn.2026-11.io.rdmablk:a"
+hosts = ["nqn.2026-11.io.rdmablk:h1"]
+
+[[subsystem.namespace]]
+nsid = 1
+backend = { kind = "ram", size = "8MiB" }
+"#;
+
+    fn edit(json: &str, text: &str) -> Result<String, String> {
+        apply(text, &serde_json::from_str(json).expect("request"))
+    }
+
+    #[test]
+    fn edits_keep_comments_and_parse_as_configs() {
+        let t = edit(
+            r#"{"cmd":"namespace-add","nqn":"nqn.2026-11.io.rdmablk:a","nsid":2,
+                "backend":{"kind":"ram","size":"4MiB"}}"#,
+            BASE,
+        )
+        .unwrap();
+        let t = edit(
+            r#"{"cmd":"host-add","nqn":"nqn.2026-11.io.rdmablk:a","host":"nqn.2026-11.io.rdmablk:h2"}"#,
+            &t,
+        )
+        .unwrap();
+        let t = edit(
+            r#"{"cmd":"subsystem-add","nqn":"nqn.2026-11.io.rdmablk:b","allow_any_host":true}"#,
+            &t,
+        )
+        .unwrap();
+        let t = edit(
+            r#"{"cmd":"listener-add","provider":"soft","address":"127.0.0.1","port":4421}"#,
+            &t,
+        )
+        .unwrap();
+        assert!(t.contains("# the comment stays") && t.contains("# and this one"));
+        let cfg = crate::config::Config::from_str(&t).expect("still a valid configuration");
+        assert_eq!(cfg.subsystems.len(), 2);
+        assert_eq!(cfg.subsystems[0].namespaces.len(), 2);
+        assert_eq!(cfg.subsystems[0].hosts.len(), 2);
+        assert_eq!(cfg.listeners.len(), 2);
+        let t = edit(
+            r#"{"cmd":"namespace-remove","nqn":"nqn.2026-11.io.rdmablk:a","nsid":1}"#,
+            &t,
+        )
+        .unwrap();
+        let t = edit(
+            r#"{"cmd":"subsystem-remove","nqn":"nqn.2026-11.io.rdmablk:b"}"#,
+            &t,
+        )
+        .unwrap();
+        let cfg = crate::config::Config::from_str(&t).unwrap();
+        assert_eq!(cfg.subsystems.len(), 1);
+        assert_eq!(cfg.subsystems[0].namespaces[0].nsid, 2);
+    }
+
+    #[test]
+    fn impossible_edits_say_why() {
+        let e = edit(r#"{"cmd":"subsystem-remove","nqn":"nqn.x:y"}"#, BASE).unwrap_err();
+        assert!(e.contains("no subsystem"), "{e}");
+        let e = edit(
+            r#"{"cmd":"namespace-add","nqn":"nqn.2026-11.io.rdmablk:a","nsid":1,"backend":{"kind":"ram","size":"1MiB"}}"#,
+            BASE,
+        )
+        .unwrap_err();
+        assert!(e.contains("already"), "{e}");
+        assert!(serde_json::from_str::<Edit>(r#"{"cmd":"nope"}"#).is_err());
+    }
+}

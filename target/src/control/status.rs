@@ -1,0 +1,101 @@
+//! What `rdmablk-ctl status` shows: listeners, subsystems with their namespaces and hosts,
+//! controllers, the arena. A JSON value with a stable shape (documented in
+//! `docs/operations.md`).
+
+use serde_json::{json, Value};
+
+use crate::nvmf::TargetHandle;
+
+impl TargetHandle {
+    /// The target's state now.
+    pub fn status(&self) -> Value {
+        let s = &self.0;
+        let config = s.config.load_full();
+        let listeners: Vec<Value> = s
+            .lock_listeners()
+            .iter()
+            .map(|l| {
+                json!({
+                    "provider": l.cfg.provider_kind().as_str(),
+                    "address": l.addr.to_string(),
+                    "accepting": l.accepting(),
+                })
+            })
+            .collect();
+        let subsystems: Vec<Value> = s
+            .subsystems
+            .load()
+            .iter()
+            .map(|sub| {
+                let cfg = config.subsystems.iter().find(|c| c.nqn == sub.nqn);
+                let namespaces: Vec<Value> = sub
+                    .namespaces()
+                    .iter()
+                    .map(|ns| {
+                        let backend = cfg
+                            .and_then(|c| c.namespaces.iter().find(|n| n.nsid == ns.nsid()))
+                            .map(|n| &n.backend);
+                        json!({
+                            "nsid": ns.nsid(),
+                            "backend": backend.map(|b| b.kind()),
+                            "path": backend.and_then(backend_path),
+                            "block_size": ns.block_size(),
+                            "blocks": ns.num_blocks(),
+                            "bytes": ns.num_blocks() * u64::from(ns.block_size()),
+                            "read_only": ns.read_only(),
+                            "fenced": ns.is_fenced(),
+                        })
+                    })
+                    .collect();
+                let hosts = sub.hosts();
+                json!({
+                    "nqn": sub.nqn,
+                    "serial": sub.serial,
+                    "allow_any_host": hosts.allow_any_host,
+                    "hosts": hosts.hosts,
+                    "namespaces": namespaces,
+                })
+            })
+            .collect();
+        let controllers: Vec<Value> = s
+            .controllers
+            .all()
+            .iter()
+            .map(|c| {
+                json!({
+                    "cntlid": c.cntlid,
+                    "subnqn": c.subsys.nqn,
+                    "hostnqn": c.hostnqn,
+                    "io_queues": c.io_queues_connected(),
+                    "kato_ms": c.kato_ms(),
+                    "discovery": c.subsys.is_discovery(),
+                })
+            })
+            .collect();
+        let a = s.arena.stats();
+        json!({
+            "listeners": listeners,
+            "subsystems": subsystems,
+            "controllers": controllers,
+            "connections": s.connections.load(std::sync::atomic::Ordering::Relaxed),
+            "arena": {
+                "bytes": a.total_bytes,
+                "bytes_in_use": a.bytes_in_use,
+                "bytes_free": a.total_bytes.saturating_sub(a.bytes_in_use),
+                "windows": a.windows,
+                "high_water_bytes": a.high_water_bytes,
+            },
+            "config": s.config_path.get().map(|p| p.display().to_string()),
+        })
+    }
+}
+
+fn backend_path(b: &crate::config::BackendConfig) -> Option<String> {
+    use crate::config::BackendConfig as B;
+    match b {
+        B::File(f) => Some(f.path.display().to_string()),
+        B::Block(d) => Some(d.path.display().to_string()),
+        B::Error(e) => backend_path(&e.inner),
+        B::Null(_) | B::Ram(_) => None,
+    }
+}
