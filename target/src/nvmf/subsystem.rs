@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::config::SubsystemConfig;
+use crate::config::{HostAuth, SubsystemConfig};
 use crate::namespace::Namespace;
 
 /// What a subsystem serves.
@@ -21,7 +21,7 @@ pub struct Subsystem {
     pub nqn: String,
     pub kind: SubsystemKind,
     allow_any_host: bool,
-    hosts: Vec<String>,
+    hosts: Vec<AllowedHost>,
     /// Serial number for Identify Controller (at most 20 ASCII bytes).
     pub serial: String,
     /// Namespaces, ascending by NSID.
@@ -29,6 +29,27 @@ pub struct Subsystem {
     /// Index of this subsystem's first namespace in the target's flat namespace list (the
     /// order of each worker's namespace queues).
     pub ns_base: usize,
+}
+
+/// One allow-list entry, its keys resolved when the subsystem is built.
+#[derive(Debug)]
+struct AllowedHost {
+    nqn: String,
+    auth: Result<Option<Arc<HostAuth>>, String>,
+}
+
+impl AllowedHost {
+    fn new(e: &crate::config::HostEntry) -> AllowedHost {
+        let auth = e.resolve();
+        if let Err(why) = &auth {
+            // Validation loaded the same keys moments ago: a key file changed since.
+            tracing::error!(hostnqn = e.nqn(), "host refused: {why}");
+        }
+        AllowedHost {
+            nqn: e.nqn().to_owned(),
+            auth,
+        }
+    }
 }
 
 impl Subsystem {
@@ -47,7 +68,7 @@ impl Subsystem {
             nqn: cfg.nqn.clone(),
             kind: SubsystemKind::Nvm,
             allow_any_host: cfg.allow_any_host,
-            hosts: cfg.hosts.clone(),
+            hosts: cfg.hosts.iter().map(AllowedHost::new).collect(),
             serial,
             namespaces,
             ns_base,
@@ -74,7 +95,16 @@ impl Subsystem {
 
     /// Whether `hostnqn` may connect.
     pub fn allows(&self, hostnqn: &str) -> bool {
-        self.allow_any_host || self.hosts.iter().any(|h| h == hostnqn)
+        self.allow_any_host || self.hosts.iter().any(|h| h.nqn == hostnqn)
+    }
+
+    /// The DH-HMAC-CHAP settings of `hostnqn`: `Ok(None)` when it need not authenticate,
+    /// `Err` (why) when its keys could not be loaded (the host is refused: fail closed).
+    pub fn host_auth(&self, hostnqn: &str) -> Result<Option<Arc<HostAuth>>, String> {
+        match self.hosts.iter().find(|h| h.nqn == hostnqn) {
+            None => Ok(None),
+            Some(h) => h.auth.clone(),
+        }
     }
 
     /// The namespaces, ascending by NSID.
