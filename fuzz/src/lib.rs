@@ -378,6 +378,68 @@ pub fn seeds_soft_wire_frame() -> Seeds {
     ]
 }
 
+/// `auth_messages` input: a 64-byte Authentication Send / Receive SQE, then one message as
+/// the Linux host and nvmet send them.
+pub fn seeds_auth_messages() -> Seeds {
+    use rdmablk::nvme::auth::{
+        AuthReceive, AuthSend, Challenge, DhGroup, FailureReason, HashId, Message, Negotiate,
+        Reply, Success1, RESCODE_FAILED,
+    };
+    let send = AuthSend { tl: 72 }.to_sqe(3).to_bytes();
+    let recv = AuthReceive { al: 4096 }.to_sqe(4).to_bytes();
+    let negotiate = Message::Negotiate(Negotiate {
+        t_id: 1,
+        sc_c: 0,
+        hash_ids: HashId::ALL.iter().map(|h| h.id()).collect(),
+        dh_ids: DhGroup::ALL.iter().map(|g| g.id()).collect(),
+    });
+    let challenge = Message::Challenge(Challenge {
+        t_id: 1,
+        hash_id: 2,
+        dh_id: 1,
+        seqnum: 0x1234_5678,
+        challenge: vec![0xC1; 48],
+        dh_value: vec![0x02; 256],
+    });
+    let reply = Message::Reply(Reply {
+        t_id: 1,
+        cvalid: true,
+        seqnum: 9,
+        response: vec![0xA1; 48],
+        challenge: vec![0xC2; 48],
+        dh_value: vec![0x03; 256],
+    });
+    let success1 = Message::Success1(Success1 {
+        t_id: 1,
+        hl: 48,
+        response: Some(vec![0xA2; 48]),
+    });
+    let failure1 = Message::Failure {
+        t_id: 1,
+        from_controller: true,
+        rescode: RESCODE_FAILED,
+        rescode_exp: FailureReason::Failed.code(),
+    };
+    vec![
+        ("negotiate", cat(&[&send, &negotiate.encode()])),
+        ("challenge", cat(&[&recv, &challenge.encode()])),
+        ("reply", cat(&[&send, &reply.encode()])),
+        ("success1", cat(&[&recv, &success1.encode()])),
+        (
+            "success2",
+            cat(&[&send, &Message::Success2 { t_id: 1 }.encode()]),
+        ),
+        ("failure1", cat(&[&recv, &failure1.encode()])),
+        (
+            "dhhc1_key",
+            cat(&[
+                &send,
+                b"DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:",
+            ]),
+        ),
+    ]
+}
+
 /// Named seed inputs of one target.
 pub type Seeds = Vec<(&'static str, Vec<u8>)>;
 
@@ -390,5 +452,6 @@ pub fn all_seeds() -> Vec<(&'static str, Seeds)> {
         ("cqe_identify", seeds_cqe_identify()),
         ("property_and_features", seeds_property_and_features()),
         ("soft_wire_frame", seeds_soft_wire_frame()),
+        ("auth_messages", seeds_auth_messages()),
     ]
 }

@@ -96,6 +96,13 @@ pub enum Error {
     /// The controller does not support the command.
     #[error("{what} is not supported by the controller (Identify ONCS {oncs:#x})")]
     Unsupported { what: &'static str, oncs: u16 },
+    /// In-band authentication (DH-HMAC-CHAP) failed or could not start.
+    #[error("queue {qid}: authentication with {subnqn} failed: {what}")]
+    Auth {
+        qid: u16,
+        subnqn: String,
+        what: String,
+    },
     /// An earlier flush failed: the namespace refuses writes until it is reopened.
     #[error("an earlier flush failed ({first}); writes are refused until the namespace is reopened, because what was written before it may not be durable")]
     FlushFailed { first: String },

@@ -25,6 +25,7 @@
 //! See `docs/initiator.md` for the design: data paths (keyed SGL, in-capsule, push writes),
 //! buffers, failure handling.
 
+mod auth;
 mod buf;
 mod controller;
 mod discovery;

@@ -14,6 +14,7 @@ use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
 use rdmablk::fabric::ProviderKind;
+use rdmablk::nvme::auth::key::DhchapKey;
 use rdmablk::nvme::Nqn;
 
 use crate::error::{Error, Result};
@@ -68,6 +69,13 @@ pub struct ConnectOptions {
     /// are idempotent, so this is safe unless the application itself issues overlapping
     /// writes concurrently. Default true.
     pub retry_writes: bool,
+    /// DH-HMAC-CHAP host secret (`DHHC-1:..`), used when a queue's Connect response asks for
+    /// in-band authentication (`docs/auth.md`). In URLs only as a file:
+    /// `?dhchap_key_file=PATH`. Default: none (a target that requires it refuses us).
+    pub dhchap_key: Option<DhchapKey>,
+    /// Controller secret: when set, the controller must prove it holds it too
+    /// (bidirectional authentication). URL: `?dhchap_ctrl_key_file=PATH`.
+    pub dhchap_ctrl_key: Option<DhchapKey>,
 }
 
 impl Default for ConnectOptions {
@@ -88,6 +96,8 @@ impl Default for ConnectOptions {
             reconnect_delay_ms: 100,
             reconnect_max_delay_ms: 2_000,
             retry_writes: true,
+            dhchap_key: None,
+            dhchap_ctrl_key: None,
         }
     }
 }
@@ -177,6 +187,10 @@ impl ConnectOptions {
                 self.reconnect_max_delay_ms = num("reconnect_max_delay_ms", value)?
             }
             "retry_writes" => self.retry_writes = flag("retry_writes", value)?,
+            "dhchap_key_file" => self.dhchap_key = Some(key_file("dhchap_key_file", value)?),
+            "dhchap_ctrl_key_file" => {
+                self.dhchap_ctrl_key = Some(key_file("dhchap_ctrl_key_file", value)?)
+            }
             other => {
                 return Err(Error::Option {
                     name: "url query",
@@ -186,6 +200,14 @@ impl ConnectOptions {
         }
         Ok(())
     }
+}
+
+/// Reads a `DHHC-1` key file (secrets go by file, never in a URL).
+fn key_file(name: &'static str, path: &str) -> Result<DhchapKey> {
+    DhchapKey::from_file(std::path::Path::new(path)).map_err(|e| Error::Option {
+        name,
+        reason: e.to_string(),
+    })
 }
 
 impl TargetUrl {

@@ -251,6 +251,7 @@ impl Setup<'_> {
                 reason: connect_refusal(cqe.status, cqe.dw0, &self.opts.hostnqn),
             });
         }
+        crate::auth::authenticate(self, q, qid, cqe.dw0)?;
         let got = cqe.dw0 as u16;
         if qid != 0 && got != cntlid {
             tracing::debug!(

@@ -9,6 +9,8 @@
 //!
 //! Modules, by concept:
 //! - [`sqe`], [`cqe`]: the 64-byte command and 16-byte completion.
+//! - [`auth`]: in-band authentication (DH-HMAC-CHAP): Authentication Send/Receive, their
+//!   messages, the `DHHC-1` key format and the crypto both sides share.
 //! - [`sgl`]: the SGL descriptor in the SQE's data pointer.
 //! - [`status`]: completion status codes and their names.
 //! - [`opcodes`]: admin, I/O and Fabrics opcodes.
@@ -24,6 +26,7 @@
 //!   extension.
 
 pub mod admin;
+pub mod auth;
 pub mod cqe;
 pub mod discovery;
 mod error;

@@ -8,6 +8,7 @@
 //! Sizes ([`ByteSize`]) are an integer number of bytes or a string with a binary suffix
 //! (`"256MiB"`). Times carry their unit in the key name (`_ms`, `_us`).
 
+mod auth;
 mod bytes;
 mod nqn;
 mod validate;
@@ -19,6 +20,7 @@ use serde::Deserialize;
 
 use rdmablk::fabric::ProviderKind;
 
+pub use auth::{warn_if_readable_by_others, HostAuth, HostConfig, HostEntry, SecretString};
 pub use bytes::ByteSize;
 pub use nqn::{parse_uuid, validate_nqn, validate_uuid, DISCOVERY_NQN, MAX_NQN_BYTES};
 pub use validate::Problem;
@@ -308,9 +310,10 @@ pub struct SubsystemConfig {
     /// Let any host connect. Exclusive with `hosts`.
     #[serde(default)]
     pub allow_any_host: bool,
-    /// Host NQNs allowed to connect (when `allow_any_host` is false).
+    /// Hosts allowed to connect (when `allow_any_host` is false): host NQNs, or tables with
+    /// DH-HMAC-CHAP keys ([`HostEntry`]).
     #[serde(default)]
-    pub hosts: Vec<String>,
+    pub hosts: Vec<HostEntry>,
     /// Serial number reported in Identify Controller (ASCII, at most 20 bytes); derived from
     /// the NQN when absent.
     #[serde(default)]
@@ -456,7 +459,21 @@ impl Config {
             path: path.to_owned(),
             source,
         })?;
-        Config::parse(&text, Some(path))
+        let cfg = Config::parse(&text, Some(path))?;
+        cfg.warn_secret_permissions(path);
+        Ok(cfg)
+    }
+
+    /// Warns about the config file and key files that others can read while they hold
+    /// DH-HMAC-CHAP secrets.
+    fn warn_secret_permissions(&self, path: &Path) {
+        let hosts = self.subsystems.iter().flat_map(|s| &s.hosts);
+        if hosts.clone().any(HostEntry::has_inline_secret) {
+            warn_if_readable_by_others(path, "the config file");
+        }
+        for f in hosts.flat_map(HostEntry::key_files) {
+            warn_if_readable_by_others(f, "a key file");
+        }
     }
 
     /// Parses and validates TOML text (errors carry no file name).

@@ -19,7 +19,9 @@
 # back separately (virtio-serial), and its exit status becomes ours.
 # Exit codes: the command's, 124 = timeout, 125 = VM/setup failure.
 #
-# Env: RXE_VM_DIR (/tmp/rxe-vm) RXE_VM_KPKG (linux-image-6.1.0-56-amd64)
+# Env: RXE_VM_DIR (/tmp/rxe-vm) RXE_VM_KPKG (linux-image-6.1.0-56-amd64; e.g.
+#        linux-image-6.12.95+deb12-amd64 for NVMe in-band auth, fetched from
+#        bookworm-backports through a private apt state in $RXE_VM_DIR/apt)
 #      RXE_VM_KDEB (use this .deb instead of apt-get download)
 #      RXE_VM_TIMEOUT (900 s, whole VM) RXE_VM_MEM (2048 MiB) RXE_VM_SMP (2)
 #      RXE_VM_IP (10.0.2.15) RXE_VM_MTU (1500) RXE_VM_MODULES (extra modules)
@@ -37,12 +39,15 @@ SMP=${RXE_VM_SMP:-2}
 VERBOSE=${RXE_VM_VERBOSE:-0}
 # modules the initramfs needs before it can reach the host's root
 BOOT_MODS="virtio_pci 9pnet_virtio 9p overlay virtio_console"
+# the default kernel keeps the historical $VMDIR/kroot; others get their own tree
+DEFAULT_KPKG=linux-image-6.1.0-56-amd64
+if [ "$KPKG" = "$DEFAULT_KPKG" ]; then KROOT=$VMDIR/kroot; else KROOT=$VMDIR/kroot-$KPKG; fi
 
 die() { echo "rxe-vm: error: $*" >&2; exit 125; }
 log() { [ "$VERBOSE" = 1 ] && echo "rxe-vm: $*" >&2 || true; }
 
-for t in qemu-system-x86_64 dpkg-deb depmod cpio gzip flock timeout; do
-  command -v "$t" >/dev/null || die "'$t' not found (apt-get install qemu-system-x86 cpio kmod dpkg coreutils util-linux)"
+for t in qemu-system-x86_64 dpkg-deb depmod cpio gzip xz flock timeout; do
+  command -v "$t" >/dev/null || die "'$t' not found (apt-get install qemu-system-x86 cpio kmod dpkg xz-utils coreutils util-linux)"
 done
 BUSYBOX=$(command -v busybox || true)
 [ -n "$BUSYBOX" ] && ! ldd "$BUSYBOX" >/dev/null 2>&1 || die "need a static busybox (apt-get install busybox-static)"
@@ -56,14 +61,27 @@ mkdir -p "$VMDIR"
 exec 9>"$VMDIR/.lock"
 
 # ---------------------------------------------------------------- kernel
+# apt-get download from bookworm-backports without touching the host's apt sources:
+# a private sources.list/lists/cache under $VMDIR/apt (updated once).
+backports_download() {
+  local a="$VMDIR/apt"
+  mkdir -p "$a/lists/partial" "$a/cache/archives/partial"
+  echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg]" \
+    "http://deb.debian.org/debian bookworm-backports main" > "$a/sources.list"
+  local o=(-o "Dir::Etc::SourceList=$a/sources.list" -o Dir::Etc::SourceParts=/dev/null
+           -o "Dir::State::Lists=$a/lists" -o "Dir::Cache=$a/cache")
+  ls "$a/lists/"*Packages* >/dev/null 2>&1 || apt-get "${o[@]}" update >&2 || return 1
+  (cd "$VMDIR" && apt-get "${o[@]}" download "$1" >&2)
+}
+
 prepare_kernel() {
-  [ -f "$VMDIR/kroot/.ok" ] && return 0
+  [ -f "$KROOT/.ok" ] && return 0
   local deb=${RXE_VM_KDEB:-}
   if [ -z "$deb" ]; then
     deb=$(ls "$VMDIR"/"$KPKG"_*.deb 2>/dev/null | head -1 || true)
     if [ -z "$deb" ]; then
       echo "rxe-vm: downloading $KPKG ..." >&2
-      if ! (cd "$VMDIR" && apt-get download "$KPKG" >&2); then
+      if ! (cd "$VMDIR" && apt-get download "$KPKG" >&2) && ! backports_download "$KPKG"; then
         # pinned ABI gone from the mirror? take whatever linux-image-amd64 depends on now
         KPKG=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
         [ -n "$KPKG" ] || die "apt-get download failed (try apt-get update, or set RXE_VM_KDEB)"
@@ -73,18 +91,21 @@ prepare_kernel() {
       deb=$(ls "$VMDIR"/"$KPKG"_*.deb | head -1)
     fi
   fi
-  rm -rf "$VMDIR/kroot"
-  dpkg-deb -x "$deb" "$VMDIR/kroot" || die "cannot extract $deb"
-  local kver; kver=$(ls "$VMDIR/kroot/lib/modules" | head -1)
-  depmod -b "$VMDIR/kroot" "$kver" || die "depmod failed"
-  touch "$VMDIR/kroot/.ok"
+  rm -rf "$KROOT"
+  dpkg-deb -x "$deb" "$KROOT" || die "cannot extract $deb"
+  local kver; kver=$(ls "$KROOT/lib/modules" | head -1)
+  depmod -b "$KROOT" "$kver" || die "depmod failed"
+  touch "$KROOT/.ok"
 }
 
 # ordered (deps first) list of module paths for the given module names
 mod_paths() {
-  local dep="$VMDIR/kroot/lib/modules/$KVER/modules.dep" m line seen=" " p
+  local dep="$KROOT/lib/modules/$KVER/modules.dep" m line seen=" " p
+  local builtin="$KROOT/lib/modules/$KVER/modules.builtin"
   for m in "$@"; do
-    line=$(grep -E "(^|/)${m//_/[-_]}\.ko:" "$dep") || die "module $m not in $KPKG"
+    # built into this kernel (e.g. virtio_pci in Debian's 6.12): nothing to load
+    grep -qE "(^|/)${m//_/[-_]}\.ko$" "$builtin" 2>/dev/null && continue
+    line=$(grep -E "(^|/)${m//_/[-_]}\.ko(\.xz|\.zst)?:" "$dep") || die "module $m not in $KPKG"
     for p in $(echo "${line#*:}" | tr ' ' '\n' | tac) "${line%%:*}"; do
       case "$seen" in *" $p "*) ;; *) seen="$seen$p "; echo "$p";; esac
     done
@@ -125,18 +146,25 @@ prepare_initramfs() {
   rm -rf "$d"; mkdir -p "$d"/{bin,proc,sys,dev,lib/modules}
   cp "$BUSYBOX" "$d/bin/busybox"
   printf '%s' "$INIT_SCRIPT" > "$d/init"; chmod 755 "$d/init"
-  mod_paths $BOOT_MODS > "$d/modules.list"
+  # busybox insmod takes plain .ko only: compressed modules (6.x kernels) are unpacked here
+  mod_paths $BOOT_MODS > "$d/modules.src"
   while read -r p; do
     mkdir -p "$d/lib/modules/$(dirname "$p")"
-    cp "$VMDIR/kroot/lib/modules/$KVER/$p" "$d/lib/modules/$p"
-  done < "$d/modules.list"
+    case "$p" in
+      *.xz) xz -dc "$KROOT/lib/modules/$KVER/$p" > "$d/lib/modules/${p%.xz}"; echo "${p%.xz}" ;;
+      *.zst) zstd -qdc "$KROOT/lib/modules/$KVER/$p" > "$d/lib/modules/${p%.zst}"
+             echo "${p%.zst}" ;;
+      *) cp "$KROOT/lib/modules/$KVER/$p" "$d/lib/modules/$p"; echo "$p" ;;
+    esac
+  done < "$d/modules.src" > "$d/modules.list"
+  rm "$d/modules.src"
   (cd "$d" && find . | cpio -o -H newc --quiet | gzip -1) > "$img.tmp" || die "cpio failed"
   mv "$img.tmp" "$img"; echo "$sum" > "$img.sum"
 }
 
 flock 9
 prepare_kernel
-KVER=$(ls "$VMDIR/kroot/lib/modules" | head -1)
+KVER=$(ls "$KROOT/lib/modules" | head -1)
 prepare_initramfs
 flock -u 9
 [ $PREPARE_ONLY = 1 ] && { echo "rxe-vm: prepared $VMDIR (kernel $KVER)" >&2; exit 0; }
@@ -222,12 +250,12 @@ if [ "$VERBOSE" = 1 ]; then mkfifo "$RUN/console.fifo"; tee "$RUN/console.log" <
 
 Q=(qemu-system-x86_64 -accel tcg -cpu max -m "$MEM" -smp "$SMP" -nodefaults -no-user-config
    -display none -no-reboot -monitor none
-   -kernel "$VMDIR/kroot/boot/vmlinuz-$KVER" -initrd "$VMDIR/initramfs-$KVER.cpio.gz"
+   -kernel "$KROOT/boot/vmlinuz-$KVER" -initrd "$VMDIR/initramfs-$KVER.cpio.gz"
    -append "console=ttyS0 loglevel=4 panic=-1 rdinit=/init"
    -chardev "file,id=con,path=$CONSOLE" -serial chardev:con
    -fsdev "local,id=f0,path=/,security_model=none,readonly=on,multidevs=remap"
    -device virtio-9p-pci,fsdev=f0,mount_tag=hostroot
-   -fsdev "local,id=f1,path=$VMDIR/kroot/lib/modules,security_model=none,readonly=on"
+   -fsdev "local,id=f1,path=$KROOT/lib/modules,security_model=none,readonly=on"
    -device virtio-9p-pci,fsdev=f1,mount_tag=kmods
    -fsdev "local,id=f2,path=$RUN,security_model=none" -device virtio-9p-pci,fsdev=f2,mount_tag=ctl
    -device virtio-serial-pci

@@ -340,3 +340,45 @@ fn example_files_load_and_validate() {
         })
     );
 }
+
+#[test]
+fn hosts_with_dhchap_keys() {
+    const KEY: &str = "DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:";
+    const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:f81d4fae-7dec-11d0-a765-00a0c91e6bf6";
+    let hosts =
+        |entries: &str| MINIMAL.replace("allow_any_host = true", &format!("hosts = [{entries}]"));
+    let ok = hosts(&format!(
+        r#""nqn.2026-11.io.rdmablk:plain", {{ nqn = "{HOST}", dhchap_key = "{KEY}", dhchap_ctrl_key = "{KEY}", dhchap_hash = "hmac(sha512)", dhchap_dhgroup = "ffdhe4096" }}"#
+    ));
+    let cfg = Config::from_str(&ok).unwrap();
+    let hosts_cfg = &cfg.subsystems[0].hosts;
+    assert_eq!(hosts_cfg[1].nqn(), HOST);
+    let auth = hosts_cfg[1].resolve().unwrap().unwrap();
+    assert_eq!(auth.hash, rdmablk::nvme::auth::HashId::Sha512);
+    assert!(auth.ctrl_key.is_some());
+    assert!(hosts_cfg[0].resolve().unwrap().is_none());
+    // Secrets stay out of Debug output.
+    assert!(!format!("{cfg:?}").contains("AAECAw"));
+
+    let bad_crc = hosts(&format!(
+        r#"{{ nqn = "{HOST}", dhchap_key = "{}" }}"#,
+        KEY.replace("KfiaR", "KfiaS")
+    ));
+    let p = problems(&bad_crc);
+    assert_eq!(p[0].key, "subsystem[0].hosts[0]");
+    assert!(
+        p[0].message.contains("CRC") && !p[0].message.contains("AAECAw"),
+        "{p:?}"
+    );
+    for entry in [
+        format!(r#"{{ nqn = "{HOST}", dhchap_key = "{KEY}", dhchap_key_file = "/k" }}"#),
+        format!(r#"{{ nqn = "{HOST}", dhchap_ctrl_key = "{KEY}" }}"#),
+        format!(r#"{{ nqn = "{HOST}", dhchap_key = "{KEY}", dhchap_dhgroup = "ffdhe1024" }}"#),
+        format!(r#"{{ nqn = "{HOST}", dhchap_key_file = "/nonexistent/rdmablk.key" }}"#),
+    ] {
+        assert!(
+            has_problem(&hosts(&entry), "subsystem[0].hosts[0]"),
+            "{entry}"
+        );
+    }
+}

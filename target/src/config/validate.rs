@@ -282,14 +282,17 @@ fn check_subsystem(cfg: &Config, s: &SubsystemConfig, key: &str, c: &mut Checker
     }
     let mut hosts = HashSet::new();
     for (j, h) in s.hosts.iter().enumerate() {
-        if let Err(e) = validate_nqn(h) {
+        if let Err(e) = validate_nqn(h.nqn()) {
             c.fail(format!("{key}.hosts[{j}]"), e);
         }
-        if !hosts.insert(h) {
+        if !hosts.insert(h.nqn()) {
             c.fail(
                 format!("{key}.hosts[{j}]"),
-                format!("{h:?} is listed twice"),
+                format!("{:?} is listed twice", h.nqn()),
             );
+        }
+        if let Err(e) = h.resolve() {
+            c.fail(format!("{key}.hosts[{j}]"), e);
         }
     }
     if let Some(sn) = &s.serial {

@@ -132,7 +132,7 @@ pub fn apply(text: &str, edit: &Edit) -> Result<String, String> {
                 .or_insert(value(Array::new()))
                 .as_array_mut()
                 .ok_or("`hosts` is not an array")?;
-            if hosts.iter().any(|h| h.as_str() == Some(host.as_str())) {
+            if hosts.iter().any(|h| entry_nqn(h) == Some(host.as_str())) {
                 return Err(format!("subsystem {nqn} allows {host} already"));
             }
             hosts.push(host.as_str());
@@ -145,7 +145,7 @@ pub fn apply(text: &str, edit: &Edit) -> Result<String, String> {
                 .ok_or_else(|| format!("subsystem {nqn} has no host list"))?;
             let i = hosts
                 .iter()
-                .position(|h| h.as_str() == Some(host.as_str()))
+                .position(|h| entry_nqn(h) == Some(host.as_str()))
                 .ok_or_else(|| format!("subsystem {nqn} does not list {host}"))?;
             hosts.remove(i);
         }
@@ -178,6 +178,15 @@ pub fn apply(text: &str, edit: &Edit) -> Result<String, String> {
         }
     }
     Ok(doc.to_string())
+}
+
+/// The NQN of a `hosts` entry: a string, or a table with `nqn` (a host with keys).
+fn entry_nqn(v: &Value) -> Option<&str> {
+    v.as_str().or_else(|| {
+        v.as_inline_table()
+            .and_then(|t| t.get("nqn"))
+            .and_then(Value::as_str)
+    })
 }
 
 fn no_subsystem(nqn: &str) -> String {

@@ -52,7 +52,7 @@ impl TargetHandle {
                     "nqn": sub.nqn,
                     "serial": sub.serial,
                     "allow_any_host": hosts.allow_any_host,
-                    "hosts": hosts.hosts,
+                    "hosts": hosts.nqns(),
                     "namespaces": namespaces,
                 })
             })

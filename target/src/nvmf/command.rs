@@ -10,7 +10,7 @@ use rdmablk::nvme::{InCapsuleSgl, Sgl, SglLimits, Status};
 
 use super::connection::Connection;
 use super::request::DataDir;
-use super::{admin, fabrics, io, Shared};
+use super::{admin, auth, fabrics, io, Shared};
 
 /// SGL descriptor type byte of an rdmablk push write (vendor-specific type 0xF, subtype 0):
 /// bytes 0..8 the slot index (u64 LE), bytes 8..12 the length (u32 LE). Only valid on a
@@ -52,6 +52,10 @@ pub fn prepare(conn: &mut Connection, slot: u32, shared: &Shared) -> Next {
         return Next::Respond;
     };
     ctrl.touch(shared.now_ms());
+    if !auth::admitted(&conn.auth) {
+        r.fail(Status::AUTH_REQUIRED.with_dnr());
+        return Next::Respond;
+    }
     if shared.stopping() && conn.qid != 0 {
         return Next::Abandon;
     }

@@ -140,6 +140,8 @@ pub struct Connection {
     pub cqes: u32,
     /// Why teardown started (for the log line).
     pub close_reason: &'static str,
+    /// In-band authentication, when the host must authenticate this queue.
+    pub auth: Option<Box<super::auth::QueueAuth>>,
     /// When the listener handed the queue to its worker (the Fabrics Connect deadline runs
     /// from here).
     pub created: Instant,

@@ -9,9 +9,9 @@ use rdmablk::nvme::{
 
 use super::command::{data_phase, Next, SglFit};
 use super::connection::Connection;
-use super::discovery;
 use super::request::{Action, DataDir};
 use super::Shared;
+use super::{auth, discovery};
 
 /// CAP.TO: worst-case time to ready, in 500 ms units (as nvmet: 7.5 s).
 const CAP_TIMEOUT_500MS: u8 = 15;
@@ -36,6 +36,14 @@ pub fn prepare(conn: &mut Connection, slot: u32, shared: &Shared) -> Next {
         return Next::Respond;
     };
     ctrl.touch(shared.now_ms());
+    if ft == fctype::AUTH_SEND || ft == fctype::AUTH_RECEIVE {
+        return auth::prepare(conn, slot, shared);
+    }
+    if ft != fctype::DISCONNECT && !auth::admitted(&conn.auth) {
+        conn.reqs[slot as usize].fail(Status::AUTH_REQUIRED.with_dnr());
+        return Next::Respond;
+    }
+    let r = &mut conn.reqs[slot as usize];
     match ft {
         fctype::PROPERTY_GET if conn.qid == 0 => match PropertyGet::from_sqe(&sqe) {
             Ok(g) => match property_value(&ctrl, g.offset, shared) {
@@ -61,7 +69,7 @@ pub fn prepare(conn: &mut Connection, slot: u32, shared: &Shared) -> Next {
             Err(st) => r.fail(st),
         },
         fctype::DISCONNECT => match Disconnect::from_sqe(&sqe) {
-            Ok(Disconnect) => r.close_after = true,
+            Ok(Disconnect) => r.close_after = Some("host sent Disconnect"),
             Err(st) => r.fail(st),
         },
         _ => r.fail(Status::INVALID_OPCODE.with_dnr()),
@@ -154,7 +162,7 @@ pub fn execute_connect(conn: &mut Connection, slot: u32, shared: &Shared) {
         }
     };
     match connect_controller(conn, &connect, &data, shared) {
-        Ok(cntlid) => conn.reqs[slot as usize].dw0 = u32::from(cntlid),
+        Ok((cntlid, authreq)) => conn.reqs[slot as usize].dw0 = u32::from(cntlid) | authreq,
         Err(f) => {
             tracing::info!(peer = %conn.peer, qid = conn.qid, subnqn = %data.subnqn,
                 hostnqn = %data.hostnqn, status = %f.status, "connect refused");
@@ -168,13 +176,16 @@ fn connect_controller(
     c: &Connect,
     d: &ConnectData,
     shared: &Shared,
-) -> Result<u16, ConnectFailure> {
+) -> Result<(u16, u32), ConnectFailure> {
     let subsys = shared
         .subsystem(d.subnqn.as_str())
         .ok_or(ConnectFailure::invalid_data(offset::SUBNQN))?;
     if !subsys.allows(d.hostnqn.as_str()) {
         return Err(ConnectFailure::invalid_host());
     }
+    let host_auth = subsys
+        .host_auth(d.hostnqn.as_str())
+        .map_err(|_| ConnectFailure::invalid_host())?;
     let now = shared.now_ms();
     if subsys.is_discovery() && conn.qid != 0 {
         // A discovery controller has no I/O queues.
@@ -211,7 +222,8 @@ fn connect_controller(
             hostnqn = %d.hostnqn, kato_ms = kato, "controller created");
         let id = ctrl.cntlid;
         conn.ctrl = Some(ctrl);
-        return Ok(id);
+        let authreq = auth::on_connect(conn, host_auth, d.hostnqn.as_str(), &subsys.nqn);
+        return Ok((id, authreq));
     }
     let ctrl = shared
         .controllers
@@ -231,5 +243,6 @@ fn connect_controller(
         "I/O queue connected");
     let id = ctrl.cntlid;
     conn.ctrl = Some(ctrl);
-    Ok(id)
+    let authreq = auth::on_connect(conn, host_auth, d.hostnqn.as_str(), &subsys.nqn);
+    Ok((id, authreq))
 }

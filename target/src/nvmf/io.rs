@@ -152,7 +152,7 @@ pub fn plan(conn: &mut Connection, slot: u32, shared: &Shared) -> bool {
             }
             ranges
         }
-        Action::Respond | Action::Connect => 0,
+        Action::Respond | Action::Connect | Action::Auth => 0,
     };
     let r = &mut conn.reqs[slot as usize];
     r.ops_total = total;
@@ -275,7 +275,7 @@ fn backend_op(conn: &Connection, slot: u32, i: u32) -> Result<Option<(usize, IoO
                 },
             )
         }
-        Action::Respond | Action::Connect => return Err(()),
+        Action::Respond | Action::Connect | Action::Auth => return Err(()),
     }))
 }
 

@@ -146,7 +146,10 @@ struct Plan {
     /// replaced).
     added_namespaces: Vec<(String, NamespaceConfig)>,
     removed_namespaces: Vec<(String, u32)>,
-    hosts_changed: Vec<(String, HostList)>,
+    /// Subsystems whose host list (or a host's keys) changed.
+    hosts_changed: Vec<(String, SubsystemConfig)>,
+    /// Some subsystem's allowed host NQNs changed (what the discovery log shows).
+    allow_lists_changed: bool,
     added_listeners: Vec<ListenerConfig>,
     removed_listeners: Vec<ListenerConfig>,
     referrals_changed: bool,
@@ -168,8 +171,23 @@ impl Plan {
                 p.added_subsystems.push(s.clone());
                 continue;
             };
-            if HostList::of(o) != HostList::of(s) {
-                p.hosts_changed.push((s.nqn.clone(), HostList::of(s)));
+            // Key files are read again at every reload: a rotated key applies to new
+            // connections even when the file's text names the same files.
+            let keys_from_files = s.hosts.iter().any(|h| h.has_key_file());
+            let nqns = |c: &SubsystemConfig| {
+                (
+                    c.allow_any_host,
+                    c.hosts
+                        .iter()
+                        .map(|h| h.nqn().to_owned())
+                        .collect::<Vec<_>>(),
+                )
+            };
+            if nqns(o) != nqns(s) {
+                p.allow_lists_changed = true;
+            }
+            if o.allow_any_host != s.allow_any_host || o.hosts != s.hosts || keys_from_files {
+                p.hosts_changed.push((s.nqn.clone(), s.clone()));
             }
             let old_ns: HashMap<u32, &NamespaceConfig> =
                 o.namespaces.iter().map(|n| (n.nsid, n)).collect();
@@ -208,7 +226,7 @@ impl Plan {
     fn discovery_changes(&self) -> bool {
         !self.added_subsystems.is_empty()
             || !self.removed_subsystems.is_empty()
-            || !self.hosts_changed.is_empty()
+            || self.allow_lists_changed
             || !self.added_listeners.is_empty()
             || !self.removed_listeners.is_empty()
             || self.referrals_changed
@@ -347,9 +365,12 @@ fn publish(shared: &Arc<Shared>, plan: &Plan, new: &Config, ready: Prepared) -> 
             ids.dedup();
             touched.push((Arc::clone(sub), ids));
         }
-        if let Some((_, hosts)) = plan.hosts_changed.iter().find(|(q, _)| q == &s.nqn) {
-            sub.set_hosts(hosts.clone());
-            changes.push(format!("subsystem {} hosts changed", s.nqn));
+        if let Some((_, c)) = plan.hosts_changed.iter().find(|(q, _)| q == &s.nqn) {
+            sub.set_hosts(HostList::of(c));
+            changes.push(format!(
+                "subsystem {} hosts (or their keys) reloaded",
+                s.nqn
+            ));
         }
         list.push(Arc::clone(sub));
     }

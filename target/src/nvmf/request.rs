@@ -81,6 +81,8 @@ pub enum Action {
     Deallocate { ns: usize, ranges: u32 },
     /// Flush of namespace index `ns`, or all of the subsystem's namespaces.
     Flush { ns: Option<usize> },
+    /// Authentication Send / Receive: run the queue's DH-HMAC-CHAP step.
+    Auth,
 }
 
 /// One request slot of a connection: receive slot, response slot and (usually) data slot `i`.
@@ -107,8 +109,9 @@ pub struct Request {
     /// Backend operations still to submit (multi-range DSM, flush of all namespaces).
     pub ops_next: u32,
     pub ops_total: u32,
-    /// Tear the connection down once the response is sent (Fabrics Disconnect).
-    pub close_after: bool,
+    /// Tear the connection down once the response is sent, and why (Fabrics Disconnect, a
+    /// failed authentication).
+    pub close_after: Option<&'static str>,
     /// The request reserved its push-write data slot (push connections).
     pub holds_push_slot: bool,
 }
@@ -146,7 +149,7 @@ impl Request {
             ops_in_flight: 0,
             ops_next: 0,
             ops_total: 0,
-            close_after: false,
+            close_after: None,
             holds_push_slot: false,
         }
     }

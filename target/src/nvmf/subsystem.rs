@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
-use crate::config::SubsystemConfig;
+use crate::config::{HostAuth, HostEntry, SubsystemConfig};
 use crate::namespace::Namespace;
 
 /// What a subsystem serves.
@@ -21,16 +21,43 @@ pub enum SubsystemKind {
     Discovery,
 }
 
-/// Who may connect.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// Who may connect, and with which DH-HMAC-CHAP keys (resolved when the list is built: at
+/// start, and at each reload, so changed keys apply to new connections).
+#[derive(Debug, Default)]
 pub struct HostList {
     pub allow_any_host: bool,
-    pub hosts: Vec<String>,
+    hosts: Vec<AllowedHost>,
+}
+
+/// One allow-list entry, its keys resolved.
+#[derive(Debug)]
+struct AllowedHost {
+    nqn: String,
+    auth: Result<Option<Arc<HostAuth>>, String>,
+}
+
+impl AllowedHost {
+    fn new(e: &HostEntry) -> AllowedHost {
+        let auth = e.resolve();
+        if let Err(why) = &auth {
+            // Validation loaded the same keys moments ago: a key file changed since.
+            tracing::error!(hostnqn = e.nqn(), "host refused: {why}");
+        }
+        AllowedHost {
+            nqn: e.nqn().to_owned(),
+            auth,
+        }
+    }
 }
 
 impl HostList {
     pub fn allows(&self, hostnqn: &str) -> bool {
-        self.allow_any_host || self.hosts.iter().any(|h| h == hostnqn)
+        self.allow_any_host || self.hosts.iter().any(|h| h.nqn == hostnqn)
+    }
+
+    /// The allowed host NQNs.
+    pub fn nqns(&self) -> Vec<String> {
+        self.hosts.iter().map(|h| h.nqn.clone()).collect()
     }
 }
 
@@ -98,6 +125,15 @@ impl Subsystem {
         self.hosts.store(Arc::new(hosts));
     }
 
+    /// The DH-HMAC-CHAP settings of `hostnqn`: `Ok(None)` when it need not authenticate,
+    /// `Err` (why) when its keys could not be loaded (the host is refused: fail closed).
+    pub fn host_auth(&self, hostnqn: &str) -> Result<Option<Arc<HostAuth>>, String> {
+        match self.hosts.load().hosts.iter().find(|h| h.nqn == hostnqn) {
+            None => Ok(None),
+            Some(h) => h.auth.clone(),
+        }
+    }
+
     /// The namespaces, ascending by NSID.
     pub fn namespaces(&self) -> Arc<Vec<Arc<Namespace>>> {
         self.namespaces.load_full()
@@ -124,11 +160,11 @@ impl Subsystem {
 }
 
 impl HostList {
-    /// The host list a subsystem's configuration gives.
+    /// The host list a subsystem's configuration gives (keys read now).
     pub fn of(cfg: &SubsystemConfig) -> HostList {
         HostList {
             allow_any_host: cfg.allow_any_host,
-            hosts: cfg.hosts.clone(),
+            hosts: cfg.hosts.iter().map(AllowedHost::new).collect(),
         }
     }
 }

@@ -24,7 +24,7 @@ use super::command::{self, Next};
 use super::connection::{Connection, Phase, RemoteKey, DRAIN_TIMEOUT, INVALIDATE_TIMEOUT};
 use super::ns_queues::{Ack, NsQueues};
 use super::request::{Action, ReqState, Request, WrId, WrKind};
-use super::{fabrics, io, Shared, TargetError};
+use super::{auth, fabrics, io, Shared, TargetError};
 use crate::arena::Window;
 use crate::backend::{BackendError, Completion};
 use crate::config::PollMode;
@@ -290,6 +290,7 @@ impl Worker {
             cqes: p.cqes,
             close_reason: "",
             created: Instant::now(),
+            auth: None,
         };
         for slot in 0..p.depth {
             if let Err(e) = conn.post_recv(slot) {
@@ -621,6 +622,12 @@ impl Worker {
                     } else if let Some(ctrl) = conn.ctrl.clone() {
                         if ctrl.is_dead() {
                             begin_close(conn, "controller torn down", shared);
+                        } else if let Some(why) =
+                            conn.auth.as_mut().and_then(|a| a.expired(Instant::now()))
+                        {
+                            tracing::warn!(peer = %conn.peer, qid = conn.qid, cntlid = ctrl.cntlid,
+                                "{why}: tearing the queue down");
+                            begin_close(conn, why, shared);
                         } else if conn.qid == 0 && ctrl.keep_alive_expired(now) {
                             tracing::warn!(peer = %conn.peer, cntlid = ctrl.cntlid,
                                 kato_ms = ctrl.kato_ms(), "keep-alive timeout: tearing the controller down");
@@ -899,6 +906,12 @@ fn execute(conn: &mut Connection, slot: u32, ctx: &mut Ctx<'_>) {
             respond(conn, slot, ctx);
         }
         Action::Respond => respond(conn, slot, ctx),
+        Action::Auth => {
+            if r.status.is_success() && conn.is_live() {
+                auth::execute(conn, slot);
+            }
+            respond(conn, slot, ctx);
+        }
         _ if !r.status.is_success() || !conn.is_live() => respond(conn, slot, ctx),
         _ => {
             if !io::plan(conn, slot, ctx.shared) {
@@ -967,8 +980,8 @@ fn release_push_slot(conn: &mut Connection, slot: u32) {
 fn on_sent(conn: &mut Connection, slot: u32, ctx: &mut Ctx<'_>) {
     let close = conn.reqs[slot as usize].close_after;
     free(conn, slot);
-    if close {
-        begin_close(conn, "host sent Disconnect", ctx.shared);
+    if let Some(why) = close {
+        begin_close(conn, why, ctx.shared);
         return;
     }
     if conn.is_live() {
