@@ -13,6 +13,10 @@
 //! produced by killing a process; the flush path's honesty is covered by `faults.rs`.
 //!
 //! Iterations alternate O_DIRECT and buffered I/O on the backing file.
+//!
+//! `crash_soak` (ignored) runs the same trials `RDMABLK_CRASH_SOAK_TRIALS` times from seed
+//! `RDMABLK_CRASH_SOAK_SEED`; `tools/crash-soak COUNT [SEED]` runs it and `docs/reliability.md`
+//! has figures.
 
 mod process;
 
@@ -30,8 +34,8 @@ const SEED: u64 = 0x00C0_FFEE_2026;
 const FLUSH_EVERY: u64 = 12;
 
 /// Reads the whole region, checks every block against the model, flushes, and makes what
-/// was found the new durable baseline.
-fn verify_and_rebase(ctrl: &Controller, model: &mut Model, iteration: u32) {
+/// was found the new durable baseline. Returns the bad blocks, each with why.
+fn verify_and_rebase(ctrl: &Controller, model: &mut Model) -> Vec<String> {
     let ns = ctrl.namespace(1).unwrap();
     let mut data = vec![0u8; BLOCKS as usize * BLOCK];
     ns.read_at(0, &mut data).unwrap();
@@ -44,16 +48,14 @@ fn verify_and_rebase(ctrl: &Controller, model: &mut Model, iteration: u32) {
             Err(e) => errors.push(e),
         }
     }
-    assert!(
-        errors.is_empty(),
-        "after kill {iteration}: {} bad blocks:\n{}",
-        errors.len(),
-        errors.join("\n")
-    );
+    if !errors.is_empty() {
+        return errors;
+    }
     ns.flush().unwrap();
     for (b, g) in found.into_iter().enumerate() {
         model.rebase(b as u64, g);
     }
+    errors
 }
 
 /// What one in-flight request is.
@@ -62,11 +64,20 @@ enum InFlight {
     Flush { snapshot: Vec<u64> },
 }
 
+#[derive(Default)]
 struct Run {
     next_gen: u64,
+    /// Writes acknowledged before a kill; each is checked at the next read back.
     write_ok: u64,
     write_failed: u64,
     flushes_ok: u64,
+    /// Kills, and how many of them had the file opened with O_DIRECT.
+    kills: u32,
+    kills_direct: u32,
+    /// Blocks read back and checked against the model.
+    blocks_checked: u64,
+    /// Bad blocks found (each an acknowledged or flushed write lost, or a torn block).
+    losses: usize,
 }
 
 /// Writes until `kill_after` write completions, then SIGKILLs the target with the queue
@@ -184,32 +195,45 @@ fn submit(
     }
 }
 
-#[test]
-fn acknowledged_and_flushed_writes_survive_sigkill_and_no_block_is_torn() {
+/// Runs `trials` kill-and-restart trials on one file from `seed`; stops at the first trial
+/// that finds a bad block (its report is in the panic message after the figures).
+fn crash_trials(trials: u32, seed: u64) -> Run {
     let dir = tmp_dir("crash");
     let img = dir.join("ns.img");
     let port = free_port();
-    let mut rng = Rng(SEED);
+    let mut rng = Rng(seed);
     let mut model = Model::new(0, BLOCKS as usize);
     let mut run = Run {
         next_gen: 1,
-        write_ok: 0,
-        write_failed: 0,
-        flushes_ok: 0,
+        ..Run::default()
     };
-    for i in 0..=ITERATIONS {
+    for i in 0..=trials {
         let direct = i % 2 == 0;
         let cfg = config_text(port, 1, &file_backend(&img, "4MiB", direct));
         let mut target = TargetProc::spawn(&dir, &cfg, i);
         // One attempt: a killed target stays dead until the next iteration starts it.
         let ctrl = connect(&target.url(), opts(1, 0));
-        verify_and_rebase(&ctrl, &mut model, i);
-        if i == ITERATIONS {
+        let errors = verify_and_rebase(&ctrl, &mut model);
+        run.blocks_checked += BLOCKS;
+        run.losses += errors.len();
+        if !errors.is_empty() {
+            report(&run, seed);
+            panic!(
+                "after kill {i} (seed {seed:#x}): {} bad blocks:\n{}",
+                errors.len(),
+                errors.join("\n")
+            );
+        }
+        if i == trials {
             drop(ctrl);
             target.signal(libc::SIGTERM);
             let st = target.wait_exit(Duration::from_secs(20));
             assert!(st.success(), "exit {st:?}:\n{}", target.log_text());
             break;
+        }
+        // Keep only the running target's log: a soak of thousands of trials would fill /tmp.
+        if i > 0 {
+            let _ = std::fs::remove_file(dir.join(format!("target-{}.log", i - 1)));
         }
         let kill_after = rng.range(8, 80);
         load_then_kill(
@@ -220,12 +244,32 @@ fn acknowledged_and_flushed_writes_survive_sigkill_and_no_block_is_torn() {
             kill_after,
             &mut run,
         );
+        run.kills += 1;
+        run.kills_direct += u32::from(direct);
         drop(ctrl);
     }
+    let _ = std::fs::remove_dir_all(&dir);
+    run
+}
+
+fn report(run: &Run, seed: u64) {
     eprintln!(
-        "{ITERATIONS} kills: {} writes acknowledged, {} failed by the kill, {} flushes",
-        run.write_ok, run.write_failed, run.flushes_ok
+        "crash trials (seed {seed:#x}): {} kills ({} O_DIRECT, {} buffered); {} writes \
+         acknowledged and checked after the kill, {} failed by the kill, {} flushes; {} blocks \
+         read back and checked; losses: {}",
+        run.kills,
+        run.kills_direct,
+        run.kills - run.kills_direct,
+        run.write_ok,
+        run.write_failed,
+        run.flushes_ok,
+        run.blocks_checked,
+        run.losses
     );
+}
+
+/// A run that proved something: data was flushed, and writes were in flight at kills.
+fn assert_meaningful(run: &Run) {
     assert!(
         run.flushes_ok > 0,
         "no flush completed: nothing was proven durable"
@@ -234,5 +278,39 @@ fn acknowledged_and_flushed_writes_survive_sigkill_and_no_block_is_torn() {
         run.write_failed > 0,
         "no write was in flight at any kill: the kills proved nothing"
     );
-    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn acknowledged_and_flushed_writes_survive_sigkill_and_no_block_is_torn() {
+    let run = crash_trials(ITERATIONS, SEED);
+    report(&run, SEED);
+    assert_meaningful(&run);
+}
+
+/// `RDMABLK_CRASH_SOAK_TRIALS=N [RDMABLK_CRASH_SOAK_SEED=S] cargo test -p rdmablk-target
+/// --test crash_consistency -- --ignored --nocapture crash_soak` (or `tools/crash-soak N`).
+#[test]
+#[ignore = "soak: set RDMABLK_CRASH_SOAK_TRIALS (tools/crash-soak COUNT)"]
+fn crash_soak() {
+    let trials: u32 = std::env::var("RDMABLK_CRASH_SOAK_TRIALS")
+        .expect("RDMABLK_CRASH_SOAK_TRIALS: how many kill trials to run (tools/crash-soak COUNT)")
+        .parse()
+        .expect("RDMABLK_CRASH_SOAK_TRIALS: a whole number of trials");
+    assert!(trials > 0, "RDMABLK_CRASH_SOAK_TRIALS: at least 1");
+    let seed = match std::env::var("RDMABLK_CRASH_SOAK_SEED") {
+        Ok(s) => parse_seed(&s),
+        Err(_) => SEED,
+    };
+    let run = crash_trials(trials, seed);
+    report(&run, seed);
+    assert_meaningful(&run);
+}
+
+/// A seed in decimal or `0x` hexadecimal.
+fn parse_seed(s: &str) -> u64 {
+    let r = match s.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => s.parse(),
+    };
+    r.unwrap_or_else(|e| panic!("RDMABLK_CRASH_SOAK_SEED {s:?}: {e}"))
 }

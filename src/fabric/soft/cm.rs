@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! active                                   passive
-//!   TCP connect ─────────────────────────>  Listener thread: TCP accept
+//!   TCP connect ─────────────────────────>  Listener thread: TCP accept (`handshake`)
 //!   CONNECT_REQ(private data, depths) ───>  Listener::get_request -> ConnRequest
 //!                                           create_qp, post receives, Qp::accept
 //!   connect() returns  <──────────────────  ACCEPT(private data, negotiated depths)
@@ -13,7 +13,7 @@
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -24,17 +24,16 @@ use crate::fabric::{
 };
 
 use super::device::{Device, MAX_RD_ATOM};
-use super::event::{wait_readable, EventFd, EventQueue};
+use super::event::{EventFd, EventQueue};
+use super::handshake::{AcceptLoop, HandshakeLimits};
 use super::qp::{ConnState, Qp};
 use super::wire::{CmBody, Header, Opcode, CM_FIXED_LEN, HEADER_LEN};
 
-/// How long a new TCP connection may take to send its CONNECT_REQ.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// A write that makes no progress for this long means the peer is gone (like RC's transport
 /// retry timeout).
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest CM frame body.
-const CM_BODY_MAX: usize = CM_FIXED_LEN + 196;
+pub(super) const CM_BODY_MAX: usize = CM_FIXED_LEN + 196;
 
 /// What the active side offered in its connect request.
 #[derive(Clone, Copy, Debug)]
@@ -116,7 +115,8 @@ fn reject_body(private_data: &[u8]) -> CmBody<'_> {
     }
 }
 
-/// A passive endpoint: a TCP listener and a thread that turns connections into requests.
+/// A passive endpoint: a TCP listener and a thread that turns connections into requests
+/// (see [`super::handshake`] for how it keeps a silent connection from delaying the others).
 pub struct Listener {
     local: SocketAddr,
     requests: Arc<EventQueue<ConnRequest>>,
@@ -126,6 +126,16 @@ pub struct Listener {
 
 impl Listener {
     pub(super) fn bind(dev: Device, addr: SocketAddr, backlog: u32) -> Result<Listener> {
+        Listener::bind_with(dev, addr, backlog, HandshakeLimits::default())
+    }
+
+    /// [`Listener::bind`] with other handshake limits (tests use short ones).
+    pub(super) fn bind_with(
+        dev: Device,
+        addr: SocketAddr,
+        backlog: u32,
+        limits: HandshakeLimits,
+    ) -> Result<Listener> {
         let l = TcpListener::bind(addr).map_err(|e| FabricError::os("soft listen (bind)", e))?;
         l.set_nonblocking(true)
             .map_err(|e| FabricError::os("soft listen", e))?;
@@ -134,11 +144,17 @@ impl Listener {
             .map_err(|e| FabricError::os("soft listen", e))?;
         let requests = Arc::new(EventQueue::new()?);
         let stop = Arc::new(EventFd::new(false)?);
-        let (q, s) = (requests.clone(), stop.clone());
-        let backlog = backlog.max(1) as usize;
+        let accept = AcceptLoop {
+            dev,
+            listener: l,
+            requests: requests.clone(),
+            stop: stop.clone(),
+            backlog: backlog.max(1) as usize,
+            limits,
+        };
         let thread = std::thread::Builder::new()
             .name(format!("soft-lsn-{}", local.port()))
-            .spawn(move || accept_loop(dev, l, q, s, backlog))
+            .spawn(move || accept.run())
             .map_err(|e| FabricError::os("spawn soft listener thread", e))?;
         Ok(Listener {
             local,
@@ -171,69 +187,6 @@ impl Drop for Listener {
     }
 }
 
-fn accept_loop(
-    dev: Device,
-    l: TcpListener,
-    q: Arc<EventQueue<ConnRequest>>,
-    stop: Arc<EventFd>,
-    backlog: usize,
-) {
-    loop {
-        match wait_readable(&[l.as_raw_fd(), stop.fd()], None) {
-            Ok(Some(0)) => {}
-            _ => return, // stop, or poll failed
-        }
-        let (stream, peer) = match l.accept() {
-            Ok(x) => x,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-            Err(e) => {
-                tracing::warn!(error = %e, "soft listener: accept failed");
-                continue;
-            }
-        };
-        match incoming(&dev, stream, peer) {
-            Ok(req) if q.len() < backlog => q.push(req),
-            Ok(req) => {
-                tracing::warn!(%peer, backlog, "soft listener: backlog full, rejecting");
-                drop(req);
-            }
-            Err(e) => tracing::warn!(%peer, error = %e, "soft listener: bad connect request"),
-        }
-    }
-}
-
-/// Reads the connect request of a new TCP connection.
-fn incoming(dev: &Device, stream: TcpStream, peer: SocketAddr) -> Result<ConnRequest> {
-    stream
-        .set_nonblocking(false)
-        .map_err(|e| FabricError::os("soft accept", e))?;
-    configure(&stream)?;
-    let f = read_cm(
-        &stream,
-        Instant::now() + REQUEST_TIMEOUT,
-        "soft connect request",
-    )?;
-    if f.op != Opcode::ConnectReq {
-        return Err(protocol(
-            "soft connect request",
-            format!("{:?} frame", f.op),
-        ));
-    }
-    let body =
-        CmBody::decode(&f.body).map_err(|e| protocol("soft connect request", e.to_string()))?;
-    Ok(ConnRequest {
-        dev: dev.clone(),
-        stream: Some(stream),
-        peer,
-        private_data: body.private_data.to_vec(),
-        offer: Offer {
-            initiator_depth: body.initiator_depth,
-            responder_resources: body.responder_resources,
-            max_send_wr: body.max_send_wr,
-        },
-    })
-}
-
 /// An incoming connection waiting for accept or reject.
 pub struct ConnRequest {
     dev: Device,
@@ -244,6 +197,32 @@ pub struct ConnRequest {
 }
 
 impl ConnRequest {
+    /// A request from a CONNECT_REQ body read off `stream` (non-blocking until now).
+    pub(super) fn from_frame(
+        dev: &Device,
+        stream: TcpStream,
+        peer: SocketAddr,
+        body: &[u8],
+    ) -> Result<ConnRequest> {
+        let what = "soft connect request";
+        let body = CmBody::decode(body).map_err(|e| protocol(what, e.to_string()))?;
+        stream
+            .set_nonblocking(false)
+            .map_err(|e| FabricError::os("soft accept", e))?;
+        configure(&stream)?;
+        Ok(ConnRequest {
+            dev: dev.clone(),
+            stream: Some(stream),
+            peer,
+            private_data: body.private_data.to_vec(),
+            offer: Offer {
+                initiator_depth: body.initiator_depth,
+                responder_resources: body.responder_resources,
+                max_send_wr: body.max_send_wr,
+            },
+        })
+    }
+
     pub fn private_data(&self) -> &[u8] {
         &self.private_data
     }

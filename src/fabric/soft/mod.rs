@@ -10,13 +10,15 @@
 //!
 //! Layout: [`device`] (the `soft0` device, PDs, key table), [`mr`] (regions, windows, access
 //! checks), [`cq`], [`queue`] (send / receive queue rings), [`qp`], [`tx`] and [`rx`] (a QP's
-//! transmit and receive threads), [`cm`] (listen / connect / accept / reject), [`event`]
+//! transmit and receive threads), [`cm`] (listen / connect / accept / reject), [`handshake`]
+//! (the listener thread: connect requests read without one peer blocking another), [`event`]
 //! (eventfds).
 
 mod cm;
 mod cq;
 mod device;
 mod event;
+mod handshake;
 mod mr;
 mod qp;
 mod queue;

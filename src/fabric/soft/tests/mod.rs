@@ -667,5 +667,6 @@ fn sixty_four_qps_share_cqs() {
 
 mod lifecycle;
 mod malformed;
+mod silent_peers;
 mod throughput;
 mod windows;
