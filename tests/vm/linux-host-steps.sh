@@ -160,7 +160,7 @@ sleep 1
 check nvme connect-all -t rdma -a "$IP" -s "$PORT"
 CONNECTED=1
 DEV=$(ns_dev 1) || fail "connect-all: no block device for ns 1"
-CTRL=/dev/$(basename "$(readlink -f "/sys/block/$(basename "$DEV")/device")")
+CTRL=$(ctrl_of "$NQN")
 check dd if="$DEV" of=/dev/null bs=$MIB count=8 iflag=direct status=none
 
 # ---------------------------------------------------------------- the host's lifecycle
@@ -195,7 +195,7 @@ check nvme connect -t rdma -a "$IP" -s "$PORT" -n "$NQN" --nr-io-queues=8 --queu
   --keep-alive-tmo=15
 CONNECTED=1
 DEV=$(ns_dev 1) || fail "$STEP: no block device"
-CTRL=/dev/$(basename "$(readlink -f "/sys/block/$(basename "$DEV")/device")")
+CTRL=$(ctrl_of "$NQN")
 check nvme get-feature "$CTRL" -f 0xf >"$WORK/kato.txt"
 grep -qE "0x0*3a98" "$WORK/kato.txt" || { cat "$WORK/kato.txt"; fail "$STEP: KATO is not 15 s"; }
 check dd if="$DEV" of=/dev/null bs=128k count=64 iflag=direct status=none

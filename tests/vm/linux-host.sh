@@ -145,6 +145,19 @@ ns_dev() {
   return 1
 }
 
+# ctrl_of NQN: the character device of a live controller of NQN (/dev/nvmeX). With native
+# multipath (the namespaces are shared), the block devices hang off the subsystem, not off a
+# controller, so the controller is found through /sys/class/nvme.
+ctrl_of() {
+  local c
+  for c in /sys/class/nvme/nvme*; do
+    [ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$1" ] || continue
+    [ "$(cat "$c/state" 2>/dev/null)" = live ] || continue
+    echo "/dev/$(basename "$c")"; return 0
+  done
+  return 1
+}
+
 STEP=setup
 step() { STEP=$1; say "--- step $STEP"; }
 # check COND-CMD...: fails the current step with the command line when it fails.
@@ -168,7 +181,7 @@ nvme connect -t rdma -a "$IP" -s "$PORT" -n "$NQN" --reconnect-delay=1 --ctrl-lo
 CONNECTED=1
 DEV=$(ns_dev 1) || fail "connect: no block device for $NQN ns 1"
 DEV2=$(ns_dev 2) || fail "connect: no block device for $NQN ns 2"
-CTRL=/dev/$(basename "$(readlink -f "/sys/block/$(basename "$DEV")/device")")
+CTRL=$(ctrl_of "$NQN")
 say "block devices $DEV ($(cat /sys/block/$(basename "$DEV")/size) sectors), $DEV2; controller $CTRL"
 
 step fio-verify
