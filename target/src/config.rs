@@ -118,6 +118,17 @@ pub struct Config {
     /// `[control]`: the control socket.
     #[serde(default)]
     pub control: ControlConfig,
+    /// `[metrics]`: the Prometheus endpoint (none without the table).
+    #[serde(default)]
+    pub metrics: Option<MetricsConfig>,
+}
+
+/// `[metrics]`.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// Where `GET /metrics` is served, e.g. "127.0.0.1:9464".
+    pub address: std::net::SocketAddr,
 }
 
 /// `[control]`.

@@ -7,13 +7,15 @@
 //! - [`io`]: the per-worker io_uring engine the file and block backends submit through.
 //! - [`nvmf`]: the NVMe-oF/RDMA protocol engine ([`Target`]); [`nvmf::reload`]: live
 //!   reconfiguration.
-//! - [`control`]: the control socket (`rdmablk-ctl`); [`systemd`]: readiness notification.
+//! - [`control`]: the control socket (`rdmablk-ctl`); [`metrics`]: Prometheus; [`systemd`]:
+//!   readiness notification.
 
 pub mod arena;
 pub mod backend;
 pub mod config;
 pub mod control;
 pub mod io;
+pub mod metrics;
 pub mod namespace;
 pub mod nvmf;
 pub mod systemd;

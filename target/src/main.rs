@@ -10,6 +10,7 @@ use anyhow::Context;
 use clap::Parser;
 use rdmablk_target::config::Config;
 use rdmablk_target::control::ControlServer;
+use rdmablk_target::metrics::MetricsServer;
 use rdmablk_target::{systemd, Target};
 
 /// rdmablk NVMe-oF/RDMA target daemon.
@@ -54,6 +55,12 @@ fn main() -> anyhow::Result<()> {
         None
     } else {
         Some(ControlServer::start(handle.clone(), &socket).context("starting the control socket")?)
+    };
+    let _metrics = match handle.metrics_address() {
+        Some(addr) => Some(
+            MetricsServer::start(handle.clone(), addr).context("starting the metrics endpoint")?,
+        ),
+        None => None,
     };
     systemd::notify("READY=1");
     let sig = loop {

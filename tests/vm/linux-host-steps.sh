@@ -211,9 +211,10 @@ check nvme connect -t rdma -a "$IP" -s "$PORT" -n "$NQN"
 DEV=$(ns_dev 1) || fail "$STEP: no block device"
 
 step backends
-# A second subsystem on the same address and port: nvme-cli 2.3 takes it for the connected
-# one ("already connected"), so it is asked of the kernel directly.
-kconnect "$NQN_KINDS" || fail "$STEP: connect $NQN_KINDS through /dev/nvme-fabrics"
+# The second subsystem (nvme-cli 2.3 answers "already connected" for a second subsystem on
+# the same address and port, so the first one is disconnected meanwhile).
+check nvme disconnect -n "$NQN"
+check nvme connect -t rdma -a "$IP" -s "$PORT" -n "$NQN_KINDS"
 BLK=""; NUL=""
 for _ in $(seq 1 100); do
   for b in /sys/block/nvme*n*; do
@@ -230,5 +231,6 @@ done
 check dd if=/dev/zero of="$NUL" bs=128k count=32 oflag=direct status=none
 check dd if="$NUL" of=/dev/null bs=128k count=32 iflag=direct status=none
 check nvme disconnect -n "$NQN_KINDS"
+check nvme connect -t rdma -a "$IP" -s "$PORT" -n "$NQN"
 
 [ ${#LATER[@]} = 0 ] || fail "$(printf '%s; ' "${LATER[@]}")"

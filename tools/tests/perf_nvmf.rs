@@ -152,3 +152,89 @@ backend = {{ kind = "ram", size = "16MiB" }}
     );
     target.shutdown();
 }
+
+/// Metrics scraped over HTTP before and after an rdmablk-perf run: the namespace's operation
+/// counters grew by exactly what the tool reports.
+#[test]
+fn metrics_count_exactly_what_rdmablk_perf_did() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let toml = format!(
+        r#"
+[[listener]]
+provider = "soft"
+address = "127.0.0.1"
+port = {port}
+
+[arena]
+bytes = "64MiB"
+lock = false
+
+[metrics]
+address = "127.0.0.1:0"
+
+[[subsystem]]
+nqn = "nqn.2026-11.io.rdmablk:metrics"
+allow_any_host = true
+
+[[subsystem.namespace]]
+nsid = 1
+backend = {{ kind = "ram", size = "16MiB" }}
+"#
+    );
+    let cfg = rdmablk_target::config::Config::from_str(&toml).expect("config");
+    let target = rdmablk_target::nvmf::Target::start(cfg).expect("target starts");
+    let handle = target.handle();
+    let server = rdmablk_target::metrics::MetricsServer::start(
+        handle.clone(),
+        handle.metrics_address().unwrap(),
+    )
+    .expect("metrics endpoint");
+    let url = format!("http://{}/metrics", server.addr());
+    let scrape = |op: &str| -> u64 {
+        let body = ureq::get(&url)
+            .call()
+            .expect("GET /metrics")
+            .body_mut()
+            .read_to_string()
+            .unwrap();
+        let key = format!(
+            "rdmablk_namespace_ops_total{{subsystem=\"nqn.2026-11.io.rdmablk:metrics\",nsid=\"1\",op=\"{op}\"}}"
+        );
+        body.lines()
+            .find_map(|l| l.strip_prefix(&key))
+            .map(|v| v.trim().parse().unwrap())
+            .unwrap_or_else(|| panic!("no {key} in\n{body}"))
+    };
+    let (r0, w0) = (scrape("read"), scrape("write"));
+    let target_url = format!("soft://127.0.0.1:{port}/nqn.2026-11.io.rdmablk:metrics");
+    let out = perf(&[
+        &target_url,
+        "--rw",
+        "randrw",
+        "--bs",
+        "4k",
+        "--iodepth",
+        "8",
+        "--runtime",
+        "1",
+        "--size",
+        "8m",
+        "--json",
+    ]);
+    assert_exit(&out, 0);
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).expect("perf JSON");
+    let job = &j["jobs"][0];
+    let (reads, writes) = (
+        job["read"]["total_ios"].as_u64().expect("read.total_ios"),
+        job["write"]["total_ios"].as_u64().expect("write.total_ios"),
+    );
+    assert!(reads > 0 && writes > 0, "{job}");
+    assert_eq!(scrape("read") - r0, reads, "reads counted by the target");
+    assert_eq!(scrape("write") - w0, writes, "writes counted by the target");
+    drop(server);
+    target.shutdown();
+}

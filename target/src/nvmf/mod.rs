@@ -52,6 +52,7 @@ use rdmablk::fabric::{Cq, Device, DeviceAttr, FabricError, Pd, ProviderKind};
 use crate::arena::{Arena, ArenaError, ArenaStats};
 use crate::backend::BackendError;
 use crate::config::{Config, ConfigError, DISCOVERY_NQN};
+use crate::metrics::{TargetCounters, WorkerCounters};
 use crate::namespace::Namespace;
 
 use controller::ControllerTable;
@@ -176,6 +177,10 @@ pub struct Shared {
     pub reload_lock: Mutex<()>,
     /// The file the configuration came from (what a reload re-reads).
     pub config_path: OnceLock<std::path::PathBuf>,
+    /// Each worker's I/O counters (metrics), by worker index.
+    pub counters_by_worker: Vec<Arc<WorkerCounters>>,
+    /// Target-wide counters.
+    pub counters: TargetCounters,
 }
 
 impl Shared {
@@ -295,6 +300,8 @@ impl Target {
             cqs,
             reload_lock: Mutex::new(()),
             config_path: OnceLock::new(),
+            counters_by_worker: (0..workers_n).map(|_| Arc::default()).collect(),
+            counters: TargetCounters::default(),
             cfg,
         });
         let mut target = Target {
@@ -414,6 +421,15 @@ impl TargetHandle {
     /// The control socket the configuration names (`[control] socket`; empty: none).
     pub fn control_socket(&self) -> std::path::PathBuf {
         self.0.cfg.control.socket.clone()
+    }
+
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.0
+    }
+
+    /// The metrics endpoint the configuration names (`[metrics] address`), if any.
+    pub fn metrics_address(&self) -> Option<SocketAddr> {
+        self.0.cfg.metrics.as_ref().map(|m| m.address)
     }
 
     /// The file the configuration came from.

@@ -61,12 +61,30 @@ impl TargetHandle {
     /// Re-reads the configuration file the target was started with and applies it.
     pub fn reload(&self) -> Result<Changes, ReloadError> {
         let path = self.0.config_path.get().ok_or(ReloadError::NoFile)?;
-        let cfg = Config::from_file(path)?;
-        self.apply(cfg)
+        match Config::from_file(path) {
+            Ok(cfg) => self.apply(cfg),
+            Err(e) => {
+                self.0
+                    .counters
+                    .reloads_refused
+                    .fetch_add(1, Ordering::Relaxed);
+                Err(e.into())
+            }
+        }
     }
 
     /// Applies `new` (see the module documentation).
     pub fn apply(&self, new: Config) -> Result<Changes, ReloadError> {
+        let r = self.apply_inner(new);
+        let c = &self.0.counters;
+        match &r {
+            Ok(_) => c.reloads_applied.fetch_add(1, Ordering::Relaxed),
+            Err(_) => c.reloads_refused.fetch_add(1, Ordering::Relaxed),
+        };
+        r
+    }
+
+    fn apply_inner(&self, new: Config) -> Result<Changes, ReloadError> {
         let shared = &self.0;
         let _serial = shared.reload_lock.lock().unwrap_or_else(|p| p.into_inner());
         if shared.stopping() {
@@ -97,6 +115,9 @@ fn restart_only_changes(old: &Config, new: &Config) -> Vec<String> {
     }
     if old.control != new.control {
         keys.push("[control]".to_string());
+    }
+    if old.metrics != new.metrics {
+        keys.push("[metrics]".to_string());
     }
     let (a, b) = (&old.target, &new.target);
     for (key, same) in [

@@ -114,6 +114,10 @@ pub struct Request {
     pub close_after: Option<&'static str>,
     /// The request reserved its push-write data slot (push connections).
     pub holds_push_slot: bool,
+    /// When the capsule was taken up (latency metrics).
+    pub received: Option<std::time::Instant>,
+    /// Counted as started in its namespace's metrics (reached execution).
+    pub counted: bool,
 }
 
 impl Request {
@@ -151,6 +155,8 @@ impl Request {
             ops_total: 0,
             close_after: None,
             holds_push_slot: false,
+            received: None,
+            counted: false,
         }
     }
 

@@ -29,6 +29,7 @@ use crate::arena::Window;
 use crate::backend::{BackendError, Completion};
 use crate::config::PollMode;
 use crate::io::WorkerIo;
+use crate::metrics::{NsCounters, OpKind};
 
 /// How long an idle worker in interrupt mode sleeps on its CQ before looking at connection
 /// events and timers again.
@@ -89,7 +90,9 @@ pub(super) fn spawn(
             let ring_entries = depth.saturating_mul(shared.namespaces.len().max(4) as u32);
             let io = WorkerIo::new(ring_entries, Some(Arc::clone(&shared.arena)));
             let mut nsq = NsQueues::default();
+            let mut ns_counters = Vec::new();
             for ns in shared.namespaces.all() {
+                set_counters(&mut ns_counters, &shared, index, ns.slot());
                 if let Err(e) = nsq.open(&ns, &io, depth) {
                     let _ = ready_tx.send(Err(BackendError::Queue {
                         nsid: ns.nsid(),
@@ -109,6 +112,7 @@ pub(super) fn spawn(
                 conns: Vec::new(),
                 gens: Vec::new(),
                 nsq,
+                ns_counters,
                 _io: io,
                 backlog: VecDeque::with_capacity(1024),
                 wcs: vec![Wc::default(); 32],
@@ -148,6 +152,8 @@ struct Worker {
     gens: Vec<u16>,
     /// One queue per namespace slot. Dropped before `_io`.
     nsq: NsQueues,
+    /// Metrics counters by namespace slot (published in `shared.counters_by_worker`).
+    ns_counters: Vec<Option<Arc<NsCounters>>>,
     _io: WorkerIo,
     /// Requests (as backend tags) waiting for backend room.
     backlog: VecDeque<u64>,
@@ -162,6 +168,8 @@ struct Worker {
 /// What request handlers need besides their connection.
 struct Ctx<'a> {
     shared: &'a Shared,
+    /// This worker's metrics counters, by namespace slot.
+    counters: &'a [Option<Arc<NsCounters>>],
     nsq: &'a mut NsQueues,
     backlog: &'a mut VecDeque<u64>,
 }
@@ -173,7 +181,9 @@ fn slab_index(key: u32) -> usize {
 impl Worker {
     fn run(mut self) {
         tracing::debug!(worker = self.index, "worker started");
+        let busy_ns = &Arc::clone(&self.shared.counters_by_worker[self.index]).busy_ns;
         loop {
+            let pass = Instant::now();
             let mut busy = self.take_new();
             busy |= self.poll_cq();
             busy |= self.poll_backends();
@@ -187,7 +197,9 @@ impl Worker {
             if self.shared.stopping() && self.shutdown_step() {
                 break;
             }
-            if !busy {
+            if busy {
+                busy_ns.fetch_add(pass.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            } else {
                 self.idle();
             }
         }
@@ -205,6 +217,7 @@ impl Worker {
             conn,
             Ctx {
                 shared: &self.shared,
+                counters: &self.ns_counters,
                 nsq: &mut self.nsq,
                 backlog: &mut self.backlog,
             },
@@ -221,6 +234,7 @@ impl Worker {
                 WorkerMsg::Conn(p) if self.shared.stopping() => self.release(p.cqes),
                 WorkerMsg::Conn(p) => self.add(*p),
                 WorkerMsg::OpenNamespace(ns, ack) => {
+                    set_counters(&mut self.ns_counters, &self.shared, self.index, ns.slot());
                     let _ = ack.send(self.nsq.open(&ns, &self._io, self.backend_depth));
                 }
                 WorkerMsg::CloseNamespace(slot, ack) => self.nsq.close(slot, ack),
@@ -631,6 +645,10 @@ impl Worker {
                         } else if conn.qid == 0 && ctrl.keep_alive_expired(now) {
                             tracing::warn!(peer = %conn.peer, cntlid = ctrl.cntlid,
                                 kato_ms = ctrl.kato_ms(), "keep-alive timeout: tearing the controller down");
+                            shared
+                                .counters
+                                .keep_alive_expirations
+                                .fetch_add(1, Ordering::Relaxed);
                             begin_close(conn, "keep-alive timeout", shared);
                         }
                     }
@@ -836,6 +854,7 @@ fn start_request(conn: &mut Connection, slot: u32, recv: u32, len: u32, ctx: &mu
     let (qid, push) = (conn.qid, conn.push.is_some());
     let r = &mut conn.reqs[slot as usize];
     r.reset(sqe, len, recv, data_slot);
+    r.received = Some(Instant::now());
     r.enter(ReqState::New, qid, slot);
     let next = if push && conn.push_busy[data_slot as usize] {
         conn.reqs[slot as usize].fail(Status::CID_CONFLICT.with_dnr());
@@ -919,6 +938,12 @@ fn execute(conn: &mut Connection, slot: u32, ctx: &mut Ctx<'_>) {
                 return;
             }
             let qid = conn.qid;
+            if let Some(c) =
+                io_metric(&conn.reqs[slot as usize]).and_then(|(ns, _)| ctx.counter(ns))
+            {
+                c.started();
+                conn.reqs[slot as usize].counted = true;
+            }
             conn.reqs[slot as usize].enter(ReqState::Executing, qid, slot);
             io::submit(conn, slot, ctx.nsq, ctx.backlog);
             let r = &conn.reqs[slot as usize];
@@ -934,6 +959,9 @@ fn execute(conn: &mut Connection, slot: u32, ctx: &mut Ctx<'_>) {
 fn respond(conn: &mut Connection, slot: u32, ctx: &mut Ctx<'_>) {
     let qid = conn.qid;
     conn.reqs[slot as usize].enter(ReqState::Responding, qid, slot);
+    if qid != 0 {
+        record(&conn.reqs[slot as usize], ctx);
+    }
     if !conn.is_live() {
         free(conn, slot);
         return;
@@ -951,6 +979,43 @@ fn respond(conn: &mut Connection, slot: u32, ctx: &mut Ctx<'_>) {
     // WRITE of the data slot before the response, so a host that has seen the response may
     // reuse the command ID, and push into its slot, before the SEND's completion reaches us.
     release_push_slot(conn, slot);
+}
+
+/// The namespace slot and operation of an I/O request, for its metrics.
+fn io_metric(r: &Request) -> Option<(usize, OpKind)> {
+    Some(match r.action {
+        Action::ReadWrite { ns, write, .. } => {
+            (ns, if write { OpKind::Write } else { OpKind::Read })
+        }
+        Action::Flush { ns: Some(ns) } => (ns, OpKind::Flush),
+        Action::WriteZeroes { ns, .. } => (ns, OpKind::WriteZeroes),
+        Action::Deallocate { ns, .. } => (ns, OpKind::Discard),
+        _ => return None,
+    })
+}
+
+/// Counts a finished I/O command in its namespace's metrics.
+fn record(r: &Request, ctx: &Ctx<'_>) {
+    let Some((ns, op)) = io_metric(r) else {
+        return;
+    };
+    if let (Some(c), Some(t)) = (ctx.counter(ns), r.received) {
+        c.done(op, r.data_len, r.status, t.elapsed(), r.counted);
+    }
+}
+
+/// Fresh metrics counters for namespace `slot` of worker `index`.
+fn set_counters(v: &mut Vec<Option<Arc<NsCounters>>>, shared: &Shared, index: usize, slot: usize) {
+    if v.len() <= slot {
+        v.resize(slot + 1, None);
+    }
+    v[slot] = Some(shared.counters_by_worker[index].reset_slot(slot));
+}
+
+impl Ctx<'_> {
+    fn counter(&self, slot: usize) -> Option<&NsCounters> {
+        self.counters.get(slot).and_then(|c| c.as_deref())
+    }
 }
 
 fn free(conn: &mut Connection, slot: u32) {

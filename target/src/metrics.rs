@@ -1,0 +1,435 @@
+//! Prometheus metrics: counted by each worker in its own counters (one writer each, relaxed
+//! atomics, no lock and no allocation per I/O), merged only when scraped.
+//!
+//! `[metrics] address = "127.0.0.1:9464"` serves `GET /metrics` (Prometheus text format, via
+//! `prometheus-client`). The metric families are listed in `docs/operations.md`.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+use rdmablk::nvme::{CommandKind, Status};
+
+use crate::nvmf::TargetHandle;
+
+/// The I/O operations counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpKind {
+    Read = 0,
+    Write = 1,
+    Flush = 2,
+    WriteZeroes = 3,
+    Discard = 4,
+}
+
+const OPS: usize = 5;
+const OP_NAMES: [&str; OPS] = ["read", "write", "flush", "write_zeroes", "discard"];
+/// Latency bucket upper bounds, microseconds (then +Inf).
+const BUCKETS_US: [u64; 16] = [
+    10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000,
+    500_000, 1_000_000,
+];
+const NB: usize = BUCKETS_US.len() + 1;
+
+/// One worker's counters for one namespace slot. Written by that worker only.
+#[derive(Debug, Default)]
+pub struct NsCounters {
+    /// Commands that reached execution, and those of them that finished (in flight = the
+    /// difference).
+    started: AtomicU64,
+    finished: AtomicU64,
+    ops: [AtomicU64; OPS],
+    read_bytes: AtomicU64,
+    written_bytes: AtomicU64,
+    latency_sum_ns: [AtomicU64; OPS],
+    latency: [[AtomicU64; NB]; OPS],
+    /// Failed commands by (op, status field): rare, so a lock is fine.
+    errors: Mutex<HashMap<(u8, u16), u64>>,
+}
+
+fn add(a: &AtomicU64, n: u64) {
+    // One writer per counter: a relaxed add never contends.
+    a.fetch_add(n, Ordering::Relaxed);
+}
+
+impl NsCounters {
+    pub fn started(&self) {
+        add(&self.started, 1);
+    }
+
+    /// A command finished (successfully or not); `executed`: it was counted by
+    /// [`NsCounters::started`].
+    pub fn done(&self, op: OpKind, bytes: u32, status: Status, latency: Duration, executed: bool) {
+        let i = op as usize;
+        if executed {
+            add(&self.finished, 1);
+        }
+        add(&self.ops[i], 1);
+        if status.is_success() {
+            match op {
+                OpKind::Read => add(&self.read_bytes, u64::from(bytes)),
+                OpKind::Write => add(&self.written_bytes, u64::from(bytes)),
+                _ => {}
+            }
+        } else {
+            let mut e = self.errors.lock().unwrap_or_else(|p| p.into_inner());
+            *e.entry((i as u8, status.to_field())).or_default() += 1;
+        }
+        let us = latency.as_micros() as u64;
+        let b = BUCKETS_US.iter().position(|&ub| us <= ub).unwrap_or(NB - 1);
+        add(&self.latency[i][b], 1);
+        add(&self.latency_sum_ns[i], latency.as_nanos() as u64);
+    }
+}
+
+/// One worker's counters.
+#[derive(Debug, Default)]
+pub struct WorkerCounters {
+    /// Time the worker spent working (not waiting for work), ns.
+    pub busy_ns: AtomicU64,
+    /// By namespace slot (published for the scraper; the worker keeps its own copy).
+    slots: ArcSwap<Vec<Option<Arc<NsCounters>>>>,
+}
+
+impl WorkerCounters {
+    /// Fresh counters for `slot` (a namespace was opened there), published and returned.
+    pub fn reset_slot(&self, slot: usize) -> Arc<NsCounters> {
+        let fresh = Arc::new(NsCounters::default());
+        let mut v = (**self.slots.load()).clone();
+        if v.len() <= slot {
+            v.resize(slot + 1, None);
+        }
+        v[slot] = Some(Arc::clone(&fresh));
+        self.slots.store(Arc::new(v));
+        fresh
+    }
+
+    fn slot(&self, slot: usize) -> Option<Arc<NsCounters>> {
+        self.slots.load().get(slot).cloned().flatten()
+    }
+}
+
+/// Target-wide counters that are not per I/O.
+#[derive(Debug, Default)]
+pub struct TargetCounters {
+    pub keep_alive_expirations: AtomicU64,
+    pub reloads_applied: AtomicU64,
+    pub reloads_refused: AtomicU64,
+}
+
+/// Encodes the target's metrics at each scrape.
+#[derive(Debug)]
+struct TargetCollector(TargetHandle);
+
+type Labels = Vec<(&'static str, String)>;
+/// One histogram series: labels, sum (s), count, cumulative buckets (upper bound s, count).
+type HistogramSeries = (Labels, f64, u64, Vec<(f64, u64)>);
+
+impl Collector for TargetCollector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let s = self.0.shared();
+        let workers = &s.counters_by_worker;
+        // Per namespace: every worker's counters of its slot, merged.
+        let mut ops: Vec<(Labels, u64)> = Vec::new();
+        let mut bytes: Vec<(Labels, u64, u64)> = Vec::new();
+        let mut errors: Vec<(Labels, u64)> = Vec::new();
+        let mut lat: Vec<HistogramSeries> = Vec::new();
+        let mut in_flight: Vec<(Labels, i64)> = Vec::new();
+        for sub in s.subsystems.load().iter() {
+            for ns in sub.namespaces().iter() {
+                let base: Labels = vec![
+                    ("subsystem", sub.nqn.clone()),
+                    ("nsid", ns.nsid().to_string()),
+                ];
+                let counters: Vec<Arc<NsCounters>> =
+                    workers.iter().filter_map(|w| w.slot(ns.slot())).collect();
+                let sum =
+                    |f: &dyn Fn(&NsCounters) -> u64| -> u64 { counters.iter().map(|c| f(c)).sum() };
+                for (i, name) in OP_NAMES.iter().enumerate() {
+                    let mut l = base.clone();
+                    l.push(("op", (*name).to_string()));
+                    let n = sum(&|c| c.ops[i].load(Ordering::Relaxed));
+                    ops.push((l.clone(), n));
+                    let mut cum = 0;
+                    let buckets: Vec<(f64, u64)> = (0..NB)
+                        .map(|b| {
+                            cum += sum(&|c| c.latency[i][b].load(Ordering::Relaxed));
+                            let ub = BUCKETS_US.get(b).map_or(f64::INFINITY, |&u| u as f64 / 1e6);
+                            (ub, cum)
+                        })
+                        .collect();
+                    let sum_s = sum(&|c| c.latency_sum_ns[i].load(Ordering::Relaxed)) as f64 / 1e9;
+                    lat.push((l, sum_s, cum, buckets));
+                }
+                let started = sum(&|c| c.started.load(Ordering::Relaxed));
+                let finished = sum(&|c| c.finished.load(Ordering::Relaxed));
+                in_flight.push((base.clone(), started.saturating_sub(finished) as i64));
+                bytes.push((
+                    base.clone(),
+                    sum(&|c| c.read_bytes.load(Ordering::Relaxed)),
+                    sum(&|c| c.written_bytes.load(Ordering::Relaxed)),
+                ));
+                let mut by_status: HashMap<(u8, u16), u64> = HashMap::new();
+                for c in &counters {
+                    let e = c.errors.lock().unwrap_or_else(|p| p.into_inner());
+                    for (k, v) in e.iter() {
+                        *by_status.entry(*k).or_default() += v;
+                    }
+                }
+                for ((op, field), n) in by_status {
+                    let mut l = base.clone();
+                    l.push(("op", OP_NAMES[usize::from(op)].to_string()));
+                    let st = Status::from_field(field);
+                    l.push(("status", st.display_for(CommandKind::Io).to_string()));
+                    errors.push((l, n));
+                }
+            }
+        }
+        counter_family(
+            &mut enc,
+            "rdmablk_namespace_ops",
+            "Commands completed, by operation",
+            &ops,
+        )?;
+        let read: Vec<(Labels, u64)> = bytes.iter().map(|(l, r, _)| (l.clone(), *r)).collect();
+        let written: Vec<(Labels, u64)> = bytes.iter().map(|(l, _, w)| (l.clone(), *w)).collect();
+        counter_family(
+            &mut enc,
+            "rdmablk_namespace_read_bytes",
+            "Bytes read by hosts",
+            &read,
+        )?;
+        counter_family(
+            &mut enc,
+            "rdmablk_namespace_written_bytes",
+            "Bytes written by hosts",
+            &written,
+        )?;
+        counter_family(
+            &mut enc,
+            "rdmablk_namespace_errors",
+            "Commands failed, by operation and NVMe status",
+            &errors,
+        )?;
+        {
+            let mut m = enc.encode_descriptor(
+                "rdmablk_namespace_latency_seconds",
+                "Command latency, capsule received to response posted",
+                None,
+                MetricType::Histogram,
+            )?;
+            for (l, sum, count, buckets) in &lat {
+                m.encode_family(l)?
+                    .encode_histogram::<Labels>(*sum, *count, buckets, None)?;
+            }
+        }
+        gauge_family(
+            &mut enc,
+            "rdmablk_namespace_in_flight",
+            "Commands executing now",
+            &in_flight,
+        )?;
+
+        let mut per_host: HashMap<(String, String), i64> = HashMap::new();
+        for c in s.controllers.all() {
+            *per_host
+                .entry((c.subsys.nqn.clone(), c.hostnqn.clone()))
+                .or_default() += 1;
+        }
+        let ctrls: Vec<(Labels, i64)> = per_host
+            .into_iter()
+            .map(|((sub, host), n)| (vec![("subsystem", sub), ("host", host)], n))
+            .collect();
+        gauge_family(
+            &mut enc,
+            "rdmablk_controllers",
+            "Controllers, by subsystem and host",
+            &ctrls,
+        )?;
+        let conns = s.connections.load(Ordering::Relaxed) as i64;
+        gauge_family(
+            &mut enc,
+            "rdmablk_connections",
+            "Queues (RDMA connections) open",
+            &[(vec![], conns)],
+        )?;
+        let a = s.arena.stats();
+        gauge_family(
+            &mut enc,
+            "rdmablk_arena_bytes",
+            "Arena bytes, by state",
+            &[
+                (vec![("state", "used".to_string())], a.bytes_in_use as i64),
+                (
+                    vec![("state", "free".to_string())],
+                    a.total_bytes.saturating_sub(a.bytes_in_use) as i64,
+                ),
+            ],
+        )?;
+        let busy: Vec<(Labels, f64)> = workers
+            .iter()
+            .enumerate()
+            .map(|(i, w)| {
+                (
+                    vec![("worker", i.to_string())],
+                    w.busy_ns.load(Ordering::Relaxed) as f64 / 1e9,
+                )
+            })
+            .collect();
+        {
+            let mut m = enc.encode_descriptor(
+                "rdmablk_worker_busy_seconds",
+                "Time each worker spent working rather than waiting (rate() is its busy fraction)",
+                None,
+                MetricType::Counter,
+            )?;
+            for (l, v) in &busy {
+                ConstCounter::new(*v).encode(m.encode_family(l)?)?;
+            }
+        }
+        let t = &s.counters;
+        counter_family(
+            &mut enc,
+            "rdmablk_keep_alive_expirations",
+            "Controllers torn down because their host went silent",
+            &[(vec![], t.keep_alive_expirations.load(Ordering::Relaxed))],
+        )?;
+        counter_family(
+            &mut enc,
+            "rdmablk_reloads",
+            "Configuration reloads, by result",
+            &[
+                (
+                    vec![("result", "applied".into())],
+                    t.reloads_applied.load(Ordering::Relaxed),
+                ),
+                (
+                    vec![("result", "refused".into())],
+                    t.reloads_refused.load(Ordering::Relaxed),
+                ),
+            ],
+        )?;
+        Ok(())
+    }
+}
+
+fn counter_family(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: &[(Labels, u64)],
+) -> Result<(), std::fmt::Error> {
+    let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (l, v) in series {
+        ConstCounter::new(*v).encode(m.encode_family(l)?)?;
+    }
+    Ok(())
+}
+
+fn gauge_family(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: &[(Labels, i64)],
+) -> Result<(), std::fmt::Error> {
+    let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (l, v) in series {
+        ConstGauge::new(*v).encode(m.encode_family(l)?)?;
+    }
+    Ok(())
+}
+
+/// The text a scrape returns.
+pub fn render(target: &TargetHandle) -> String {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(TargetCollector(target.clone())));
+    let mut out = String::new();
+    if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &registry) {
+        tracing::error!(error = %e, "encoding metrics");
+    }
+    out
+}
+
+/// Why the metrics endpoint could not start.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "metrics.address {addr}: cannot listen: {why} (pick a free address:port, or remove [metrics])"
+)]
+pub struct MetricsError {
+    pub addr: SocketAddr,
+    pub why: String,
+}
+
+/// The HTTP endpoint; dropping it stops it.
+pub struct MetricsServer {
+    server: Arc<tiny_http::Server>,
+    thread: Option<JoinHandle<()>>,
+    addr: SocketAddr,
+}
+
+impl MetricsServer {
+    /// Serves `GET /metrics` for `target` on `addr`.
+    pub fn start(target: TargetHandle, addr: SocketAddr) -> Result<MetricsServer, MetricsError> {
+        let server = tiny_http::Server::http(addr).map_err(|e| MetricsError {
+            addr,
+            why: e.to_string(),
+        })?;
+        let bound = server.server_addr().to_ip().unwrap_or(addr);
+        let server = Arc::new(server);
+        let s = Arc::clone(&server);
+        let thread = std::thread::Builder::new()
+            .name("rdmablk-metrics".into())
+            .spawn(move || {
+                for req in s.incoming_requests() {
+                    let resp = if req.method() == &tiny_http::Method::Get
+                        && (req.url() == "/metrics" || req.url().starts_with("/metrics?"))
+                    {
+                        let header = tiny_http::Header::from_bytes(
+                            &b"Content-Type"[..],
+                            &b"text/plain; version=0.0.4; charset=utf-8"[..],
+                        )
+                        .expect("static header");
+                        tiny_http::Response::from_string(render(&target)).with_header(header)
+                    } else {
+                        tiny_http::Response::from_string("rdmablk: GET /metrics\n")
+                            .with_status_code(404)
+                    };
+                    let _ = req.respond(resp);
+                }
+            })
+            .map_err(|e| MetricsError {
+                addr,
+                why: e.to_string(),
+            })?;
+        tracing::info!(addr = %bound, "metrics on http://{bound}/metrics");
+        Ok(MetricsServer {
+            server,
+            thread: Some(thread),
+            addr: bound,
+        })
+    }
+
+    /// The address it listens on (the real port where the configuration said 0).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        self.server.unblock();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
