@@ -1,6 +1,7 @@
 //! Per-worker I/O context: what a worker hands to backends when it opens its queues.
 
 pub mod uring;
+pub mod wake;
 
 use std::cell::{RefCell, RefMut};
 use std::rc::Rc;
@@ -49,5 +50,14 @@ impl WorkerIo {
     /// Whether the ring exists (some file or block backend opened a queue).
     pub fn has_ring(&self) -> bool {
         self.ring.borrow().is_some()
+    }
+
+    /// Whether every backend request in flight, `in_flight` of them, sits in the ring with
+    /// nothing left unsubmitted: then a completion will signal the ring's eventfd.
+    pub fn all_in_ring(&self, in_flight: usize) -> bool {
+        self.ring.borrow().as_ref().is_some_and(|r| {
+            r.try_borrow()
+                .is_ok_and(|r| r.in_flight() == in_flight && r.unsubmitted() == 0)
+        })
     }
 }

@@ -152,6 +152,11 @@ impl Ring {
             .map(|i| i as u16)
     }
 
+    /// Entries queued but not yet handed to the kernel.
+    pub fn unsubmitted(&self) -> u32 {
+        self.unsubmitted
+    }
+
     /// Operations submitted and not yet reaped.
     pub fn in_flight(&self) -> usize {
         self.slots.len() - self.free_slots.len()

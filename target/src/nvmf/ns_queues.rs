@@ -80,9 +80,9 @@ impl NsQueues {
         any
     }
 
-    /// Whether any queue has I/O in flight.
-    pub fn busy(&self) -> bool {
-        self.slots.iter().flatten().any(|s| s.q.in_flight() > 0)
+    /// Backend operations in flight on every queue.
+    pub fn in_flight(&self) -> u32 {
+        self.slots.iter().flatten().map(|s| s.q.in_flight()).sum()
     }
 
     /// Closes the closing queues whose I/O is done: flush, drop, answer.

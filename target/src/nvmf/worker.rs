@@ -28,6 +28,7 @@ use super::{auth, fabrics, io, Shared, TargetError};
 use crate::arena::Window;
 use crate::backend::{BackendError, Completion};
 use crate::config::PollMode;
+use crate::io::wake::BackendWake;
 use crate::io::WorkerIo;
 use crate::metrics::{NsCounters, OpKind};
 
@@ -102,6 +103,7 @@ pub(super) fn spawn(
                 }
             }
             let _ = ready_tx.send(Ok(()));
+            let backend_wake = backend_wake(&io);
             let w = Worker {
                 index,
                 backend_depth: depth,
@@ -114,6 +116,7 @@ pub(super) fn spawn(
                 nsq,
                 ns_counters,
                 _io: io,
+                backend_wake,
                 backlog: VecDeque::with_capacity(1024),
                 wcs: vec![Wc::default(); 32],
                 comps: vec![Completion::EMPTY; 64],
@@ -139,6 +142,18 @@ pub(super) fn spawn(
     }
 }
 
+/// An eventfd on the worker's ring, for interrupt mode; `None` (the worker then yields while
+/// block I/O is in flight) without a ring or when registering fails.
+fn backend_wake(io: &WorkerIo) -> Option<BackendWake> {
+    if !io.has_ring() {
+        return None;
+    }
+    let ring = io.ring().ok()?;
+    let wake = BackendWake::register(&ring.borrow());
+    wake.map_err(|e| tracing::debug!(error = %e, "io_uring eventfd: worker yields instead"))
+        .ok()
+}
+
 struct Worker {
     index: usize,
     /// Depth of each backend queue this worker opens.
@@ -155,6 +170,8 @@ struct Worker {
     /// Metrics counters by namespace slot (published in `shared.counters_by_worker`).
     ns_counters: Vec<Option<Arc<NsCounters>>>,
     _io: WorkerIo,
+    /// Signalled by `_io`'s ring on each completion (interrupt mode, when a ring exists).
+    backend_wake: Option<BackendWake>,
     /// Requests (as backend tags) waiting for backend room.
     backlog: VecDeque<u64>,
     wcs: Vec<Wc>,
@@ -691,16 +708,28 @@ impl Worker {
         self.shared.log_arena("queue closed");
     }
 
+    /// Nothing happened in the last pass. Busy mode spins. Interrupt mode sleeps on the CQ's
+    /// channel; with block I/O in flight it sleeps on the channel and the ring's eventfd
+    /// together, so neither QD1 spins a core until the kernel answers nor does a busy queue pay
+    /// a sleep while work keeps arriving (the loop only gets here after a pass found nothing).
+    /// Backends that complete without the ring (or a ring without an eventfd) get yields.
     fn idle(&mut self) {
         if self.busy_poll {
             std::hint::spin_loop();
             return;
         }
-        let backend_busy = !self.backlog.is_empty() || self.nsq.busy();
-        if backend_busy {
-            std::thread::yield_now();
-            return;
-        }
+        let in_flight = self.nsq.in_flight() as usize;
+        let use_wake = match &self.backend_wake {
+            _ if in_flight == 0 && self.backlog.is_empty() => false,
+            Some(w) if self.backlog.is_empty() && self._io.all_in_ring(in_flight) => {
+                w.clear();
+                true
+            }
+            _ => {
+                std::thread::yield_now();
+                return;
+            }
+        };
         if self.cq.arm().is_err() {
             std::thread::sleep(Duration::from_micros(200));
             return;
@@ -708,7 +737,21 @@ impl Worker {
         if self.poll_cq() {
             return;
         }
-        let _ = self.cq.wait(Some(IDLE_WAIT));
+        if !use_wake {
+            let _ = self.cq.wait(Some(IDLE_WAIT));
+            return;
+        }
+        if self.poll_backends() {
+            return;
+        }
+        let Some(w) = &self.backend_wake else {
+            return;
+        };
+        let ready = w.wait_with(self.cq.fd(), IDLE_WAIT);
+        if ready.other {
+            // Consume the armed CQ's event; the next pass polls the CQ.
+            let _ = self.cq.wait(Some(Duration::ZERO));
+        }
     }
 
     // ---------------------------------------------------------------- shutdown

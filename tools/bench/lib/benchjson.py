@@ -2,11 +2,16 @@
 """Reads rdmablk-perf --json and fio --output-format=json reports for tools/bench/*.
 
   benchjson.py point FILE          -> "iops p50_us p99_us errors" of one report (or "ERR why")
-  benchjson.py soft-vs-local DIR   -> the soft-vs-local table (markdown) from DIR/manifest
+  benchjson.py soft-vs-local DIR   -> the soft-vs-local tables (markdown) from DIR/manifest
   benchjson.py rxe-vs-kernel DIR   -> the rxe-vs-kernel tables (markdown) from DIR/manifest
+  benchjson.py rusage FILE CMD...  -> runs CMD, writes the CPU time of CMD and everything it
+                                      waited for ("user_us sys_us") to FILE, exits as CMD did
 
 A manifest line is tab-separated: key, workload, column, report file (relative to DIR),
-exit status of the command. Latency is the completion latency as each tool reports it:
+exit status of the command. A workload and column may appear once per repeat; the
+soft-vs-local table shows medians over the repeats. Beside a report REP.json, REP.cpu holds
+"host_us target_us": the command's own CPU time (all its threads and child processes, set-up
+included) and the target process's over the same span (utime + stime from /proc). Latency is the completion latency as each tool reports it:
 rdmablk-perf's clat (from just before submit to the completion) and fio's total latency
 (lat_ns, submit + completion: the same span; fio must run with --lat_percentiles=1).
 """
@@ -17,6 +22,11 @@ import sys
 
 def load(path):
     """Returns (iops, p50_us, p99_us, errors) or raises ValueError with a reason."""
+    return load_full(path)[:4]
+
+
+def load_full(path):
+    """Returns (iops, p50_us, p99_us, errors, ios) or raises ValueError with a reason."""
     try:
         with open(path) as f:
             text = f.read()
@@ -50,7 +60,7 @@ def load(path):
 
     # failed I/Os: rdmablk-perf counts them per op and per job (the same I/Os); fio per job
     errors = max(int(job.get("error", 0) or 0), int(o.get("errors", 0) or 0))
-    return o["iops"], p("50.000000"), p("99.000000"), errors
+    return o["iops"], p("50.000000"), p("99.000000"), errors, o["total_ios"]
 
 
 def fmt_iops(v):
@@ -82,7 +92,27 @@ def ratio(a, b):
 
 
 def read_manifest(d):
-    """{(workload, column): (iops, p50, p99, errors) | "ERR ..."} and the workload order."""
+    """{(workload, column): (iops, p50, p99, errors) | "ERR ..."} and the workload order.
+    A point measured more than once keeps its last measurement."""
+    runs, order, notes = read_runs(d)
+    return {k: v[-1] for k, v in runs.items()}, order, notes
+
+
+def load_cpu(report_path, ios):
+    """(host us/IO, target us/IO) from the .cpu file beside a report; None where unknown."""
+    try:
+        with open(report_path[: -len(".json")] + ".cpu") as f:
+            host_us, target_us = (float(x) for x in f.read().split())
+    except (OSError, ValueError):
+        return None, None
+    if not ios:
+        return None, None
+    return host_us / ios, target_us / ios
+
+
+def read_runs(d):
+    """{(workload, column): [point per repeat]}, the workload order and notes. A point is
+    (iops, p50, p99, errors, host_us_per_io, target_us_per_io) or "ERR ..."."""
     points, order, notes = {}, [], []
     with open(os.path.join(d, "manifest")) as f:
         for line in f:
@@ -93,7 +123,8 @@ def read_manifest(d):
             if workload not in order:
                 order.append(workload)
             try:
-                pt = load(os.path.join(d, report))
+                iops, p50, p99, errors, ios = load_full(os.path.join(d, report))
+                pt = (iops, p50, p99, errors) + load_cpu(os.path.join(d, report), ios)
                 if rc != "0":
                     notes.append(f"{workload} / {column}: exit status {rc} ({report})")
                 if pt[3]:
@@ -101,7 +132,7 @@ def read_manifest(d):
             except ValueError as e:
                 pt = f"ERR {e}"
                 notes.append(f"{workload} / {column}: FAILED, exit status {rc}: {e} ({report})")
-            points[(workload, column)] = pt
+            points.setdefault((workload, column), []).append(pt)
     return points, order, notes
 
 
@@ -138,44 +169,74 @@ def cell_iops(pt):
     return "-" if pt is None else fmt_iops(pt[0])
 
 
+def median(xs):
+    xs = sorted(x for x in xs if x is not None)
+    if not xs:
+        return None
+    m = len(xs) // 2
+    return xs[m] if len(xs) % 2 else (xs[m - 1] + xs[m]) / 2
+
+
+def combine(runs):
+    """One point from a point's repeats: the median of each field over the runs that
+    worked; "ERR ..." if none did; None if never measured."""
+    if not runs:
+        return None
+    ok = [r for r in runs if not isinstance(r, str)]
+    if not ok:
+        return runs[-1]
+    return tuple(median([r[i] for r in ok]) for i in range(len(ok[0])))
+
+
+def ratio_runs(a_runs, b_runs):
+    """Median of the per-repeat ratios a/b (repeat k of a against repeat k of b, measured
+    seconds apart), with their range when there are several: "1.02 (0.95-1.10)"."""
+    rs = [a[0] / b[0] for a, b in zip(a_runs or [], b_runs or [])
+          if not isinstance(a, str) and not isinstance(b, str) and b[0]]
+    if not rs:
+        return "-"
+    m = f"{median(rs):.2f}"
+    return m if len(rs) == 1 else f"{m} ({min(rs):.2f}-{max(rs):.2f})"
+
+
+def fmt_cpu(pt, i):
+    if pt is None or isinstance(pt, str) or pt[i] is None:
+        return "-"
+    return f"{pt[i]:.1f}"
+
+
 def soft_vs_local(d):
-    points, order, notes = read_manifest(d)
-    have_fio = any(c == "fio" for (_, c) in points)
-    have_eng = any(c == "fio-rdmablk" for (_, c) in points)
-    head = ["workload", "rdmablk soft IOPS", "local IOPS"]
+    runs, order, notes = read_runs(d)
+    cols = ("soft", "local", "fio", "fio-rdmablk")
+    have_fio = any(c == "fio" for (_, c) in runs)
+    have_eng = any(c == "fio-rdmablk" for (_, c) in runs)
+    shown = [c for c in cols if c in ("soft", "local") or (c == "fio" and have_fio)
+             or (c == "fio-rdmablk" and have_eng)]
+    label = {"soft": "rdmablk soft", "local": "local", "fio": "fio", "fio-rdmablk": "fio+rdmablk"}
+    ratios = [("soft / local", "soft", "local")]
     if have_fio:
-        head.append("fio IOPS")
+        ratios.append(("local / fio", "local", "fio"))
     if have_eng:
-        head.append("fio+rdmablk IOPS")
-    head.append("soft / local")
-    if have_fio:
-        head.append("local / fio")
-    if have_eng:
-        head.append("fio+rdmablk / soft")
-    head += ["soft p50/p99 us", "local p50/p99 us"]
-    if have_fio:
-        head.append("fio p50/p99 us")
-    if have_eng:
-        head.append("fio+rdmablk p50/p99 us")
+        ratios.append(("fio+rdmablk / soft", "fio-rdmablk", "soft"))
+    head = ["workload"] + [f"{label[c]} IOPS" for c in shown] + [r[0] for r in ratios]
+    head += [f"{label[c]} p50/p99 us" for c in shown]
     rows = [head]
     for w in order:
-        s, l, f, e = (points.get((w, c)) for c in ("soft", "local", "fio", "fio-rdmablk"))
-        row = [w, cell_iops(s), cell_iops(l)]
-        if have_fio:
-            row.append(cell_iops(f))
-        if have_eng:
-            row.append(cell_iops(e))
-        row.append(ratio(s, l))
-        if have_fio:
-            row.append(ratio(l, f))
-        if have_eng:
-            row.append(ratio(e, s))
-        row += [fmt_lat(s), fmt_lat(l)]
-        if have_fio:
-            row.append(fmt_lat(f))
-        if have_eng:
-            row.append(fmt_lat(e))
+        pts = {c: combine(runs.get((w, c))) for c in shown}
+        row = [w] + [cell_iops(pts[c]) for c in shown]
+        row += [ratio_runs(runs.get((w, a)), runs.get((w, b))) for _, a, b in ratios]
+        row += [fmt_lat(pts[c]) for c in shown]
         rows.append(row)
+    print_table(rows)
+    # CPU per I/O: the tool's whole process (host) and the target (soft and fio+rdmablk).
+    print()
+    head = ["workload"] + [f"{label[c]} host us/IO" for c in shown]
+    tcols = [c for c in shown if c in ("soft", "fio-rdmablk")]
+    head += [f"{label[c]} target us/IO" for c in tcols]
+    rows = [head]
+    for w in order:
+        pts = {c: combine(runs.get((w, c))) for c in shown}
+        rows.append([w] + [fmt_cpu(pts[c], 4) for c in shown] + [fmt_cpu(pts[c], 5) for c in tcols])
     print_table(rows)
     print_notes(notes)
 
@@ -214,8 +275,25 @@ def print_notes(notes):
         print()
 
 
+def rusage(out, argv):
+    """Runs argv; writes "user_us sys_us" of it and its waited-for descendants to OUT; returns
+    its exit status (128 + signal if killed)."""
+    import resource
+    import subprocess
+
+    try:
+        rc = subprocess.call(argv)
+    except OSError as e:
+        print(f"benchjson.py rusage: {argv[0]}: {e.strerror}", file=sys.stderr)
+        return 127
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with open(out, "w") as f:
+        f.write(f"{ru.ru_utime * 1e6:.0f} {ru.ru_stime * 1e6:.0f}\n")
+    return rc if rc >= 0 else 128 - rc
+
+
 def main():
-    if len(sys.argv) != 3:
+    if len(sys.argv) < 3 or (len(sys.argv) != 3 and sys.argv[1] != "rusage"):
         sys.exit(__doc__)
     cmd, arg = sys.argv[1], sys.argv[2]
     if cmd == "point":
@@ -224,6 +302,8 @@ def main():
             print(f"{iops:.0f} {fmt_us(p50)} {fmt_us(p99)} {errors}")
         except ValueError as e:
             print(f"ERR {e}")
+    elif cmd == "rusage":
+        sys.exit(rusage(sys.argv[2], sys.argv[3:]))
     elif cmd == "soft-vs-local":
         soft_vs_local(arg)
     elif cmd == "rxe-vs-kernel":
