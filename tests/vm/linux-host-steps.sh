@@ -72,6 +72,14 @@ nvme show-regs "$CTRL" 2>&1 | head -n 3 | sed 's/^/  show-regs (not judged): /'
 nvme list -v >"$WORK/list.txt" 2>&1 || fail "admin: nvme list -v"
 grep -q "$NQN" "$WORK/list.txt" || fail "admin: nvme list -v does not show $NQN"
 
+# ---------------------------------------------------------------- every size, 512-byte blocks
+step sizes-512
+# The file namespace has 512-byte blocks: every size from one block up to MDTS (128 KiB).
+(cd "$WORK" && fio --name=sizes --filename="$DEV2" --direct=1 --ioengine=libaio --iodepth=8 \
+  --bsrange=512-128k --rw=randwrite --size=16m --randrepeat=1 --randseed=5 --verify=crc32c \
+  --do_verify=1 --verify_fatal=1 --output="$WORK/sizes.txt") ||
+  { cat "$WORK/sizes.txt"; fail "$STEP: fio 512 B .. 128 KiB"; }
+
 # ---------------------------------------------------------------- discard, zeroes, flush
 step discard
 MIB=1048576
@@ -159,6 +167,10 @@ CONNECTED=0
 sleep 1
 check nvme connect-all -t rdma -a "$IP" -s "$PORT"
 CONNECTED=1
+# Every subsystem this host may use, and only those.
+ctrl_of "$NQN_KINDS" >/dev/null || fail "$STEP: connect-all did not connect $NQN_KINDS"
+ctrl_of nqn.2026-11.io.rdmablk:vm-hidden >/dev/null && fail "$STEP: connected a hidden subsystem"
+check nvme disconnect -n "$NQN_KINDS"
 DEV=$(ns_dev 1) || fail "connect-all: no block device for ns 1"
 CTRL=$(ctrl_of "$NQN")
 check dd if="$DEV" of=/dev/null bs=$MIB count=8 iflag=direct status=none
@@ -211,9 +223,6 @@ check nvme connect -t rdma -a "$IP" -s "$PORT" -n "$NQN"
 DEV=$(ns_dev 1) || fail "$STEP: no block device"
 
 step backends
-# The second subsystem (nvme-cli 2.3 answers "already connected" for a second subsystem on
-# the same address and port, so the first one is disconnected meanwhile).
-check nvme disconnect -n "$NQN"
 check nvme connect -t rdma -a "$IP" -s "$PORT" -n "$NQN_KINDS"
 BLK=""; NUL=""
 for _ in $(seq 1 100); do
@@ -231,6 +240,5 @@ done
 check dd if=/dev/zero of="$NUL" bs=128k count=32 oflag=direct status=none
 check dd if="$NUL" of=/dev/null bs=128k count=32 iflag=direct status=none
 check nvme disconnect -n "$NQN_KINDS"
-check nvme connect -t rdma -a "$IP" -s "$PORT" -n "$NQN"
 
 [ ${#LATER[@]} = 0 ] || fail "$(printf '%s; ' "${LATER[@]}")"
