@@ -100,33 +100,7 @@ fn unreachable_soft_target_is_a_clear_setup_error() {
 /// runs against the subsystem it lists.
 #[test]
 fn discovery_url_resolves_to_the_subsystem() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let toml = format!(
-        r#"
-[[listener]]
-provider = "soft"
-address = "127.0.0.1"
-port = {port}
-
-[arena]
-bytes = "64MiB"
-lock = false
-
-[[subsystem]]
-nqn = "nqn.2026-11.io.rdmablk:perf-discovery"
-allow_any_host = true
-
-[[subsystem.namespace]]
-nsid = 1
-backend = {{ kind = "ram", size = "16MiB" }}
-"#
-    );
-    let cfg = rdmablk_target::config::Config::from_str(&toml).expect("config");
-    let target = rdmablk_target::nvmf::Target::start(cfg).expect("target starts");
+    let (target, port) = soft_target("nqn.2026-11.io.rdmablk:perf-discovery", "");
     let url = format!("soft://127.0.0.1:{port}");
     let r = perf(&[
         &url,
@@ -157,36 +131,10 @@ backend = {{ kind = "ram", size = "16MiB" }}
 /// counters grew by exactly what the tool reports.
 #[test]
 fn metrics_count_exactly_what_rdmablk_perf_did() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let toml = format!(
-        r#"
-[[listener]]
-provider = "soft"
-address = "127.0.0.1"
-port = {port}
-
-[arena]
-bytes = "64MiB"
-lock = false
-
-[metrics]
-address = "127.0.0.1:0"
-
-[[subsystem]]
-nqn = "nqn.2026-11.io.rdmablk:metrics"
-allow_any_host = true
-
-[[subsystem.namespace]]
-nsid = 1
-backend = {{ kind = "ram", size = "16MiB" }}
-"#
+    let (target, port) = soft_target(
+        "nqn.2026-11.io.rdmablk:metrics",
+        "[metrics]\naddress = \"127.0.0.1:0\"\n",
     );
-    let cfg = rdmablk_target::config::Config::from_str(&toml).expect("config");
-    let target = rdmablk_target::nvmf::Target::start(cfg).expect("target starts");
     let handle = target.handle();
     let server = rdmablk_target::metrics::MetricsServer::start(
         handle.clone(),
@@ -237,4 +185,38 @@ backend = {{ kind = "ram", size = "16MiB" }}
     assert_eq!(scrape("write") - w0, writes, "writes counted by the target");
     drop(server);
     target.shutdown();
+}
+
+/// An in-process soft target on a free port with one 16 MiB RAM namespace in subsystem `nqn`;
+/// `extra` is TOML added before the subsystem.
+fn soft_target(nqn: &str, extra: &str) -> (rdmablk_target::nvmf::Target, u16) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let toml = format!(
+        r#"
+[[listener]]
+provider = "soft"
+address = "127.0.0.1"
+port = {port}
+
+[arena]
+bytes = "64MiB"
+lock = false
+
+{extra}
+[[subsystem]]
+nqn = "{nqn}"
+allow_any_host = true
+
+[[subsystem.namespace]]
+nsid = 1
+backend = {{ kind = "ram", size = "16MiB" }}
+"#
+    );
+    let cfg = rdmablk_target::config::Config::from_str(&toml).expect("config");
+    let target = rdmablk_target::nvmf::Target::start(cfg).expect("target starts");
+    (target, port)
 }
