@@ -2,7 +2,7 @@
 # linux-host-steps.sh - sourced by linux-host.sh once the Linux host is connected: the admin
 # set nvme-cli uses, discard / write zeroes / flush, a real file system, `nvme reset` and a
 # target restart under fio verify, `nvme connect-all`. Uses linux-host.sh's step, check, fail,
-# ns_dev, start_target and its variables (DEV DEV2 CTRL NQN NQN_KINDS IP PORT WORK TPID).
+# ns_dev, start_target and its variables (BIN DEV DEV2 CTRL NQN NQN_KINDS IP PORT WORK TPID).
 
 # kconnect NQN [OPTIONS]: connects NQN at $IP:$PORT through /dev/nvme-fabrics, as nvme-cli
 # does underneath, with this host's NQN (and OPTIONS, comma-separated kernel options).
@@ -174,6 +174,26 @@ check nvme disconnect -n "$NQN_KINDS"
 DEV=$(ns_dev 1) || fail "connect-all: no block device for ns 1"
 CTRL=$(ctrl_of "$NQN")
 check dd if="$DEV" of=/dev/null bs=$MIB count=8 iflag=direct status=none
+
+# ---------------------------------------------------------------- a namespace added live
+step live-namespace
+# rdmablk-ctl adds namespace 3 while fio verifies on namespace 1: the host sees /dev/nvmeXn3
+# appear (Namespace Attribute Changed event, Changed Namespace List), uses it, and sees it go.
+CTL=${RDMABLK_CTL:-$(dirname "$BIN")/rdmablk-ctl}
+[ -x "$CTL" ] || fail "$STEP: no rdmablk-ctl at $CTL"
+fio_bg live "$DEV"
+check "$CTL" namespace add "$NQN" 3 --backend ram --size 32MiB
+DEV3=$(ns_dev 3) || fail "$STEP: namespace 3 did not appear on the host"
+check dd if=/dev/urandom of="$WORK/ns3.bin" bs=1M count=4 status=none
+check dd if="$WORK/ns3.bin" of="$DEV3" bs=1M oflag=direct status=none
+check dd if="$DEV3" of="$WORK/ns3.back" bs=1M count=4 iflag=direct status=none
+cmp "$WORK/ns3.back" "$WORK/ns3.bin" || fail "$STEP: namespace 3 reads back other data"
+check "$CTL" namespace remove "$NQN" 3
+gone=0
+for _ in $(seq 1 100); do [ -b "$DEV3" ] || { gone=1; break; }; sleep 0.1; done
+[ "$gone" = 1 ] || fail "$STEP: $DEV3 is still there after the namespace was removed"
+fio_wait live
+grep -q "nsid = 3" "$WORK/target.toml" && fail "$STEP: the configuration file still has ns 3"
 
 # ---------------------------------------------------------------- the host's lifecycle
 step disconnect-between-passes

@@ -218,5 +218,5 @@ say "last arena line: $LAST"
 echo "$LAST" | grep -q 'arena_bytes_in_use=0' || fail "arena not idle after the host left"
 losetup -d "$LOOPDEV" 2>/dev/null
 dmesg | grep -iE "nvme|rdma" | tail -n 12 | sed 's/^/  dmesg: /'
-echo "RESULT: PASS (Linux nvme-rdma host <-> rdmablk-target on rxe0: discover, connect, fio crc32c verify, admin set, discard/write zeroes/flush, ext4 with fstrim and fsck, reset and target restart under fio, connect-all, disconnect, clean exit)"
+echo "RESULT: PASS (Linux nvme-rdma host <-> rdmablk-target on rxe0: discover, connect, fio crc32c verify, admin set, discard/write zeroes/flush, ext4 with fstrim and fsck, reset and target restart under fio, connect-all, a namespace added and removed live, lifecycle and queue options, block and null backends, disconnect, clean exit)"
 rm -rf "$WORK"
