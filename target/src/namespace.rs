@@ -8,7 +8,7 @@
 //! after the page cache silently dropped the data the failed one was about (the Linux
 //! writeback-error semantics), and the host would take lost data for durable. Reads continue.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::backend::{
@@ -30,6 +30,8 @@ pub struct Namespace {
     read_only: bool,
     uuid: Option<[u8; 16]>,
     fenced: Arc<AtomicBool>,
+    /// Capacity in blocks, shared with every worker's queue (grows on reload).
+    capacity: Arc<AtomicU64>,
 }
 
 impl Namespace {
@@ -44,6 +46,7 @@ impl Namespace {
     /// A namespace over an already opened backend.
     pub fn new(nsid: u32, backend: Arc<dyn Backend>, read_only: bool) -> Namespace {
         assert!(nsid != 0 && nsid != u32::MAX, "invalid NSID {nsid:#x}");
+        let capacity = Arc::new(AtomicU64::new(backend.num_blocks()));
         Namespace {
             nsid,
             slot: 0,
@@ -51,6 +54,7 @@ impl Namespace {
             backend,
             uuid: None,
             fenced: Arc::new(AtomicBool::new(false)),
+            capacity,
         }
     }
 
@@ -74,7 +78,16 @@ impl Namespace {
 
     /// Capacity in blocks (NSZE / NCAP).
     pub fn num_blocks(&self) -> u64 {
-        self.backend.num_blocks()
+        self.capacity.load(Ordering::Acquire)
+    }
+
+    /// Picks up a grown file or device: the new capacity if it grew (queues see it at once).
+    pub fn refresh_capacity(&self) -> Result<Option<u64>, String> {
+        let grown = self.backend.refresh_capacity()?;
+        if let Some(blocks) = grown {
+            self.capacity.store(blocks, Ordering::Release);
+        }
+        Ok(grown)
     }
 
     /// Write-protected (by configuration or because the backend was opened read-only).
@@ -108,7 +121,7 @@ impl Namespace {
             fenced: Arc::clone(&self.fenced),
             read_only: self.read_only,
             block_size: self.block_size(),
-            num_blocks: self.num_blocks(),
+            num_blocks: Arc::clone(&self.capacity),
         })
     }
 }
@@ -121,7 +134,7 @@ pub struct NamespaceQueue {
     fenced: Arc<AtomicBool>,
     read_only: bool,
     block_size: u32,
-    num_blocks: u64,
+    num_blocks: Arc<AtomicU64>,
 }
 
 impl NamespaceQueue {
@@ -135,7 +148,11 @@ impl NamespaceQueue {
         if (kind.modifies() || kind.is_durability_point()) && self.fenced.load(Ordering::Acquire) {
             return Err(IoError::new(IoErrorKind::WritesFenced).into());
         }
-        check_request(&req.op, self.block_size, self.num_blocks)?;
+        check_request(
+            &req.op,
+            self.block_size,
+            self.num_blocks.load(Ordering::Acquire),
+        )?;
         self.inner.submit(req)
     }
 

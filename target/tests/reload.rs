@@ -291,3 +291,58 @@ fn subsystems_and_listeners_come_and_go() {
     wait_idle(&t);
     t.shutdown();
 }
+
+#[test]
+fn a_file_grown_on_disk_grows_its_namespace_on_reload() {
+    init_tracing();
+    let port = free_port();
+    let dir = std::env::temp_dir().join(format!("rdmablk-grow-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let img = dir.join("grow.img");
+    std::fs::write(&img, vec![0u8; 4 << 20]).unwrap();
+    let extra = format!(
+        "\n[[subsystem.namespace]]\nnsid = 2\nblock_size = 512\n\
+         backend = {{ kind = \"file\", path = \"{}\", direct = false }}\n",
+        img.display()
+    );
+    let t = Target::start(cfg(port, &[1], &[HOSTNQN], &extra)).expect("target starts");
+    let (mut admin, _) = admin_queue(t.local_addrs()[0], 0);
+    arm_events(&mut admin);
+    let ctrl = Controller::connect_with(&url(&t), opts()).expect("initiator connects");
+    assert_eq!(ctrl.namespace(2).unwrap().capacity_bytes(), 4 << 20);
+
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&img)
+        .unwrap()
+        .set_len(8 << 20)
+        .unwrap();
+    let changes = t
+        .handle()
+        .apply(cfg(port, &[1], &[HOSTNQN], &extra))
+        .expect("reload");
+    assert!(
+        changes
+            .iter()
+            .any(|c| c.contains("namespace 2 grew to 16384 blocks")),
+        "{changes:?}"
+    );
+    let aen = admin.wait_response().expect("the AER completes");
+    assert_eq!(AsyncEvent::from_dw0(aen.dw0), AsyncEvent::ns_changed());
+    assert_eq!(changed_namespaces(&mut admin), vec![2]);
+    ctrl.rescan_namespaces().unwrap();
+    let ns = ctrl.namespace(2).unwrap();
+    assert_eq!(ns.capacity_bytes(), 8 << 20);
+    // The blocks past the old end take I/O.
+    let data = pattern(5, 4096);
+    ns.write_at((6 << 20) as u64, &data).unwrap();
+    let mut back = vec![0u8; 4096];
+    ns.read_at((6 << 20) as u64, &mut back).unwrap();
+    assert_eq!(back, data);
+    drop(ns);
+    drop(ctrl);
+    drop(admin);
+    wait_idle(&t);
+    t.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -143,6 +143,10 @@ impl Backend for ErrorBackend {
         self.inner.num_blocks()
     }
 
+    fn refresh_capacity(&self) -> Result<Option<u64>, String> {
+        self.inner.refresh_capacity()
+    }
+
     fn read_only(&self) -> bool {
         self.inner.read_only()
     }

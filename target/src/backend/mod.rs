@@ -43,6 +43,11 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     fn deallocated_reads_zeroes(&self) -> bool {
         false
     }
+    /// Looks at the storage's size again (a file or device grown on disk): the new capacity in
+    /// blocks if it grew, `None` if unchanged; growth only (a shrink is an error, not applied).
+    fn refresh_capacity(&self) -> Result<Option<u64>, String> {
+        Ok(None)
+    }
     /// A queue for the calling worker, for at most `depth` outstanding requests. Call it on the
     /// worker's thread, with the worker's `io`.
     fn open_queue(&self, io: &WorkerIo, depth: u32) -> Result<Box<dyn BackendQueue>, BackendError>;

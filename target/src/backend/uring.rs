@@ -20,7 +20,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use io_uring::{opcode, squeue, types};
@@ -45,7 +45,8 @@ struct FileState {
     path: PathBuf,
     file: File,
     block_size: u32,
-    num_blocks: u64,
+    /// Grows when the file or device grows and a reload looks ([`Backend::refresh_capacity`]).
+    num_blocks: AtomicU64,
     read_only: bool,
     direct: bool,
     /// Alignment O_DIRECT needs of buffer addresses.
@@ -267,7 +268,7 @@ impl UringFile {
             path: path.to_owned(),
             file,
             block_size,
-            num_blocks,
+            num_blocks: AtomicU64::new(num_blocks),
             read_only,
             direct,
             mem_align,
@@ -297,7 +298,30 @@ impl Backend for UringFile {
     }
 
     fn num_blocks(&self) -> u64 {
-        self.0.num_blocks
+        self.0.num_blocks.load(Ordering::Acquire)
+    }
+
+    fn refresh_capacity(&self) -> Result<Option<u64>, String> {
+        use std::io::Seek;
+        let f = &self.0;
+        let len = (&f.file)
+            .seek(std::io::SeekFrom::End(0))
+            .map_err(|e| format!("{}: size: {e}", f.path.display()))?;
+        let blocks = len / u64::from(f.block_size);
+        let old = f.num_blocks.load(Ordering::Acquire);
+        if blocks < old {
+            return Err(format!(
+                "{} shrank from {old} to {blocks} blocks: not applied (hosts may hold data \
+                 there; remove and add the namespace to shrink it)",
+                f.path.display()
+            ));
+        }
+        if blocks == old {
+            return Ok(None);
+        }
+        f.num_blocks.store(blocks, Ordering::Release);
+        tracing::info!(path = %f.path.display(), old, blocks, "namespace grew");
+        Ok(Some(blocks))
     }
 
     fn read_only(&self) -> bool {
@@ -462,7 +486,7 @@ impl BackendQueue for UringQueue {
             return Err(SubmitError::Busy);
         }
         let f = &*self.file;
-        check_request(&req.op, f.block_size, f.num_blocks)?;
+        check_request(&req.op, f.block_size, f.num_blocks.load(Ordering::Acquire))?;
         if f.read_only && req.op.kind().modifies() {
             return Err(IoError::new(IoErrorKind::ReadOnly).into());
         }

@@ -365,6 +365,21 @@ fn publish(shared: &Arc<Shared>, plan: &Plan, new: &Config, ready: Prepared) -> 
             .cloned()
             .collect();
         let mut ids = gone.clone();
+        // Kept namespaces whose file or device grew on disk: the new capacity, and an event.
+        for n in nss.iter() {
+            match n.refresh_capacity() {
+                Ok(Some(blocks)) => {
+                    ids.push(n.nsid());
+                    changes.push(format!(
+                        "subsystem {} namespace {} grew to {blocks} blocks",
+                        s.nqn,
+                        n.nsid()
+                    ));
+                }
+                Ok(None) => {}
+                Err(why) => tracing::warn!(nsid = n.nsid(), "reload: {why}"),
+            }
+        }
         for n in &fresh {
             ids.push(n.nsid());
             let what = if gone.contains(&n.nsid()) {
@@ -379,9 +394,12 @@ fn publish(shared: &Arc<Shared>, plan: &Plan, new: &Config, ready: Prepared) -> 
                 changes.push(format!("subsystem {} namespace {id} removed", s.nqn));
             }
         }
+        let membership_changed = !gone.is_empty() || !fresh.is_empty();
         nss.extend(fresh);
-        if !ids.is_empty() {
+        if membership_changed {
             sub.set_namespaces(nss);
+        }
+        if !ids.is_empty() {
             ids.sort_unstable();
             ids.dedup();
             touched.push((Arc::clone(sub), ids));
