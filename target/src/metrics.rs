@@ -93,15 +93,33 @@ impl NsCounters {
 }
 
 /// One worker's counters.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct WorkerCounters {
-    /// Time the worker spent working (not waiting for work), ns.
-    pub busy_ns: AtomicU64,
+    /// When the worker's counters started.
+    started: std::time::Instant,
+    /// Time the worker spent waiting for work, ns (busy time is the rest).
+    pub idle_ns: AtomicU64,
     /// By namespace slot (published for the scraper; the worker keeps its own copy).
     slots: ArcSwap<Vec<Option<Arc<NsCounters>>>>,
 }
 
+impl Default for WorkerCounters {
+    fn default() -> Self {
+        WorkerCounters {
+            started: std::time::Instant::now(),
+            idle_ns: AtomicU64::new(0),
+            slots: ArcSwap::default(),
+        }
+    }
+}
+
 impl WorkerCounters {
+    /// Time spent working since the worker started, seconds.
+    pub fn busy_seconds(&self) -> f64 {
+        let total = self.started.elapsed().as_nanos() as u64;
+        total.saturating_sub(self.idle_ns.load(Ordering::Relaxed)) as f64 / 1e9
+    }
+
     /// Fresh counters for `slot` (a namespace was opened there), published and returned.
     pub fn reset_slot(&self, slot: usize) -> Arc<NsCounters> {
         let fresh = Arc::new(NsCounters::default());
@@ -279,12 +297,7 @@ impl Collector for TargetCollector {
         let busy: Vec<(Labels, f64)> = workers
             .iter()
             .enumerate()
-            .map(|(i, w)| {
-                (
-                    vec![("worker", i.to_string())],
-                    w.busy_ns.load(Ordering::Relaxed) as f64 / 1e9,
-                )
-            })
+            .map(|(i, w)| (vec![("worker", i.to_string())], w.busy_seconds()))
             .collect();
         {
             let mut m = enc.encode_descriptor(

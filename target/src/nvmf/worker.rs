@@ -198,9 +198,8 @@ fn slab_index(key: u32) -> usize {
 impl Worker {
     fn run(mut self) {
         tracing::debug!(worker = self.index, "worker started");
-        let busy_ns = &Arc::clone(&self.shared.counters_by_worker[self.index]).busy_ns;
+        let counters = Arc::clone(&self.shared.counters_by_worker[self.index]);
         loop {
-            let pass = Instant::now();
             let mut busy = self.take_new();
             busy |= self.poll_cq();
             busy |= self.poll_backends();
@@ -214,10 +213,14 @@ impl Worker {
             if self.shared.stopping() && self.shutdown_step() {
                 break;
             }
-            if busy {
-                busy_ns.fetch_add(pass.elapsed().as_nanos() as u64, Ordering::Relaxed);
-            } else {
+            if !busy {
+                // Only the waiting is timed (busy = lifetime - idle): no clock read per pass
+                // while work keeps coming.
+                let t = Instant::now();
                 self.idle();
+                counters
+                    .idle_ns
+                    .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
             }
         }
         self.final_flush();
