@@ -112,7 +112,8 @@ enum HostOp {
         nqn: String,
         host: String,
         /// The host's DH-HMAC-CHAP secret (`DHHC-1:...`, as `nvme gen-dhchap-key` prints
-        /// it): the host must authenticate. Note that it is written into the config file.
+        /// it): the host must authenticate. Given for a host already listed, it replaces
+        /// that entry. The key is written into the config file (keep it mode 600).
         #[arg(long)]
         dhchap_key: Option<String>,
         /// The controller's secret, for a host that authenticates the controller too.

@@ -150,10 +150,19 @@ pub fn apply(text: &str, edit: &Edit) -> Result<String, String> {
                 .or_insert(value(Array::new()))
                 .as_array_mut()
                 .ok_or("`hosts` is not an array")?;
-            if hosts.iter().any(|h| entry_nqn(h) == Some(host.as_str())) {
-                return Err(format!("subsystem {nqn} allows {host} already"));
+            let entry = host_entry(host, dhchap_key, dhchap_ctrl_key)?;
+            let listed = hosts
+                .iter()
+                .position(|h| entry_nqn(h) == Some(host.as_str()));
+            match listed {
+                // With keys, a listed host gets them (its entry is replaced): the host list
+                // may never be empty, so "remove, then add with keys" cannot be the way.
+                Some(i) if dhchap_key.is_some() => {
+                    hosts.replace(i, entry);
+                }
+                Some(_) => return Err(format!("subsystem {nqn} allows {host} already")),
+                None => hosts.push(entry),
             }
-            hosts.push(host_entry(host, dhchap_key, dhchap_ctrl_key)?);
         }
         Edit::HostRemove { nqn, host } => {
             let sub = find_subsystem(&mut doc, nqn).ok_or_else(|| no_subsystem(nqn))?;
@@ -435,6 +444,22 @@ backend = { kind = "ram", size = "8MiB" }
             t.contains(r#"{ nqn = "blktests-host", dhchap_key = "#),
             "{t}"
         );
+        // keys given to a listed host replace its entry (a host list is never empty)
+        let t = edit(
+            &format!(
+                r#"{{"cmd":"host-add","nqn":"nqn.2026-11.io.rdmablk:a",
+                    "host":"nqn.2026-11.io.rdmablk:h1","dhchap_key":"{KEY}"}}"#
+            ),
+            &t,
+        )
+        .unwrap();
+        assert!(!t.contains(r#"["nqn.2026-11.io.rdmablk:h1""#), "{t}");
+        let e = edit(
+            r#"{"cmd":"host-add","nqn":"nqn.2026-11.io.rdmablk:a","host":"blktests-host"}"#,
+            &t,
+        )
+        .unwrap_err();
+        assert!(e.contains("already"), "{e}");
         let t = edit(
             r#"{"cmd":"namespace-add","nqn":"nqn.2026-11.io.rdmablk:a","nsid":2,
                 "uuid":"91fdba0d-f87b-4c25-b80f-db7be1418b9e",
@@ -443,16 +468,20 @@ backend = { kind = "ram", size = "8MiB" }
         )
         .unwrap();
         let cfg = crate::config::Config::from_str(&t).expect("still a valid configuration");
-        let host = &cfg.subsystems[0].hosts[1];
-        assert_eq!(host.nqn(), "blktests-host");
-        assert!(host.has_inline_secret());
+        let hosts = &cfg.subsystems[0].hosts;
+        assert_eq!(hosts.len(), 2);
+        assert!(hosts[0].has_inline_secret() && hosts[1].has_inline_secret());
+        assert_eq!(hosts[1].nqn(), "blktests-host");
         assert!(cfg.subsystems[0].namespaces[1].uuid.is_some());
         let t = edit(
             r#"{"cmd":"host-remove","nqn":"nqn.2026-11.io.rdmablk:a","host":"blktests-host"}"#,
             &t,
         )
         .unwrap();
-        assert!(!t.contains("dhchap_key"), "{t}");
+        assert!(
+            !t.contains("blktests-host") && t.contains("rdmablk:h1"),
+            "{t}"
+        );
         let e = edit(
             &format!(
                 r#"{{"cmd":"host-add","nqn":"nqn.2026-11.io.rdmablk:a","host":"h",
