@@ -12,10 +12,11 @@
 # Env (from tools/blktests): ROOT (checkout), OUT (build/blktests), BT (the built blktests
 # copy), TESTS ("nvme/003 nvme/004 ..."), TARGETS ("rdmablk nvmet"), KCONFIG (the guest
 # kernel's config file, for blktests' _have_kernel_option), RXE_ADDR, NVME_IMG_SIZE,
-# PHASE_TIMEOUT (seconds for one target's whole ./check).
+# PHASE_TIMEOUT (seconds for one target's whole ./check), TEST_STALL (900 s without output).
 set -u
 : "${ROOT:?}" "${OUT:?}" "${BT:?}" "${TESTS:?}" "${TARGETS:?}" "${RXE_ADDR:?}"
 PHASE_TIMEOUT=${PHASE_TIMEOUT:-3000}
+TEST_STALL=${TEST_STALL:-900}
 say() { echo "blktests-guest: $*"; }
 
 # What blktests expects of a normal system that the VM's minimal /dev and /boot lack.
@@ -102,6 +103,35 @@ for s in json.load(sys.stdin)["result"]["subsystems"]: print(s["nqn"])'); do
   done
 }
 
+# One ./check for all tests (each check start costs ~20 s under TCG); the kernel log is split
+# per test afterwards at blktests' "run blktests nvme/NNN" markers. A test that prints
+# nothing for $TEST_STALL seconds (e.g. one left waiting on a hung fio) is stopped with its
+# ./check, marked in the output, and ./check goes on with the tests after it.
+run_check() {
+  local target=$1 remaining=$TESTS cpid last age rc=0
+  local out=$OUT/$target/check.out
+  : > "$out"
+  while [ -n "$remaining" ]; do
+    # shellcheck disable=SC2086
+    setsid ./check -o "$SCR/results-$target" $remaining >> "$out" 2>&1 & cpid=$!
+    local stalled=0 start; start=$(date +%s)
+    while kill -0 "$cpid" 2>/dev/null; do
+      sleep 10
+      age=$(( $(date +%s) - $(stat -c %Y "$out") ))
+      if [ "$age" -gt "$TEST_STALL" ] || [ $(( $(date +%s) - start )) -gt "$PHASE_TIMEOUT" ]; then
+        echo "    blktests-guest: no output for ${age} s: test stalled, ./check stopped" >> "$out"
+        kill -KILL -- -"$cpid" 2>/dev/null; stalled=1; break
+      fi
+    done
+    wait "$cpid"; rc=$?
+    [ $stalled = 1 ] || break
+    last=$(grep -oE '^nvme/[0-9]+' "$out" | tail -1)
+    remaining=$(echo "$remaining" | tr ' ' '\n' | awk -v l="$last" 'f; $0 == l { f = 1 }' | tr '\n' ' ')
+    remaining=${remaining% }
+  done
+  return $rc
+}
+
 cd "$BT" || exit 2
 for target in $TARGETS; do
   mkdir -p "$OUT/$target" && : > "$OUT/$target.results"
@@ -114,13 +144,9 @@ for target in $TARGETS; do
       export RDMABLK_CTL_SOCKET=$SCR/rdmablk/ctl.sock BLKTESTS_IMG_DIR=$SCR/rdmablk/img
       export RDMABLK_BLKTESTS_TRADDR=$RXE_ADDR RDMABLK_BLKTESTS_LOG=$OUT/rdmablk/control.log
     fi
-    # One ./check for all tests (each check start costs ~20 s under TCG); the kernel log is
-    # split per test afterwards at blktests' "run blktests nvme/NNN" markers.
     dmesg -C; dmesg -w > "$OUT/$target/dmesg.log" 2>&1 & DPID=$!
     t0=$(date +%s)
-    # shellcheck disable=SC2086
-    timeout -k 10 "$PHASE_TIMEOUT" ./check -o "$SCR/results-$target" $TESTS \
-      > "$OUT/$target/check.out" 2>&1
+    run_check "$target"
     rc=$?
     t1=$(date +%s)
     sleep 1; kill "$DPID"
