@@ -51,13 +51,14 @@ PLACEHOLDER=nqn.2026-11.io.rdmablk:blktests-placeholder
 start_rdmablk() {
   local d=$SCR/rdmablk
   mkdir -p "$d/img"
-  # The file must name one subsystem: a placeholder no test uses. 1 MiB MDTS as nvmet-rdma
-  # offers (nvme/029 passes 512 KiB through nvme-cli); 512-byte blocks as nvmet on a loop device.
+  # The file must name a listener and a subsystem: a placeholder no test uses, on port 4419
+  # (blktests-target-control adds 4420 at setup and removes it at cleanup, as blktests does
+  # nvmet's port). 1 MiB MDTS as nvmet-rdma offers (nvme/029 passes 512 KiB through nvme-cli).
   cat > "$d/target.toml" <<CFG
 [[listener]]
 provider = "verbs"
 address = "$RXE_ADDR"
-port = 4420
+port = 4419
 
 [target]
 worker_threads = 2
