@@ -22,7 +22,9 @@ use rdmablk::fabric::ProviderKind;
 
 pub use auth::{warn_if_readable_by_others, HostAuth, HostConfig, HostEntry, SecretString};
 pub use bytes::ByteSize;
-pub use nqn::{parse_uuid, validate_nqn, validate_uuid, DISCOVERY_NQN, MAX_NQN_BYTES};
+pub use nqn::{
+    nqn_form_warning, parse_uuid, validate_nqn, validate_uuid, DISCOVERY_NQN, MAX_NQN_BYTES,
+};
 pub use validate::Problem;
 
 use crate::arena::WindowLayout;
@@ -472,7 +474,26 @@ impl Config {
         })?;
         let cfg = Config::parse(&text, Some(path))?;
         cfg.warn_secret_permissions(path);
+        cfg.warn_nonstandard_nqns();
         Ok(cfg)
+    }
+
+    /// Warns about NQNs outside the specification's two forms (accepted, as nvmet does).
+    fn warn_nonstandard_nqns(&self) {
+        let subsystems = self.subsystems.iter().map(|s| s.nqn.as_str());
+        let hosts = self
+            .subsystems
+            .iter()
+            .flat_map(|s| &s.hosts)
+            .map(HostEntry::nqn);
+        let discovery = self.target.discovery_nqn.as_deref();
+        for nqn in subsystems.chain(hosts).chain(discovery) {
+            if let Some(why) = nqn_form_warning(nqn) {
+                tracing::warn!(
+                    "NQN outside the NVMe naming forms (accepted, as Linux does): {why}"
+                );
+            }
+        }
     }
 
     /// Warns about the config file and key files that others can read while they hold

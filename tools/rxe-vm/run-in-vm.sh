@@ -27,6 +27,8 @@
 #      RXE_VM_IP (10.0.2.15) RXE_VM_MTU (1500) RXE_VM_MODULES (extra modules)
 #      RXE_VM_RW (extra writable dirs) RXE_VM_VERBOSE=1 (console + timings)
 #      RXE_VM_KEEP=1 (keep the per-run dir with console.log)
+#      RXE_VM_DISK (a raw image file attached as a virtio disk, the guest's /dev/vda after
+#        `modprobe virtio_blk`: a scratch file system that takes O_DIRECT, unlike 9p/tmpfs)
 # cargo: [target.x86_64-unknown-linux-gnu] runner = "/path/to/run-in-vm.sh" in
 # .cargo/config.toml makes `cargo test` run each test binary in a fresh VM.
 set -euo pipefail
@@ -261,6 +263,8 @@ Q=(qemu-system-x86_64 -accel tcg -cpu max -m "$MEM" -smp "$SMP" -nodefaults -no-
    -device virtio-serial-pci
    -chardev "file,id=o1,path=$RUN/stdout.fifo" -device virtserialport,chardev=o1,name=stdout
    -chardev "file,id=o2,path=$RUN/stderr.fifo" -device virtserialport,chardev=o2,name=stderr)
+[ -n "${RXE_VM_DISK:-}" ] &&
+  Q+=(-drive "file=$RXE_VM_DISK,if=virtio,format=raw,cache=unsafe,discard=unmap")
 i=0; for p in "${SHARES[@]}"; do
   Q+=(-fsdev "local,id=w$i,path=$p,security_model=none" -device "virtio-9p-pci,fsdev=w$i,mount_tag=rw$i"); i=$((i+1)); done
 

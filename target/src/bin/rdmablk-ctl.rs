@@ -6,8 +6,10 @@
 //! rdmablk-ctl subsystem add NQN [--allow-any-host | --host NQN ...]
 //! rdmablk-ctl subsystem remove NQN
 //! rdmablk-ctl namespace add NQN NSID --backend KIND [--path P] [--size S] [--block-size N]
+//!                                     [--uuid UUID]
 //! rdmablk-ctl namespace remove NQN NSID
-//! rdmablk-ctl host add|remove NQN HOSTNQN
+//! rdmablk-ctl host add NQN HOSTNQN [--dhchap-key K [--dhchap-ctrl-key K]]
+//! rdmablk-ctl host remove NQN HOSTNQN
 //! rdmablk-ctl listener add|remove PROVIDER ADDRESS [PORT]
 //! rdmablk-ctl drain ADDR:PORT             stop accepting there; connections stay
 //! ```
@@ -94,6 +96,9 @@ enum NamespaceOp {
         size: Option<String>,
         #[arg(long)]
         block_size: Option<u32>,
+        /// The namespace UUID reported in its identification descriptors.
+        #[arg(long)]
+        uuid: Option<String>,
     },
     Remove {
         nqn: String,
@@ -103,8 +108,22 @@ enum NamespaceOp {
 
 #[derive(Debug, Subcommand)]
 enum HostOp {
-    Add { nqn: String, host: String },
-    Remove { nqn: String, host: String },
+    Add {
+        nqn: String,
+        host: String,
+        /// The host's DH-HMAC-CHAP secret (`DHHC-1:...`, as `nvme gen-dhchap-key` prints
+        /// it): the host must authenticate. Given for a host already listed, it replaces
+        /// that entry. The key is written into the config file (keep it mode 600).
+        #[arg(long)]
+        dhchap_key: Option<String>,
+        /// The controller's secret, for a host that authenticates the controller too.
+        #[arg(long, requires = "dhchap_key")]
+        dhchap_ctrl_key: Option<String>,
+    },
+    Remove {
+        nqn: String,
+        host: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -145,6 +164,7 @@ fn request(cmd: &Cmd) -> Value {
                 path,
                 size,
                 block_size,
+                uuid,
             } => {
                 let mut b = json!({ "kind": backend });
                 if let Some(p) = path {
@@ -159,6 +179,9 @@ fn request(cmd: &Cmd) -> Value {
                 if let Some(bs) = block_size {
                     r["block_size"] = json!(bs);
                 }
+                if let Some(u) = uuid {
+                    r["uuid"] = json!(u);
+                }
                 r
             }
             NamespaceOp::Remove { nqn, nsid } => {
@@ -166,7 +189,21 @@ fn request(cmd: &Cmd) -> Value {
             }
         },
         Cmd::Host { op } => match op {
-            HostOp::Add { nqn, host } => json!({"cmd": "host-add", "nqn": nqn, "host": host}),
+            HostOp::Add {
+                nqn,
+                host,
+                dhchap_key,
+                dhchap_ctrl_key,
+            } => {
+                let mut r = json!({"cmd": "host-add", "nqn": nqn, "host": host});
+                if let Some(k) = dhchap_key {
+                    r["dhchap_key"] = json!(k);
+                }
+                if let Some(k) = dhchap_ctrl_key {
+                    r["dhchap_ctrl_key"] = json!(k);
+                }
+                r
+            }
             HostOp::Remove { nqn, host } => {
                 json!({"cmd": "host-remove", "nqn": nqn, "host": host})
             }

@@ -178,7 +178,11 @@ fn namespace_ids_are_checked() {
 
 #[test]
 fn nqns_and_hosts_are_checked() {
-    let text = MINIMAL.replace("io.rdmablk:test", "io.rdmablk");
+    // nvmet's names (blktests uses "blktests-subsystem-1") load; only unusable ones fail.
+    let text = MINIMAL.replace("nqn.2026-11.io.rdmablk:test", "blktests-subsystem-1");
+    let cfg = Config::from_str(&text).expect("nvmet's subsystem names load");
+    assert_eq!(cfg.subsystems[0].nqn, "blktests-subsystem-1");
+    let text = MINIMAL.replace("io.rdmablk:test", "io.rdmablk:has space");
     assert!(has_problem(&text, "subsystem[0].nqn"));
     let dup = format!(
         "{MINIMAL}\n[[subsystem]]\nnqn = \"nqn.2026-11.io.rdmablk:test\"\nallow_any_host = true\n"
@@ -188,12 +192,12 @@ fn nqns_and_hosts_are_checked() {
     assert!(has_problem(&text, "subsystem[0].hosts"));
     let text = MINIMAL.replace(
         "allow_any_host = true",
-        "hosts = [\"nqn.2014-08.org.nvmexpress:uuid:f81d4fae-7dec-11d0-a765-00a0c91e6bf6\", \"bad\"]",
+        "hosts = [\"nqn.2014-08.org.nvmexpress:uuid:f81d4fae-7dec-11d0-a765-00a0c91e6bf6\", \"bad host\"]",
     );
     let p = problems(&text);
     assert_eq!(p.len(), 1, "{p:?}");
     assert_eq!(p[0].key, "subsystem[0].hosts[1]");
-    let text = MINIMAL.replace("io.rdmablk:test", "org.nvmexpress.discovery");
+    let text = MINIMAL.replace("nqn.2026-11.io.rdmablk:test", DISCOVERY_NQN);
     assert!(has_problem(&text, "subsystem[0].nqn"));
 }
 

@@ -28,6 +28,9 @@ pub enum Edit {
         nsid: u32,
         #[serde(default)]
         block_size: Option<u32>,
+        /// The namespace UUID (identification descriptor), `xxxxxxxx-xxxx-...`.
+        #[serde(default)]
+        uuid: Option<String>,
         /// The backend table as in the file: `{"kind": "file", "path": "..."}`.
         backend: serde_json::Map<String, serde_json::Value>,
     },
@@ -38,6 +41,12 @@ pub enum Edit {
     HostAdd {
         nqn: String,
         host: String,
+        /// The host's DH-HMAC-CHAP secret (`DHHC-1:..`): the host must authenticate.
+        #[serde(default)]
+        dhchap_key: Option<String>,
+        /// The controller's secret, for a host that authenticates the controller too.
+        #[serde(default)]
+        dhchap_ctrl_key: Option<String>,
     },
     HostRemove {
         nqn: String,
@@ -93,6 +102,7 @@ pub fn apply(text: &str, edit: &Edit) -> Result<String, String> {
             nqn,
             nsid,
             block_size,
+            uuid,
             backend,
         } => {
             let sub = find_subsystem(&mut doc, nqn).ok_or_else(|| no_subsystem(nqn))?;
@@ -108,6 +118,9 @@ pub fn apply(text: &str, edit: &Edit) -> Result<String, String> {
             if let Some(bs) = block_size {
                 t.insert("block_size", value(i64::from(*bs)));
             }
+            if let Some(u) = uuid {
+                t.insert("uuid", value(u.as_str()));
+            }
             t.insert("backend", value(inline(backend)?));
             nss.push(t);
         }
@@ -120,7 +133,12 @@ pub fn apply(text: &str, edit: &Edit) -> Result<String, String> {
                 .ok_or_else(|| format!("subsystem {nqn} has no namespace {nsid}"))?;
             nss.remove(i);
         }
-        Edit::HostAdd { nqn, host } => {
+        Edit::HostAdd {
+            nqn,
+            host,
+            dhchap_key,
+            dhchap_ctrl_key,
+        } => {
             let sub = find_subsystem(&mut doc, nqn).ok_or_else(|| no_subsystem(nqn))?;
             if sub.get("allow_any_host").and_then(Item::as_bool) == Some(true) {
                 return Err(format!(
@@ -132,10 +150,19 @@ pub fn apply(text: &str, edit: &Edit) -> Result<String, String> {
                 .or_insert(value(Array::new()))
                 .as_array_mut()
                 .ok_or("`hosts` is not an array")?;
-            if hosts.iter().any(|h| entry_nqn(h) == Some(host.as_str())) {
-                return Err(format!("subsystem {nqn} allows {host} already"));
+            let entry = host_entry(host, dhchap_key, dhchap_ctrl_key)?;
+            let listed = hosts
+                .iter()
+                .position(|h| entry_nqn(h) == Some(host.as_str()));
+            match listed {
+                // With keys, a listed host gets them (its entry is replaced): the host list
+                // may never be empty, so "remove, then add with keys" cannot be the way.
+                Some(i) if dhchap_key.is_some() => {
+                    hosts.replace(i, entry);
+                }
+                Some(_) => return Err(format!("subsystem {nqn} allows {host} already")),
+                None => hosts.push(entry),
             }
-            hosts.push(host.as_str());
         }
         Edit::HostRemove { nqn, host } => {
             let sub = find_subsystem(&mut doc, nqn).ok_or_else(|| no_subsystem(nqn))?;
@@ -178,6 +205,29 @@ pub fn apply(text: &str, edit: &Edit) -> Result<String, String> {
         }
     }
     Ok(doc.to_string())
+}
+
+/// A `hosts` entry: the NQN alone, or a one-line table with its DH-HMAC-CHAP keys.
+fn host_entry(
+    host: &str,
+    key: &Option<String>,
+    ctrl_key: &Option<String>,
+) -> Result<Value, String> {
+    match (key, ctrl_key) {
+        (None, None) => Ok(host.into()),
+        (None, Some(_)) => Err(format!(
+            "host {host}: a controller key needs the host's key too (give dhchap_key)"
+        )),
+        (Some(k), ck) => {
+            let mut t = InlineTable::new();
+            t.insert("nqn", host.into());
+            t.insert("dhchap_key", k.as_str().into());
+            if let Some(ck) = ck {
+                t.insert("dhchap_ctrl_key", ck.as_str().into());
+            }
+            Ok(Value::InlineTable(t))
+        }
+    }
 }
 
 /// The NQN of a `hosts` entry: a string, or a table with `nqn` (a host with keys).
@@ -377,6 +427,70 @@ backend = { kind = "ram", size = "8MiB" }
         let cfg = crate::config::Config::from_str(&t).unwrap();
         assert_eq!(cfg.subsystems.len(), 1);
         assert_eq!(cfg.subsystems[0].namespaces[0].nsid, 2);
+    }
+
+    #[test]
+    fn host_add_with_keys_writes_a_table_the_config_accepts() {
+        const KEY: &str = "DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:";
+        let t = edit(
+            &format!(
+                r#"{{"cmd":"host-add","nqn":"nqn.2026-11.io.rdmablk:a","host":"blktests-host",
+                    "dhchap_key":"{KEY}","dhchap_ctrl_key":"{KEY}"}}"#
+            ),
+            BASE,
+        )
+        .unwrap();
+        assert!(
+            t.contains(r#"{ nqn = "blktests-host", dhchap_key = "#),
+            "{t}"
+        );
+        // keys given to a listed host replace its entry (a host list is never empty)
+        let t = edit(
+            &format!(
+                r#"{{"cmd":"host-add","nqn":"nqn.2026-11.io.rdmablk:a",
+                    "host":"nqn.2026-11.io.rdmablk:h1","dhchap_key":"{KEY}"}}"#
+            ),
+            &t,
+        )
+        .unwrap();
+        assert!(!t.contains(r#"["nqn.2026-11.io.rdmablk:h1""#), "{t}");
+        let e = edit(
+            r#"{"cmd":"host-add","nqn":"nqn.2026-11.io.rdmablk:a","host":"blktests-host"}"#,
+            &t,
+        )
+        .unwrap_err();
+        assert!(e.contains("already"), "{e}");
+        let t = edit(
+            r#"{"cmd":"namespace-add","nqn":"nqn.2026-11.io.rdmablk:a","nsid":2,
+                "uuid":"91fdba0d-f87b-4c25-b80f-db7be1418b9e",
+                "backend":{"kind":"ram","size":"4MiB"}}"#,
+            &t,
+        )
+        .unwrap();
+        let cfg = crate::config::Config::from_str(&t).expect("still a valid configuration");
+        let hosts = &cfg.subsystems[0].hosts;
+        assert_eq!(hosts.len(), 2);
+        assert!(hosts[0].has_inline_secret() && hosts[1].has_inline_secret());
+        assert_eq!(hosts[1].nqn(), "blktests-host");
+        assert!(cfg.subsystems[0].namespaces[1].uuid.is_some());
+        let t = edit(
+            r#"{"cmd":"host-remove","nqn":"nqn.2026-11.io.rdmablk:a","host":"blktests-host"}"#,
+            &t,
+        )
+        .unwrap();
+        assert!(
+            !t.contains("blktests-host") && t.contains("rdmablk:h1"),
+            "{t}"
+        );
+        let e = edit(
+            &format!(
+                r#"{{"cmd":"host-add","nqn":"nqn.2026-11.io.rdmablk:a","host":"h",
+                    "dhchap_ctrl_key":"{KEY}"}}"#
+            ),
+            BASE,
+        )
+        .unwrap_err();
+        assert!(e.contains("needs the host's key"), "{e}");
     }
 
     #[test]
