@@ -192,32 +192,6 @@ refused() { # refused NAME connect-args...
 refused linux-wrong-key "$HOST1" "$HOSTID1" --dhchap-secret="$KX"
 refused linux-no-key "$HOST2" "$HOSTID2"
 refused linux-wrong-ctrl-key "$HOST1" "$HOSTID1" --dhchap-secret="$K1" --dhchap-ctrl-secret="$K2"
-# A6: every hash and every DH group the host offers, bidirectional: the target's choice for
-# HOST1 is changed in the file and applied with SIGHUP (a reload: new connections use it).
-matrix() { # matrix HASH GROUP
-  sed -i "s/dhchap_hash = \"[a-z0-9]*\", dhchap_dhgroup = \"[a-z0-9]*\"/dhchap_hash = \"$1\", dhchap_dhgroup = \"$2\"/" \
-    "$WORK/target.toml"
-  local n
-  n=$(grep -c "reload applied\|reload: nothing changed\|reload refused" "$WORK/target.log")
-  kill -HUP "$TPID"
-  for _ in $(seq 1 100); do
-    [ "$(grep -c "reload applied\|reload: nothing changed\|reload refused" "$WORK/target.log")" -gt "$n" ] && break
-    sleep 0.1
-  done
-  grep -q "reload refused" "$WORK/target.log" && { bad "matrix-$1-$2" "reload refused"; return; }
-  local t0=$(date +%s)
-  if connect "$HOST1" "$HOSTID1" --dhchap-secret="$K1" --dhchap-ctrl-secret="$C1"; then
-    if DEV=$(ns_dev) && io_check "$DEV"; then ok "linux-$1-$2 ($(( $(date +%s) - t0 )) s)"
-    else bad "linux-$1-$2" "I/O"; fi
-    disconnect
-  else
-    bad "linux-$1-$2" "connect: $(tail -2 "$WORK/connect.out")"
-  fi
-}
-for h in sha256 sha512; do matrix "$h" ffdhe2048; done
-# ffdhe6144 and ffdhe8192 are left out: the first try of ffdhe6144 hung in this VM (a load of
-# four VMs at the time) and is not understood yet (docs/auth.md).
-for g in null ffdhe3072 ffdhe4096; do matrix sha256 "$g"; done
 grep -q "DHHC-1" "$WORK/target.log" && bad secrets-in-log "a DHHC-1 string reached the target log"
 kill -0 "$TPID" 2>/dev/null || bad target-alive "target died"
 kill -TERM "$TPID" 2>/dev/null; wait "$TPID" 2>/dev/null; TPID=
