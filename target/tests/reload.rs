@@ -346,3 +346,47 @@ fn a_file_grown_on_disk_grows_its_namespace_on_reload() {
     t.shutdown();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Commands that reach a controller torn down by a reload (its subsystem removed) are
+/// dropped, so the host retries them after reconnecting: never answered with a DNR status
+/// such as Invalid Namespace, which a host hands to the application (found by blktests).
+#[test]
+fn io_on_a_removed_subsystem_is_never_answered_with_dnr() {
+    init_tracing();
+    let port = free_port();
+    let t = Target::start(cfg(port, &[1], &[HOSTNQN], "")).expect("target starts");
+    let addr = t.local_addrs()[0];
+    let (admin, cntlid) = admin_queue(addr, 0);
+    let mut q = io_queue(addr, 1, cntlid);
+    assert!(q.rw(false, 1, 0, 1).status.is_success());
+    let other = "\n[[subsystem]]\nnqn = \"nqn.2026-11.io.rdmablk:other\"\nallow_any_host = true\n\
+                 \n[[subsystem.namespace]]\nnsid = 1\nbackend = { kind = \"ram\", size = \"4MiB\" }\n";
+    let mut c = cfg(port, &[1], &[HOSTNQN], other);
+    c.subsystems.remove(0);
+    // The reload runs while reads keep coming: some reach the queue between the controller's
+    // teardown and the queue's close.
+    let handle = t.handle();
+    let reload = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        handle.apply(c)
+    });
+    loop {
+        let sgl = q.keyed(0, BLOCK);
+        q.send_capsule(&rw_sqe(false, 1, 0, 1, &sgl).to_bytes());
+        match q.wait_response() {
+            Ok(cqe) => assert!(
+                cqe.status.is_success() || !cqe.status.dnr,
+                "answered {} with DNR",
+                cqe.status
+            ),
+            Err(_) => break, // the queue closed: the host would reconnect and retry
+        }
+    }
+    let changes = reload.join().unwrap().expect("reload");
+    assert!(changes.iter().any(|c| c.contains("removed")), "{changes:?}");
+    assert!(q.wait_disconnected(Duration::from_secs(10)));
+    drop(q);
+    drop(admin);
+    wait_idle(&t);
+    t.shutdown();
+}

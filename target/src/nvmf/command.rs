@@ -28,8 +28,8 @@ pub enum Next {
     Execute,
     /// Hold (Async Event Request).
     Hold,
-    /// Drop without a response: the target is shutting down and the queue is about to be
-    /// closed. The host's transport error recovery then retries the command after it
+    /// Drop without a response: the target is shutting down, or the controller was torn
+    /// down, and the queue is about to be closed. The host's transport error recovery then retries the command after it
     /// reconnects, where a status would have been handed to the application as an I/O error
     /// (Linux 6.1 does so with Command Interrupted once its few retries run out).
     Abandon,
@@ -56,7 +56,11 @@ pub fn prepare(conn: &mut Connection, slot: u32, shared: &Shared) -> Next {
         r.fail(Status::AUTH_REQUIRED.with_dnr());
         return Next::Respond;
     }
-    if shared.stopping() && conn.qid != 0 {
+    // A queue about to close (target stopping, or its controller torn down by a reload that
+    // removed its subsystem or its host's access): drop the command so the host retries it
+    // after reconnecting, rather than answer Invalid Namespace with DNR, which the host would
+    // hand to the application (blktests found it on subsystem removal).
+    if conn.qid != 0 && (shared.stopping() || ctrl.is_dead()) {
         return Next::Abandon;
     }
     if conn.qid == 0 {
