@@ -98,6 +98,15 @@ impl AsyncEvent {
         }
     }
 
+    /// "An ANA group's state changed; read the ANA log".
+    pub fn ana_changed() -> AsyncEvent {
+        AsyncEvent {
+            event_type: event_type::NOTICE,
+            info: notice::ANA_CHANGE,
+            log_page: super::log_page::lid::ANA,
+        }
+    }
+
     /// To dw0.
     pub fn to_dw0(self) -> u32 {
         u32::from(self.event_type & 0x7)
@@ -127,6 +136,7 @@ mod tests {
         assert_eq!(Abort::from_sqe(&s), a);
         assert_eq!(AsyncEvent::ns_changed().to_dw0(), 0x0004_0002);
         assert_eq!(AsyncEvent::from_dw0(0x0004_0002), AsyncEvent::ns_changed());
+        assert_eq!(AsyncEvent::ana_changed().to_dw0(), 0x000C_0302);
         assert_eq!(keep_alive_sqe(3).to_bytes()[0], 0x18);
         assert_eq!(async_event_request_sqe(3).opcode, 0x0C);
     }

@@ -10,6 +10,7 @@
 //!   73 ieee[3]    76 cmic         77 mdts       78 cntlid u16  80 ver u32   84 rtd3r u32
 //!   88 rtd3e u32  92 oaes u32     96 ctratt u32 111 cntrltype 112 fguid[16]
 //!  256 oacs u16  258 acl  259 aerl  260 frmw  261 lpa  262 elpe  263 npss  320 kas u16
+//!  343 anatt  344 anacap  345 anagrpmax u32  349 nanagrpid u32
 //!  512 sqes  513 cqes  514 maxcmd u16  516 nn u32  520 oncs u16  522 fuses u16  524 fna
 //!  525 vwc  526 awun u16  528 awupf u16  532 acwu u16  536 sgls u32  540 mnan u32
 //!  768 subnqn[256]
@@ -122,6 +123,26 @@ pub mod cmic {
 }
 
 /// Identify CTRATT bit 0: 128-bit host identifier.
+/// Identify Controller ANACAP bits.
+pub mod anacap {
+    /// Reports the optimized state.
+    pub const OPTIMIZED: u8 = 1 << 0;
+    /// Reports the non-optimized state.
+    pub const NON_OPTIMIZED: u8 = 1 << 1;
+    /// Reports the inaccessible state.
+    pub const INACCESSIBLE: u8 = 1 << 2;
+    /// Reports the persistent loss state.
+    pub const PERSISTENT_LOSS: u8 = 1 << 3;
+    /// Reports the change state.
+    pub const CHANGE: u8 = 1 << 4;
+    /// A namespace's ANAGRPID does not change while it is attached.
+    pub const GRPID_STATIC: u8 = 1 << 6;
+    /// Namespaces may have a non-zero ANAGRPID.
+    pub const GRPID_NONZERO: u8 = 1 << 7;
+    /// Every state.
+    pub const ALL_STATES: u8 = OPTIMIZED | NON_OPTIMIZED | INACCESSIBLE | PERSISTENT_LOSS | CHANGE;
+}
+
 pub const CTRATT_HOST_ID_128: u32 = 1 << 0;
 /// Identify CNTRLTYPE: I/O controller.
 pub const CNTRLTYPE_IO: u8 = 1;
@@ -215,6 +236,14 @@ pub struct IdentifyController {
     pub avscc: u8,
     /// Keep alive support: granularity in 100 ms units (must be non-zero on fabrics).
     pub kas: u16,
+    /// ANA transition time: seconds a namespace may stay in the ANA change state.
+    pub anatt: u8,
+    /// ANA capabilities (see [`anacap`]).
+    pub anacap: u8,
+    /// Largest ANA group ID the controller supports.
+    pub anagrpmax: u32,
+    /// Number of ANA group IDs the controller supports.
+    pub nanagrpid: u32,
     pub sqes: u8,
     pub cqes: u8,
     pub maxcmd: u16,
@@ -312,6 +341,10 @@ impl IdentifyController {
             self.acl, self.aerl, self.frmw, self.lpa, self.elpe, self.npss, self.avscc,
         ]);
         put_u16(&mut b, 320, self.kas);
+        b[343] = self.anatt;
+        b[344] = self.anacap;
+        put_u32(&mut b, 345, self.anagrpmax);
+        put_u32(&mut b, 349, self.nanagrpid);
         b[512] = self.sqes;
         b[513] = self.cqes;
         put_u16(&mut b, 514, self.maxcmd);
@@ -376,6 +409,10 @@ impl IdentifyController {
             npss: b[263],
             avscc: b[264],
             kas: u16_at(b, 320),
+            anatt: b[343],
+            anacap: b[344],
+            anagrpmax: u32_at(b, 345),
+            nanagrpid: u32_at(b, 349),
             sqes: b[512],
             cqes: b[513],
             maxcmd: u16_at(b, 514),

@@ -26,6 +26,7 @@
 //!   extension.
 
 pub mod admin;
+pub mod ana;
 pub mod auth;
 pub mod cqe;
 pub mod discovery;
