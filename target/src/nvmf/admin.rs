@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use rdmablk::nvme::admin::ABORT_NOT_ABORTED;
-use rdmablk::nvme::ana::LSP_RGO;
+use rdmablk::nvme::ana::{self, LSP_RGO};
 use rdmablk::nvme::features::{fid, VWC_ENABLE};
 use rdmablk::nvme::identify::{
     anacap, cmic, cns, encode_ns_descriptors, encode_ns_list, oaes, sgls, IDENTIFY_LEN,
@@ -303,7 +303,13 @@ fn get_log_page(
         return send_page(conn, slot, shared, len, &window);
     }
     if glp.lid == lid::ANA {
-        let log = ctrl.ana.log(&ctrl.subsys).encode(glp.lsp & LSP_RGO != 0);
+        // The log's size is its largest (what the host computes from NANAGRPID and MNAN):
+        // a host that reads it in 4 KiB pieces (libnvme) gets zeroes past the groups.
+        let mut log = ctrl.ana.log(&ctrl.subsys).encode(glp.lsp & LSP_RGO != 0);
+        let max = ana::HEADER_LEN
+            + ana::GROUP_LEN * ANA_GROUP_MAX as usize
+            + 4 * MAX_NAMESPACES_PER_SUBSYSTEM;
+        log.resize(log.len().max(max), 0);
         ctrl.ana_log_read(glp.rae);
         let window = glp.window(&log)?.to_vec();
         return send_page(conn, slot, shared, len, &window);
