@@ -26,10 +26,11 @@ use super::{Shared, FIRMWARE_REVISION, MODEL};
 /// Checks and runs an admin command on the admin queue of `ctrl`.
 pub fn prepare(conn: &mut Connection, slot: u32, shared: &Shared, ctrl: &Arc<Controller>) -> Next {
     let sqe = conn.reqs[slot as usize].sqe;
-    let ready_needed = !matches!(sqe.opcode, op::KEEP_ALIVE);
-    if ready_needed && !ctrl.is_ready() && sqe.opcode != op::IDENTIFY {
-        // nvmet answers admin commands only once CC.EN is set; Identify is allowed earlier
-        // by some hosts' probes, and is harmless.
+    if !ctrl.is_ready() {
+        // Every admin command (Fabrics commands are not admin commands) waits for CC.EN and
+        // CSTS.RDY, Identify and Keep Alive included, as nvmet (`nvmet_check_ctrl_status`) and
+        // SPDK answer them. Hosts enable the controller right after Connect and before their
+        // first Identify; keep-alive starts after that.
         conn.reqs[slot as usize].fail(Status::COMMAND_SEQUENCE_ERROR.with_dnr());
         return Next::Respond;
     }
