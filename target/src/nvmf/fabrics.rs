@@ -47,7 +47,9 @@ pub fn prepare(conn: &mut Connection, slot: u32, shared: &Shared) -> Next {
     match ft {
         fctype::PROPERTY_GET if conn.qid == 0 => match PropertyGet::from_sqe(&sqe) {
             Ok(g) => match property_value(&ctrl, g.offset, shared) {
-                Some((v, size)) if size == PropertySize::Four || g.size == size => {
+                // Read at its own size only (nvmet, SPDK): 8 bytes of a 4-byte property
+                // would read the next register too, and CAP's halves are not offered.
+                Some((v, size)) if g.size == size => {
                     r.dw0 = v as u32;
                     r.dw1 = (v >> 32) as u32;
                 }
@@ -56,7 +58,8 @@ pub fn prepare(conn: &mut Connection, slot: u32, shared: &Shared) -> Next {
             Err(st) => r.fail(st),
         },
         fctype::PROPERTY_SET if conn.qid == 0 => match PropertySet::from_sqe(&sqe) {
-            Ok(s) if s.offset == properties::CC => {
+            // CC is the one writable property, and it has 4 bytes (nvmet, SPDK).
+            Ok(s) if s.offset == properties::CC && s.size == PropertySize::Four => {
                 let csts = ctrl.write_cc(s.value as u32);
                 tracing::debug!(
                     cntlid = ctrl.cntlid,
