@@ -1,6 +1,6 @@
 //! Fabrics commands: Connect, Property Get/Set, Disconnect.
 
-use rdmablk::nvme::fabrics::{offset, CNTLID_DYNAMIC, CONNECT_DATA_LEN};
+use rdmablk::nvme::fabrics::{offset, CATTR_DISABLE_SQ_FLOW, CNTLID_DYNAMIC, CONNECT_DATA_LEN};
 use rdmablk::nvme::opcodes::fctype;
 use rdmablk::nvme::properties::{self, PropertySize};
 use rdmablk::nvme::{
@@ -165,7 +165,13 @@ pub fn execute_connect(conn: &mut Connection, slot: u32, shared: &Shared) {
         }
     };
     match connect_controller(conn, &connect, &data, shared) {
-        Ok((cntlid, authreq)) => conn.reqs[slot as usize].dw0 = u32::from(cntlid) | authreq,
+        Ok((cntlid, authreq)) => {
+            // CATTR bit 2: the host does not use SQHD on this queue; from this response on it
+            // reads 0xFFFF (nvmet `nvmet_install_queue`, SPDK). Other CATTR bits are reserved
+            // and ignored, as both peers do.
+            conn.sqhd_disabled = connect.cattr & CATTR_DISABLE_SQ_FLOW != 0;
+            conn.reqs[slot as usize].dw0 = u32::from(cntlid) | authreq;
+        }
         Err(f) => {
             tracing::info!(peer = %conn.peer, qid = conn.qid, subnqn = %data.subnqn,
                 hostnqn = %data.hostnqn, status = %f.status, "connect refused");
