@@ -242,6 +242,9 @@ fn set_features(
         fid::ASYNC_EVENT_CONFIG => ctrl.state().aec = sf.value,
         fid::VOLATILE_WRITE_CACHE => ctrl.state().vwc = sf.value & VWC_ENABLE != 0,
         fid::ARBITRATION | fid::POWER_MGMT | fid::TEMP_THRESHOLD | fid::ERROR_RECOVERY => {}
+        // On fabrics the host identifier comes with Connect and cannot be set (NVMe Base
+        // 5.27.1.25; nvmet and SPDK answer Command Sequence Error).
+        fid::HOST_ID => return Err(Status::COMMAND_SEQUENCE_ERROR.with_dnr()),
         _ => return Err(Status::INVALID_FIELD.with_dnr()),
     }
     Ok(Next::Respond)
