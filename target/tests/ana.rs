@@ -82,7 +82,7 @@ fn addr(t: &Target, i: usize) -> SocketAddr {
 }
 
 fn identified(h: &mut Host, cns: u8, nsid: u32) -> [u8; 4096] {
-    let (c, b) = identify(h, cns, nsid);
+    let (c, b) = identify_page(h, cns, nsid);
     assert_status(&c, Status::SUCCESS);
     b
 }
