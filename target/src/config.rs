@@ -233,6 +233,11 @@ pub struct TargetConfig {
     /// A queue that has not completed its Fabrics Connect this long after it was accepted
     /// is torn down (it has no controller, so no keep-alive covers it); 0 never.
     pub connect_timeout_ms: u32,
+    /// A queue whose send queue makes no progress this long (a response SEND, RDMA READ or
+    /// WRITE the host never takes: it stopped posting receives, or stopped altogether) is torn
+    /// down, so it holds no memory or worker time forever; 0 never. The Linux host's own I/O
+    /// timeout is 30 s.
+    pub response_timeout_ms: u32,
     /// The target's unique discovery NQN, accepted besides the well-known
     /// `nqn.2014-08.org.nvmexpress.discovery` and reported in the discovery controller's
     /// Identify; `None`: the well-known NQN only.
@@ -247,6 +252,7 @@ impl Default for TargetConfig {
             keep_alive_granularity_ms: 1000,
             default_keep_alive_timeout_ms: 0,
             connect_timeout_ms: 10_000,
+            response_timeout_ms: 30_000,
             discovery_nqn: None,
         }
     }

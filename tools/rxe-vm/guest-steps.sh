@@ -44,6 +44,7 @@ run_step e2e-target "$E2E_TARGET" --test-threads=1
 run_step e2e-initiator "$E2E_INITIATOR" --test-threads=1
 run_step lifecycle "$LIFECYCLE" repeated_abort host_process_killed abort_with_backend \
   --test-threads=1
+run_step stalled-hosts "$STALLED" --test-threads=1
 unset RDMABLK_E2E_PROVIDER RDMABLK_E2E_ADDR
 [ -z "${OWN_RUST_LOG:-}" ] || unset RUST_LOG
 

@@ -198,9 +198,19 @@ fn check_target(cfg: &Config, c: &mut Checker) {
             ),
         );
     }
+    if t.response_timeout_ms > MAX_CONNECT_TIMEOUT_MS {
+        c.fail(
+            "target.response_timeout_ms",
+            format!(
+                "{} is out of range (set 0..={MAX_CONNECT_TIMEOUT_MS}; 30000 matches the Linux \
+                 host's I/O timeout; 0 disables)",
+                t.response_timeout_ms
+            ),
+        );
+    }
 }
 
-/// Longest `target.connect_timeout_ms` (10 minutes).
+/// Longest `target.connect_timeout_ms` and `target.response_timeout_ms` (10 minutes).
 const MAX_CONNECT_TIMEOUT_MS: u32 = 600_000;
 
 fn check_limits(cfg: &Config, c: &mut Checker) {

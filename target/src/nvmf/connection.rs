@@ -125,8 +125,12 @@ pub struct Connection {
     /// completions is reserved and reads 0xFFFF, as nvmet and SPDK report it.
     pub sqhd_disabled: bool,
     pub ctrl: Option<Arc<Controller>>,
-    /// Signalled send WRs posted and not completed.
+    /// Signalled send WRs posted and not completed (count them with [`Connection::sent`]).
     pub sends_out: u32,
+    /// The last sign that the send queue moves: a send-side completion, or a post to an
+    /// empty send queue. Stale by more than `target.response_timeout_ms` with sends out: the
+    /// host takes nothing, and the queue is torn down.
+    pub send_progress: Instant,
     /// Receives posted and not completed.
     pub recvs_out: u32,
     /// Backend operations in flight.
@@ -213,7 +217,7 @@ impl Connection {
             sgl: &sge,
             flags: SendFlags::SIGNALED,
         }])?;
-        self.sends_out += 1;
+        self.sent();
         self.reads_in_flight += 1;
         Ok(())
     }
@@ -283,8 +287,23 @@ impl Connection {
             }
             _ => self.qp.post_send(&[send])?,
         }
-        self.sends_out += 1;
+        self.sent();
         Ok(())
+    }
+
+    /// Counts one signalled send WR posted.
+    pub fn sent(&mut self) {
+        if self.sends_out == 0 {
+            self.send_progress = Instant::now();
+        }
+        self.sends_out += 1;
+    }
+
+    /// Whether sends have been out with no completion for longer than `limit` (0: never).
+    pub fn send_stalled(&self, limit_ms: u32) -> bool {
+        limit_ms != 0
+            && self.sends_out > 0
+            && self.send_progress.elapsed().as_millis() > u128::from(limit_ms)
     }
 
     /// Posts LOCAL_INV of the push memory window; false if there is none to invalidate.
@@ -300,7 +319,7 @@ impl Connection {
         };
         match self.qp.post_send(&[wr]) {
             Ok(()) => {
-                self.sends_out += 1;
+                self.sent();
                 true
             }
             Err(e) => {

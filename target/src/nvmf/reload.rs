@@ -138,6 +138,10 @@ fn restart_only_changes(old: &Config, new: &Config) -> Vec<String> {
             "target.connect_timeout_ms",
             a.connect_timeout_ms == b.connect_timeout_ms,
         ),
+        (
+            "target.response_timeout_ms",
+            a.response_timeout_ms == b.response_timeout_ms,
+        ),
         ("target.discovery_nqn", a.discovery_nqn == b.discovery_nqn),
     ] {
         if !same {

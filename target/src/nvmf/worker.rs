@@ -315,6 +315,7 @@ impl Worker {
             sqhd_disabled: false,
             ctrl: None,
             sends_out: 0,
+            send_progress: Instant::now(),
             recvs_out: 0,
             backend_ops: 0,
             push: None,
@@ -471,6 +472,9 @@ impl Worker {
             return;
         };
         let ok = wc.status.is_success();
+        if id.kind != WrKind::Recv {
+            conn.send_progress = Instant::now();
+        }
         if !ok && wc.status != WcStatus::WrFlushErr {
             tracing::warn!(peer = %conn.peer, qid = conn.qid, kind = ?id.kind, status = %wc.status,
                 vendor_err = wc.vendor_err, "work request failed");
@@ -516,6 +520,7 @@ impl Worker {
             return;
         };
         conn.sends_out -= 1;
+        conn.send_progress = Instant::now();
         if !wc.status.is_success() {
             tracing::warn!(peer = %conn.peer, status = %wc.status, "memory window bind failed");
             begin_close(conn, "memory window bind failed", ctx.shared);
@@ -654,6 +659,12 @@ impl Worker {
                             connect_timeout_ms = connect_ms as u64,
                             "no Fabrics Connect in time: dropping the queue");
                         begin_close(conn, "no Fabrics Connect in time", shared);
+                    } else if conn.send_stalled(shared.cfg.target.response_timeout_ms) {
+                        tracing::warn!(peer = %conn.peer, qid = conn.qid, sends = conn.sends_out,
+                            response_timeout_ms = shared.cfg.target.response_timeout_ms,
+                            "the host takes no responses (it stopped posting receives, or \
+                             stopped): tearing the queue down");
+                        begin_close(conn, "the host takes no responses", shared);
                     } else if let Some(ctrl) = conn.ctrl.clone() {
                         if ctrl.is_dead() {
                             begin_close(conn, "controller torn down", shared);
@@ -859,9 +870,10 @@ fn bind_push_window(conn: &mut Connection) -> bool {
         tracing::warn!(peer = %conn.peer, error = %e, "memory window bind not posted");
         return false;
     }
-    conn.sends_out += 1;
-    if expected != Some(mw.rkey()) {
-        tracing::error!(offered = ?expected, bound = mw.rkey(), "push window key mismatch");
+    let bound = mw.rkey();
+    conn.sent();
+    if expected != Some(bound) {
+        tracing::error!(offered = ?expected, bound, "push window key mismatch");
         return false;
     }
     true
