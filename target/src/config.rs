@@ -13,6 +13,7 @@ mod bytes;
 mod nqn;
 mod validate;
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
@@ -25,7 +26,7 @@ pub use bytes::ByteSize;
 pub use nqn::{
     nqn_form_warning, parse_uuid, validate_nqn, validate_uuid, DISCOVERY_NQN, MAX_NQN_BYTES,
 };
-pub use validate::Problem;
+pub use validate::{ana_state_names, parse_ana_group, Problem};
 
 use crate::arena::WindowLayout;
 
@@ -188,6 +189,10 @@ pub struct ListenerConfig {
     /// TCP/RDMA CM port.
     #[serde(default = "default_port")]
     pub port: u16,
+    /// ANA state of each ANA group through this listener (`ana = { 1 = "optimized",
+    /// 2 = "inaccessible" }`); a group not listed is optimized. Changes apply on reload.
+    #[serde(default)]
+    pub ana: BTreeMap<String, String>,
 }
 
 fn default_port() -> u16 {
@@ -331,9 +336,29 @@ pub struct SubsystemConfig {
     /// the NQN when absent.
     #[serde(default)]
     pub serial: Option<String>,
+    /// Lowest controller ID this target hands out for the subsystem. Gateways that export one
+    /// subsystem together need disjoint ranges (the host refuses a duplicate).
+    #[serde(default = "default_cntlid_min")]
+    pub cntlid_min: u16,
+    /// Highest controller ID (at most 0xFFEF).
+    #[serde(default = "default_cntlid_max")]
+    pub cntlid_max: u16,
     /// `[[subsystem.namespace]]`.
     #[serde(rename = "namespace", default)]
     pub namespaces: Vec<NamespaceConfig>,
+}
+
+/// Lowest dynamic controller ID (nvmet's default range, 1..=0xFFEF).
+pub const CNTLID_MIN: u16 = 1;
+/// Highest dynamic controller ID (0xFFF0.. are reserved; 0xFFFF means "dynamic").
+pub const CNTLID_MAX: u16 = 0xFFEF;
+
+fn default_cntlid_min() -> u16 {
+    CNTLID_MIN
+}
+
+fn default_cntlid_max() -> u16 {
+    CNTLID_MAX
 }
 
 /// `[[subsystem.namespace]]`.
@@ -352,9 +377,19 @@ pub struct NamespaceConfig {
     /// identification descriptors.
     #[serde(default)]
     pub uuid: Option<String>,
+    /// ANA group (1..=128): each listener gives a state per group (`[[listener]] ana`).
+    #[serde(default = "default_ana_group")]
+    pub ana_group: u32,
     /// Where the blocks live.
     pub backend: BackendConfig,
 }
+
+fn default_ana_group() -> u32 {
+    1
+}
+
+/// ANA groups a target supports (nvmet's NVMET_MAX_ANAGRPS): IDs 1..=ANA_GROUP_MAX.
+pub const ANA_GROUP_MAX: u32 = 128;
 
 fn default_block_size() -> u32 {
     4096

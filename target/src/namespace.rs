@@ -29,6 +29,8 @@ pub struct Namespace {
     backend: Arc<dyn Backend>,
     read_only: bool,
     uuid: Option<[u8; 16]>,
+    /// ANA group (1 unless configured).
+    ana_group: u32,
     fenced: Arc<AtomicBool>,
     /// Capacity in blocks, shared with every worker's queue (grows on reload).
     capacity: Arc<AtomicU64>,
@@ -40,6 +42,7 @@ impl Namespace {
         let backend = backend::open(&cfg.backend, cfg.block_size, cfg.read_only)?;
         let mut ns = Namespace::new(cfg.nsid, backend, cfg.read_only);
         ns.uuid = cfg.uuid.as_deref().and_then(|u| parse_uuid(u).ok());
+        ns.ana_group = cfg.ana_group;
         Ok(ns)
     }
 
@@ -53,6 +56,7 @@ impl Namespace {
             read_only: read_only || backend.read_only(),
             backend,
             uuid: None,
+            ana_group: 1,
             fenced: Arc::new(AtomicBool::new(false)),
             capacity,
         }
@@ -98,6 +102,11 @@ impl Namespace {
     /// Whether deallocated blocks read as zeroes (Identify Namespace DLFEAT).
     pub fn deallocated_reads_zeroes(&self) -> bool {
         self.backend.deallocated_reads_zeroes()
+    }
+
+    /// The ANA group (Identify Namespace ANAGRPID).
+    pub fn ana_group(&self) -> u32 {
+        self.ana_group
     }
 
     pub fn uuid(&self) -> Option<[u8; 16]> {

@@ -151,6 +151,38 @@ fn changes_through_the_socket_land_in_the_file_and_the_target() {
     }
     verify(&ctrl, 4, 4).unwrap();
 
+    // An ANA group's state on the listener: written to the file, shown in status; back to
+    // optimized, I/O goes on.
+    let st = ctl(&sock, &["status"]).1;
+    let l = &st["result"]["listeners"][0];
+    let (provider, addr) = (
+        l["provider"].as_str().unwrap(),
+        l["address"].as_str().unwrap(),
+    );
+    let (ip, port) = addr.rsplit_once(':').unwrap();
+    let (ok, r) = ctl(
+        &sock,
+        &["ana", "set", provider, ip, port, "1", "non-optimized"],
+    );
+    assert!(ok, "{r}");
+    assert!(
+        std::fs::read_to_string(&cfg_path)
+            .unwrap()
+            .contains(r#"ana = { 1 = "non-optimized" }"#),
+        "the file records the state"
+    );
+    let st = ctl(&sock, &["status"]).1;
+    assert_eq!(st["result"]["listeners"][0]["ana"]["1"], "non-optimized");
+    verify(&ctrl, 1, 5).unwrap();
+    let (ok, r) = ctl(&sock, &["ana", "set", provider, ip, port, "1", "sideways"]);
+    assert!(!ok);
+    assert!(
+        r["error"].as_str().unwrap().contains("not an ANA state"),
+        "{r}"
+    );
+    let (ok, r) = ctl(&sock, &["ana", "set", provider, ip, port, "1", "optimized"]);
+    assert!(ok, "{r}");
+
     // A read-only file: changes are refused (the file and the target must agree).
     let mut perm = std::fs::metadata(&cfg_path).unwrap().permissions();
     perm.set_readonly(true);

@@ -8,7 +8,7 @@ use std::time::Duration;
 use common::*;
 use rdmablk::fabric::{Access, ProviderKind, SendFlags, SendWr, Wc, WcStatus, WrOp};
 use rdmablk::nvme::fabrics::{Disconnect, CNTLID_DYNAMIC};
-use rdmablk::nvme::identify::{cns, IDENTIFY_LEN};
+use rdmablk::nvme::identify::cns;
 use rdmablk::nvme::io::{DsmRange, DSM_RANGE_LEN};
 use rdmablk::nvme::opcodes::admin;
 use rdmablk::nvme::properties::{self, PropertySize};
@@ -16,22 +16,6 @@ use rdmablk::nvme::{
     Cap, CmRejectStatus, Dsm, IdentifyCmd, IdentifyController, IdentifyNamespace, InCapsuleSgl,
     KeyedSgl, NumQueues, SetFeatures, Sgl, Sqe, Status, Vs, WriteZeroes,
 };
-
-fn identify(h: &mut Host, cns: u8, nsid: u32) -> (rdmablk::nvme::Cqe, [u8; IDENTIFY_LEN]) {
-    let sgl = h.keyed(0, IDENTIFY_LEN as u32);
-    let mut sqe = IdentifyCmd {
-        cns,
-        cntid: 0,
-        csi: 0,
-        nsid,
-    }
-    .to_sqe(0);
-    sqe.set_sgl(&sgl);
-    let c = h.submit(sqe, &[]);
-    let mut b = [0u8; IDENTIFY_LEN];
-    b.copy_from_slice(&h.read_data(0, IDENTIFY_LEN));
-    (c, b)
-}
 
 #[test]
 fn admin_bring_up_like_a_linux_host() {
@@ -61,7 +45,8 @@ fn admin_bring_up_like_a_linux_host() {
         rdmablk::nvme::identify::cmic::MULTI_CTRL,
         "a host may have several controllers of a subsystem (the Linux host needs the bit)"
     );
-    assert_eq!(id.nn, 1);
+    // NN: room for namespaces added live (nvmet: 1024); MNAN the same, as ANA needs.
+    assert_eq!((id.nn, id.mnan), (1024, 1024));
     assert_eq!(id.subnqn.as_ref().unwrap().as_str(), SUBNQN);
     assert_eq!(id.in_capsule_bytes(), 4096);
     assert_ne!(id.sgls & (1 << 20), 0);

@@ -11,6 +11,7 @@
 //! rdmablk-ctl host add NQN HOSTNQN [--dhchap-key K [--dhchap-ctrl-key K]]
 //! rdmablk-ctl host remove NQN HOSTNQN
 //! rdmablk-ctl listener add|remove PROVIDER ADDRESS [PORT]
+//! rdmablk-ctl ana set PROVIDER ADDRESS PORT GROUP STATE   an ANA group's state on a listener
 //! rdmablk-ctl drain ADDR:PORT             stop accepting there; connections stay
 //! ```
 //! `--json` prints the daemon's answer as it is; exit status 0 only on success.
@@ -62,8 +63,25 @@ enum Cmd {
         #[command(subcommand)]
         op: ListenerOp,
     },
+    /// Change an ANA group's state on a listener (written to the configuration file).
+    Ana {
+        #[command(subcommand)]
+        op: AnaOp,
+    },
     /// Stop accepting connections on a listener (ADDR:PORT); its connections stay.
     Drain { listener: String },
+}
+
+#[derive(Debug, Subcommand)]
+enum AnaOp {
+    /// STATE: optimized, non-optimized, inaccessible, persistent-loss or change.
+    Set {
+        provider: String,
+        address: String,
+        port: u16,
+        group: u32,
+        state: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -208,6 +226,17 @@ fn request(cmd: &Cmd) -> Value {
                 json!({"cmd": "host-remove", "nqn": nqn, "host": host})
             }
         },
+        Cmd::Ana {
+            op:
+                AnaOp::Set {
+                    provider,
+                    address,
+                    port,
+                    group,
+                    state,
+                },
+        } => json!({"cmd": "ana-set", "provider": provider, "address": address, "port": port,
+                    "group": group, "state": state}),
         Cmd::Listener { op } => match op {
             ListenerOp::Add {
                 provider,
@@ -275,7 +304,22 @@ fn print_human(cmd: &Cmd, r: &Value) {
                 } else {
                     " (drained)"
                 };
-                println!("  {:<6} {}{state}", s(&l["provider"]), s(&l["address"]));
+                let ana: Vec<String> = l["ana"]
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .map(|(g, st)| format!("group {g} {}", s(st)))
+                    .collect();
+                let ana = if ana.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ANA: {}", ana.join(", "))
+                };
+                println!(
+                    "  {:<6} {}{state}{ana}",
+                    s(&l["provider"]),
+                    s(&l["address"])
+                );
             }
             println!("SUBSYSTEMS");
             for sub in r["subsystems"].as_array().into_iter().flatten() {

@@ -4,10 +4,13 @@ use std::collections::HashSet;
 use std::fmt;
 use std::path::Path;
 
+use rdmablk::nvme::ana::AnaState;
+
 use super::{
     validate_nqn, validate_uuid, BackendConfig, Config, FaultConfig, NamespaceConfig,
-    SubsystemConfig, DISCOVERY_NQN, MAX_IN_CAPSULE_DATA_SIZE, MAX_IO_SIZE,
-    MAX_NAMESPACES_PER_SUBSYSTEM, MAX_QUEUE_DEPTH, MAX_WORKER_THREADS, MIN_QUEUE_DEPTH,
+    SubsystemConfig, ANA_GROUP_MAX, CNTLID_MAX, CNTLID_MIN, DISCOVERY_NQN,
+    MAX_IN_CAPSULE_DATA_SIZE, MAX_IO_SIZE, MAX_NAMESPACES_PER_SUBSYSTEM, MAX_QUEUE_DEPTH,
+    MAX_WORKER_THREADS, MIN_QUEUE_DEPTH,
 };
 
 /// One thing wrong with a configuration.
@@ -131,7 +134,38 @@ fn check_listeners(cfg: &Config, c: &mut Checker) {
                 "0 is not a port hosts can be told (use 4420, the NVMe-oF port, or another)",
             );
         }
+        for (group, state) in &l.ana {
+            let key = format!("listener[{i}].ana.{group}");
+            if let Err(e) = parse_ana_group(group) {
+                c.fail(key.clone(), e);
+            }
+            if AnaState::from_name(state).is_none() {
+                c.fail(
+                    key,
+                    format!("{state:?} is not an ANA state (use {})", ana_state_names()),
+                );
+            }
+        }
     }
+}
+
+/// An ANA group ID as a `[[listener]] ana` key writes it.
+pub fn parse_ana_group(key: &str) -> Result<u32, String> {
+    match key.parse::<u32>() {
+        Ok(g) if (1..=ANA_GROUP_MAX).contains(&g) => Ok(g),
+        _ => Err(format!(
+            "{key:?} is not an ANA group ID (use 1 to {ANA_GROUP_MAX}, as in ana = {{ 1 = \"optimized\" }})"
+        )),
+    }
+}
+
+/// The ANA state names a config may use, for messages.
+pub fn ana_state_names() -> String {
+    let names: Vec<String> = AnaState::ALL
+        .iter()
+        .map(|s| format!("\"{}\"", s.name()))
+        .collect();
+    names.join(", ")
 }
 
 fn check_target(cfg: &Config, c: &mut Checker) {
@@ -295,6 +329,16 @@ fn check_subsystem(cfg: &Config, s: &SubsystemConfig, key: &str, c: &mut Checker
             c.fail(format!("{key}.hosts[{j}]"), e);
         }
     }
+    if s.cntlid_min < CNTLID_MIN || s.cntlid_max > CNTLID_MAX || s.cntlid_min > s.cntlid_max {
+        c.fail(
+            format!("{key}.cntlid_min"),
+            format!(
+                "{}..={} is not a controller ID range (use {CNTLID_MIN} <= cntlid_min <= \
+                 cntlid_max <= {CNTLID_MAX:#x}; gateways of one subsystem take disjoint ranges)",
+                s.cntlid_min, s.cntlid_max
+            ),
+        );
+    }
     if let Some(sn) = &s.serial {
         if sn.is_empty() || sn.len() > 20 || !sn.bytes().all(|b| (0x20..0x7f).contains(&b)) {
             c.fail(
@@ -362,6 +406,15 @@ fn check_namespace(cfg: &Config, ns: &NamespaceConfig, key: &str, c: &mut Checke
         if let Err(e) = validate_uuid(u) {
             c.fail(format!("{key}.uuid"), e);
         }
+    }
+    if !(1..=ANA_GROUP_MAX).contains(&ns.ana_group) {
+        c.fail(
+            format!("{key}.ana_group"),
+            format!(
+                "{} is not an ANA group ID (use 1 to {ANA_GROUP_MAX})",
+                ns.ana_group
+            ),
+        );
     }
     check_backend(&ns.backend, ns.block_size, &format!("{key}.backend"), c);
 }

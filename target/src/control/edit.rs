@@ -6,6 +6,8 @@
 use std::io::Write;
 use std::path::Path;
 
+use rdmablk::nvme::ana::AnaState;
+
 use serde::Deserialize;
 use toml_edit::{value, Array, ArrayOfTables, DocumentMut, InlineTable, Item, Table, Value};
 
@@ -63,6 +65,15 @@ pub enum Edit {
         address: String,
         #[serde(default = "default_port")]
         port: u16,
+    },
+    /// Sets one ANA group's state on one listener (`[[listener]] ana`).
+    AnaSet {
+        provider: String,
+        address: String,
+        #[serde(default = "default_port")]
+        port: u16,
+        group: u32,
+        state: String,
     },
 }
 
@@ -202,6 +213,31 @@ pub fn apply(text: &str, edit: &Edit) -> Result<String, String> {
             let i = listener_position(ls, provider, address, *port)
                 .ok_or_else(|| format!("no listener {provider} {address}:{port}"))?;
             ls.remove(i);
+        }
+        Edit::AnaSet {
+            provider,
+            address,
+            port,
+            group,
+            state,
+        } => {
+            crate::config::parse_ana_group(&group.to_string())?;
+            if AnaState::from_name(state).is_none() {
+                return Err(format!(
+                    "{state:?} is not an ANA state (use {})",
+                    crate::config::ana_state_names()
+                ));
+            }
+            let ls = array(&mut doc, "listener");
+            let i = listener_position(ls, provider, address, *port)
+                .ok_or_else(|| format!("no listener {provider} {address}:{port}"))?;
+            let l = ls.get_mut(i).ok_or("listener vanished")?;
+            let ana = l
+                .entry("ana")
+                .or_insert(value(InlineTable::new()))
+                .as_inline_table_mut()
+                .ok_or("the listener's `ana` is not an inline table ({ 1 = \"optimized\" })")?;
+            ana.insert(group.to_string(), state.as_str().into());
         }
     }
     Ok(doc.to_string())

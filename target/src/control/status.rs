@@ -19,6 +19,8 @@ impl TargetHandle {
                     "provider": l.cfg.provider_kind().as_str(),
                     "address": l.addr.to_string(),
                     "accepting": l.accepting(),
+                    // Groups in a state other than optimized (the default).
+                    "ana": l.cfg.ana,
                 })
             })
             .collect();

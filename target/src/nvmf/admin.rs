@@ -4,8 +4,11 @@
 use std::sync::Arc;
 
 use rdmablk::nvme::admin::ABORT_NOT_ABORTED;
+use rdmablk::nvme::ana::LSP_RGO;
 use rdmablk::nvme::features::{fid, VWC_ENABLE};
-use rdmablk::nvme::identify::{cns, encode_ns_descriptors, encode_ns_list, sgls, IDENTIFY_LEN};
+use rdmablk::nvme::identify::{
+    anacap, cmic, cns, encode_ns_descriptors, encode_ns_list, oaes, sgls, IDENTIFY_LEN,
+};
 use rdmablk::nvme::log_page::{
     encode_changed_ns, lid, CommandEffects, FwSlotLog, SmartLog, PAGE_4K_LEN,
 };
@@ -15,6 +18,7 @@ use rdmablk::nvme::{
     NsDescriptor, NumQueues, SetFeatures, Status,
 };
 
+use super::ana::ANATT_SECS;
 use super::command::{data_phase, Next, SglFit};
 use super::connection::{Connection, MAX_HELD_AERS};
 use super::controller::Controller;
@@ -22,6 +26,7 @@ use super::discovery;
 use super::request::DataDir;
 use super::subsystem::fnv1a;
 use super::{Shared, FIRMWARE_REVISION, MODEL};
+use crate::config::{ANA_GROUP_MAX, MAX_NAMESPACES_PER_SUBSYSTEM};
 
 /// Checks and runs an admin command on the admin queue of `ctrl`.
 pub fn prepare(conn: &mut Connection, slot: u32, shared: &Shared, ctrl: &Arc<Controller>) -> Next {
@@ -132,6 +137,7 @@ fn identify(
                     // host's, and a host's second path). Without it the Linux host refuses the
                     // namespace on a second controller ("duplicate IDs in subsystem").
                     idn.nmic = NMIC_SHARED;
+                    idn.anagrpid = ns.ana_group();
                     idn.encode()
                 }
                 // An inactive NSID: all zeroes.
@@ -203,12 +209,21 @@ fn identify_controller(ctrl: &Controller, shared: &Shared) -> IdentifyController
     id.mn = ascii_padded(MODEL);
     id.fr = ascii_padded(FIRMWARE_REVISION);
     // Every host gets its own controller and a host may have several (duplicate connects,
-    // several paths): say so, as nvmet does.
-    id.cmic = rdmablk::nvme::identify::cmic::MULTI_CTRL;
+    // several paths, several gateways), each listener a port, and namespaces report ANA
+    // states: say so, as nvmet does.
+    id.cmic = cmic::MULTI_PORT | cmic::MULTI_CTRL | cmic::ANA;
+    id.oaes |= oaes::ANA_CHANGE;
+    id.anatt = ANATT_SECS;
+    id.anacap = anacap::ALL_STATES;
+    id.anagrpmax = ANA_GROUP_MAX;
+    id.nanagrpid = ANA_GROUP_MAX;
     id.mdts = mdts(limits.max_io_size);
     id.maxcmd = limits.max_queue_depth.min(0xFFFF) as u16;
-    id.nn = ctrl.subsys.max_nsid();
-    id.mnan = 0;
+    // NN: the largest NSID a namespace may get (so one added live is not past it), MNAN: how
+    // many namespaces at most. The Linux host sizes its ANA log buffer from MNAN and
+    // NANAGRPID and refuses ANA if MNAN is 0 or above NN.
+    id.mnan = MAX_NAMESPACES_PER_SUBSYSTEM as u32;
+    id.nn = ctrl.subsys.max_nsid().max(id.mnan);
     id.kas = (shared.cfg.target.keep_alive_granularity_ms / 100).clamp(1, 0xFFFF) as u16;
     id.aerl = (MAX_HELD_AERS - 1) as u8;
     id
@@ -284,6 +299,12 @@ fn get_log_page(
         }
         let log = discovery::log_page(shared, ctrl, conn.provider);
         ctrl.discovery_log_read(glp.rae);
+        let window = glp.window(&log)?.to_vec();
+        return send_page(conn, slot, shared, len, &window);
+    }
+    if glp.lid == lid::ANA {
+        let log = ctrl.ana.log(&ctrl.subsys).encode(glp.lsp & LSP_RGO != 0);
+        ctrl.ana_log_read(glp.rae);
         let window = glp.window(&log)?.to_vec();
         return send_page(conn, slot, shared, len, &window);
     }

@@ -15,11 +15,8 @@ use rdmablk::nvme::identify::oaes;
 use rdmablk::nvme::properties::{shn, shst};
 use rdmablk::nvme::{Cc, Csts};
 
+use super::ana::AnaPort;
 use super::subsystem::Subsystem;
-
-/// Controller IDs handed out (nvmet's dynamic range).
-const CNTLID_MIN: u16 = 1;
-const CNTLID_MAX: u16 = 0xFFEF;
 
 /// Register and feature state of one controller.
 #[derive(Debug)]
@@ -43,6 +40,8 @@ pub struct Controller {
     pub subsys: Arc<Subsystem>,
     pub hostnqn: String,
     pub hostid: [u8; 16],
+    /// The ANA states of the listener the host connected through.
+    pub ana: Arc<AnaPort>,
     state: Mutex<CtrlState>,
     /// Keep-alive timeout, ms (0: none).
     kato_ms: AtomicU64,
@@ -66,6 +65,8 @@ struct Events {
     ns_masked: bool,
     /// The same for the discovery log.
     discovery_masked: bool,
+    /// The same for the ANA log.
+    ana_masked: bool,
 }
 
 /// Changed namespace IDs kept at most; beyond, the log says "more than 1024" (0xFFFFFFFF).
@@ -138,6 +139,26 @@ impl Controller {
             e.discovery_masked = true;
             e.pending
                 .push_back(AsyncEvent::discovery_changed().to_dw0());
+        }
+    }
+
+    /// An ANA group's state changed on this controller's listener: raise an Asymmetric
+    /// Namespace Access Change event, if the host enabled them (AEC bit 11).
+    pub fn ana_changed(&self) {
+        if self.state().aec & oaes::ANA_CHANGE == 0 {
+            return;
+        }
+        let mut e = self.events();
+        if !e.ana_masked {
+            e.ana_masked = true;
+            e.pending.push_back(AsyncEvent::ana_changed().to_dw0());
+        }
+    }
+
+    /// The host read the ANA log; unless `retain`, re-arms the ANA event.
+    pub fn ana_log_read(&self, retain: bool) {
+        if !retain {
+            self.events().ana_masked = false;
         }
     }
 
@@ -220,6 +241,17 @@ impl Controller {
     }
 }
 
+/// What a new controller is made of (an admin-queue Connect's answer).
+#[derive(Debug)]
+pub struct NewController {
+    pub subsys: Arc<Subsystem>,
+    pub hostnqn: String,
+    pub hostid: [u8; 16],
+    pub ana: Arc<AnaPort>,
+    pub kato_ms: u64,
+    pub max_queues: u16,
+}
+
 /// Every live controller of the target, by cntlid.
 #[derive(Debug, Default)]
 pub struct ControllerTable {
@@ -233,23 +265,26 @@ struct Table {
 }
 
 impl ControllerTable {
-    /// Creates a controller with a fresh cntlid; `None` when all IDs are taken.
-    pub fn create(
-        &self,
-        subsys: Arc<Subsystem>,
-        hostnqn: String,
-        hostid: [u8; 16],
-        kato_ms: u64,
-        max_queues: u16,
-        now_ms: u64,
-    ) -> Option<Arc<Controller>> {
+    /// Creates a controller with a fresh cntlid from the subsystem's range; `None` when all
+    /// its IDs are taken.
+    pub fn create(&self, new: NewController, now_ms: u64) -> Option<Arc<Controller>> {
+        let NewController {
+            subsys,
+            hostnqn,
+            hostid,
+            ana,
+            kato_ms,
+            max_queues,
+        } = new;
+        let (lo, hi) = subsys.cntlid_range();
         let mut t = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let span = usize::from(CNTLID_MAX - CNTLID_MIN) + 1;
+        let span = usize::from(hi - lo) + 1;
+        let start = usize::from(t.next.saturating_sub(lo));
         let cntlid = (0..span).find_map(|i| {
-            let id = CNTLID_MIN + ((usize::from(t.next) + i) % span) as u16;
+            let id = lo + ((start + i) % span) as u16;
             (!t.by_id.contains_key(&id)).then_some(id)
         })?;
-        t.next = cntlid.wrapping_sub(CNTLID_MIN).wrapping_add(1);
+        t.next = cntlid.wrapping_add(1);
         let mut connected = vec![false; usize::from(max_queues)];
         connected[0] = true;
         let ctrl = Arc::new(Controller {
@@ -257,6 +292,7 @@ impl ControllerTable {
             subsys,
             hostnqn,
             hostid,
+            ana,
             state: Mutex::new(CtrlState {
                 cc: Cc(0),
                 csts: Csts(0),

@@ -1,5 +1,7 @@
 //! Fabrics commands: Connect, Property Get/Set, Disconnect.
 
+use std::sync::Arc;
+
 use rdmablk::nvme::fabrics::{offset, CNTLID_DYNAMIC, CONNECT_DATA_LEN};
 use rdmablk::nvme::opcodes::fctype;
 use rdmablk::nvme::properties::{self, PropertySize};
@@ -9,6 +11,7 @@ use rdmablk::nvme::{
 
 use super::command::{data_phase, Next, SglFit};
 use super::connection::Connection;
+use super::controller::NewController;
 use super::request::{Action, DataDir};
 use super::Shared;
 use super::{auth, discovery};
@@ -205,16 +208,24 @@ fn connect_controller(
         } else {
             shared.cfg.limits.max_queues_per_controller.min(0xFFFF) as u16
         };
+        let ana = shared
+            .lock_listeners()
+            .iter()
+            .find(|l| l.id == conn.listener)
+            .map(|l| Arc::clone(&l.ana));
+        // The listener was removed since this queue connected: its connections are closing.
+        let ana = ana.ok_or(ConnectFailure::from(Status::CONNECT_CONTROLLER_BUSY))?;
+        let new = NewController {
+            subsys: subsys.clone(),
+            hostnqn: d.hostnqn.as_str().to_owned(),
+            hostid: d.hostid,
+            ana,
+            kato_ms: kato,
+            max_queues,
+        };
         let ctrl = shared
             .controllers
-            .create(
-                subsys.clone(),
-                d.hostnqn.as_str().to_owned(),
-                d.hostid,
-                kato,
-                max_queues,
-                now,
-            )
+            .create(new, now)
             .ok_or(ConnectFailure::from(
                 Status::CONNECT_CONTROLLER_BUSY.with_dnr(),
             ))?;

@@ -39,10 +39,16 @@ fn check(
 ) -> Result<Next, Status> {
     let sqe = conn.reqs[slot as usize].sqe;
     let subsys = &ctrl.subsys;
+    // The namespace, if it is active and its ANA group is accessible through this
+    // controller's listener (else the path status, without DNR: the host tries another path).
     let namespace = |nsid: u32| {
-        subsys
+        let ns = subsys
             .namespace(nsid)
-            .ok_or(Status::INVALID_NAMESPACE.with_dnr())
+            .ok_or(Status::INVALID_NAMESPACE.with_dnr())?;
+        match ctrl.ana.state(ns.ana_group()).io_status() {
+            Some(path_status) => Err(path_status),
+            None => Ok(ns),
+        }
     };
     let action;
     let mut fit = SglFit::Exact;

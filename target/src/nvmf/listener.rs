@@ -17,6 +17,7 @@ use crossbeam_channel::Sender;
 use rdmablk::fabric::{ConnRequest, Cq, ProviderKind, QpCaps, QpInit};
 use rdmablk::nvme::{CmReject, CmRejectStatus, CmRequest};
 
+use super::ana::AnaPort;
 use super::worker::{PendingConn, WorkerMsg};
 use super::{cqes_per_connection, Shared, TargetError, ADMIN_QUEUE_DEPTH, SEND_WRS_PER_REQUEST};
 use crate::arena::ArenaError;
@@ -32,6 +33,8 @@ pub struct RunningListener {
     pub cfg: ListenerConfig,
     /// The bound address (the real port where the configuration said 0).
     pub addr: SocketAddr,
+    /// ANA group states through this listener (its controllers hold it too).
+    pub ana: Arc<AnaPort>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -117,6 +120,7 @@ pub(super) fn start(
         id,
         cfg: cfg.clone(),
         addr: local,
+        ana: Arc::new(AnaPort::new(cfg)),
         stop,
         thread: Some(thread),
     })

@@ -23,6 +23,7 @@
 //! teardown; per-I/O processing allocates nothing.
 
 pub mod admin;
+pub mod ana;
 pub mod auth;
 pub mod command;
 pub mod connection;

@@ -153,6 +153,12 @@ fn restart_only_changes(old: &Config, new: &Config) -> Vec<String> {
                     "subsystem[{i}].serial (or remove the subsystem and add it back)"
                 ));
             }
+            if (o.cntlid_min, o.cntlid_max) != (s.cntlid_min, s.cntlid_max) {
+                keys.push(format!(
+                    "subsystem[{i}].cntlid_min/cntlid_max (or remove the subsystem and add it \
+                     back)"
+                ));
+            }
         }
     }
     keys
@@ -459,6 +465,25 @@ fn publish(shared: &Arc<Shared>, plan: &Plan, new: &Config, ready: Prepared) -> 
                 send_all(shared, || WorkerMsg::CloseListener(id));
             } else {
                 kept.push(l);
+            }
+        }
+        // Kept listeners take their new ANA states; their controllers hear of a change.
+        for l in kept.iter_mut() {
+            let Some(cfg) = new.listeners.iter().find(|c| key(c) == key(&l.cfg)) else {
+                continue;
+            };
+            let changed = l.ana.apply(cfg);
+            l.cfg = cfg.clone();
+            if changed.is_empty() {
+                continue;
+            }
+            for (g, s) in &changed {
+                changes.push(format!("listener {} ANA group {g} {s}", l.addr));
+            }
+            for c in shared.controllers.all() {
+                if Arc::ptr_eq(&c.ana, &l.ana) {
+                    c.ana_changed();
+                }
             }
         }
         for l in ready.listeners {

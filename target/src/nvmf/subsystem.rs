@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
-use crate::config::{HostAuth, HostEntry, SubsystemConfig};
+use crate::config::{HostAuth, HostEntry, SubsystemConfig, CNTLID_MAX, CNTLID_MIN};
 use crate::namespace::Namespace;
 
 /// What a subsystem serves.
@@ -71,6 +71,8 @@ pub struct Subsystem {
     pub serial: String,
     /// Namespaces, ascending by NSID.
     namespaces: ArcSwap<Vec<Arc<Namespace>>>,
+    /// Controller IDs handed out for this subsystem (`cntlid_min..=cntlid_max`).
+    cntlids: (u16, u16),
 }
 
 impl Subsystem {
@@ -86,6 +88,7 @@ impl Subsystem {
             hosts: ArcSwap::from_pointee(HostList::of(cfg)),
             serial,
             namespaces: ArcSwap::from_pointee(Vec::new()),
+            cntlids: (cfg.cntlid_min, cfg.cntlid_max),
         };
         s.set_namespaces(namespaces);
         s
@@ -103,7 +106,13 @@ impl Subsystem {
             }),
             serial: derive_serial(nqn),
             namespaces: ArcSwap::from_pointee(Vec::new()),
+            cntlids: (CNTLID_MIN, CNTLID_MAX),
         }
+    }
+
+    /// The controller IDs this subsystem's controllers get (inclusive).
+    pub fn cntlid_range(&self) -> (u16, u16) {
+        self.cntlids
     }
 
     pub fn is_discovery(&self) -> bool {

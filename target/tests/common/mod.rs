@@ -12,10 +12,12 @@ use rdmablk::fabric::{
     QpInit, RecvWr, SendFlags, SendWr, Wc, WrOp,
 };
 use rdmablk::nvme::fabrics::CNTLID_DYNAMIC;
+use rdmablk::nvme::identify::IDENTIFY_LEN;
 use rdmablk::nvme::opcodes::{admin, fctype, io};
 use rdmablk::nvme::{
-    CmAccept, CmReject, CmRejectStatus, CmRequest, Connect, ConnectData, Cqe, InCapsuleSgl,
-    KeyedSgl, Nqn, PropertyGet, PropertySet, PropertySize, ReadWrite, Sgl, Sqe, Status,
+    CmAccept, CmReject, CmRejectStatus, CmRequest, Connect, ConnectData, Cqe, IdentifyCmd,
+    InCapsuleSgl, KeyedSgl, Nqn, PropertyGet, PropertySet, PropertySize, ReadWrite, Sgl, Sqe,
+    Status,
 };
 use rdmablk_target::config::Config;
 use rdmablk_target::Target;
@@ -477,3 +479,20 @@ pub fn admin_sqe(opcode: u8) -> Sqe {
 
 pub const ADMIN_IDENTIFY: u8 = admin::IDENTIFY;
 pub const FABRICS_DISCONNECT: u8 = fctype::DISCONNECT;
+
+/// Identify with CNS `cns` for `nsid`: the completion and the 4096 bytes.
+pub fn identify(h: &mut Host, cns: u8, nsid: u32) -> (Cqe, [u8; IDENTIFY_LEN]) {
+    let sgl = h.keyed(0, IDENTIFY_LEN as u32);
+    let mut sqe = IdentifyCmd {
+        cns,
+        cntid: 0,
+        csi: 0,
+        nsid,
+    }
+    .to_sqe(0);
+    sqe.set_sgl(&sgl);
+    let c = h.submit(sqe, &[]);
+    let mut b = [0u8; IDENTIFY_LEN];
+    b.copy_from_slice(&h.read_data(0, IDENTIFY_LEN));
+    (c, b)
+}
