@@ -3,6 +3,8 @@
 //! initiator's `MultipathController` writes through both, one gateway is SIGKILLed with writes
 //! in flight, and the application must see no error and read every acknowledged write back
 //! through the survivor. The killed gateway is restarted and the initiator returns to it.
+//! With ANA states in the gateways' configs, I/O goes to the optimized path, and follows a
+//! change made live (config edited, SIGHUP) without the application seeing an error.
 
 mod process;
 
@@ -12,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use process::*;
+use rdmablk::nvme::ana::AnaState;
 use rdmablk_initiator::{Completion, Error, MultipathController, Namespace, Op};
 
 const UUID_A: &str = "6f1c1a52-2d0e-4b51-9a8e-3b8f0f5c6a01";
@@ -19,10 +22,25 @@ const UUID_B: &str = "6f1c1a52-2d0e-4b51-9a8e-3b8f0f5c6a02";
 /// Blocks of the shared namespace the tests write.
 const BLOCKS: u64 = 1024;
 
-/// A gateway on 127.0.0.1:`port` exporting [`NQN`] namespace 1 from `img` with `uuid`.
-fn gateway_config(port: u16, img: &Path, uuid: &str) -> String {
+/// A gateway on 127.0.0.1:`port` exporting [`NQN`] namespace 1 (ANA group 1, in state
+/// `ana` through the listener) from `img` with `uuid`, controller IDs from `cntlid_min`.
+fn gateway_config(port: u16, img: &Path, uuid: &str, ana: AnaState, cntlid_min: u16) -> String {
     config_text(port, 2, &file_backend(img, "16MiB", false))
-        .replace("nsid = 1\n", &format!("nsid = 1\nuuid = \"{uuid}\"\n"))
+        .replace(
+            "nsid = 1\n",
+            &format!("nsid = 1\nuuid = \"{uuid}\"\nana_group = 1\n"),
+        )
+        .replace(
+            &format!("port = {port}\n"),
+            &format!("port = {port}\nana = {{ 1 = \"{ana}\" }}\n"),
+        )
+        .replace(
+            "allow_any_host = true\n",
+            &format!(
+                "allow_any_host = true\ncntlid_min = {cntlid_min}\ncntlid_max = {}\n",
+                cntlid_min + 99
+            ),
+        )
 }
 
 struct Gateway {
@@ -33,14 +51,27 @@ struct Gateway {
 
 impl Gateway {
     fn start(name: &str, img: &Path, uuid: &str) -> Gateway {
+        Self::start_in(name, img, uuid, AnaState::Optimized, 1)
+    }
+
+    fn start_in(name: &str, img: &Path, uuid: &str, ana: AnaState, cntlid_min: u16) -> Gateway {
         let dir = tmp_dir(&format!("mp-{name}"));
-        let cfg = gateway_config(free_port(), img, uuid);
+        let cfg = gateway_config(free_port(), img, uuid, ana, cntlid_min);
         let proc = TargetProc::spawn(&dir, &cfg, 0);
         Gateway { dir, cfg, proc }
     }
 
     fn restart(&mut self, n: u32) {
         self.proc = TargetProc::spawn(&self.dir, &self.cfg, n);
+    }
+
+    /// Edits the listener's ANA state in the config file and reloads it (SIGHUP).
+    fn set_ana(&mut self, from: AnaState, to: AnaState) {
+        let old = format!("ana = {{ 1 = \"{from}\" }}");
+        assert!(self.cfg.contains(&old), "state {from} not in the config");
+        self.cfg = self.cfg.replace(&old, &format!("ana = {{ 1 = \"{to}\" }}"));
+        std::fs::write(self.dir.join("target.toml"), &self.cfg).unwrap();
+        self.proc.signal(libc::SIGHUP);
     }
 }
 
@@ -259,4 +290,104 @@ fn paths_to_different_volumes_are_refused() {
         .expect("two volumes refused");
     assert!(matches!(e, Error::PathMismatch { .. }), "{e}");
     assert!(e.to_string().contains("not the same volume"), "{e}");
+}
+
+/// Waits until the paths report `want` (one state per path) for namespace 1.
+fn wait_for_states(mp: &MultipathController, want: &[AnaState]) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let got: Vec<_> = mp.paths().iter().map(|p| p.ana_state(1)).collect();
+        if got.iter().zip(want).all(|(g, w)| *g == Some(*w)) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "ANA states {got:?}, want {want:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Writes `n` blocks through `ns`; returns the commands each path carried meanwhile.
+fn commands_for(mp: &MultipathController, ns: &Namespace, n: u64) -> Vec<u64> {
+    let before: Vec<u64> = mp.paths().iter().map(|p| p.commands).collect();
+    let mut data = vec![0u8; BLOCK];
+    for block in 0..n {
+        block_content(block, 1, &mut data);
+        ns.write_at(block * BLOCK as u64, &data).unwrap();
+    }
+    mp.paths()
+        .iter()
+        .zip(before)
+        .map(|(p, b)| p.commands - b)
+        .collect()
+}
+
+#[test]
+fn io_follows_the_optimized_path_and_a_live_ana_change() {
+    use AnaState::*;
+    let img_dir = tmp_dir("mp-img-ana");
+    let img = img_dir.join("shared.img");
+    let mut a = Gateway::start_in("ana-a", &img, UUID_A, Optimized, 1);
+    let mut b = Gateway::start_in("ana-b", &img, UUID_A, NonOptimized, 101);
+    let mp = connect(&[a.proc.url(), b.proc.url()]);
+    let ns = mp.namespace(1).unwrap();
+    wait_for_states(&mp, &[Optimized, NonOptimized]);
+    assert_eq!(
+        commands_for(&mp, &ns, 200),
+        [200, 0],
+        "A is optimized: all I/O there"
+    );
+
+    // Change the states while writers run: A becomes inaccessible (commands in flight there
+    // get the ANA path status and go to B), then B optimized.
+    let stop = Arc::new(AtomicBool::new(false));
+    let seen = Arc::new(Mutex::new(Seen {
+        acked: vec![0; BLOCKS as usize],
+        ..Seen::default()
+    }));
+    let writers: Vec<_> = (0..4)
+        .map(|i| {
+            let (ns, stop, seen) = (ns.clone(), stop.clone(), seen.clone());
+            std::thread::spawn(move || sync_writer(ns, 256 + i * 64, 64, stop, seen))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    a.set_ana(Optimized, Inaccessible);
+    wait_for_states(&mp, &[Inaccessible, NonOptimized]);
+    std::thread::sleep(Duration::from_millis(200));
+    b.set_ana(NonOptimized, Optimized);
+    wait_for_states(&mp, &[Inaccessible, Optimized]);
+    std::thread::sleep(Duration::from_millis(200));
+    stop.store(true, Ordering::Relaxed);
+    for t in writers {
+        t.join().unwrap();
+    }
+    let s = seen.lock().unwrap();
+    assert!(
+        s.errors.is_empty(),
+        "the application saw errors: {:?}",
+        s.errors
+    );
+    eprintln!("ANA change: longest write {:?}", s.max_latency);
+    assert_eq!(
+        commands_for(&mp, &ns, 200),
+        [0, 200],
+        "B is optimized: all I/O there"
+    );
+
+    // Back: A optimized again, B non-optimized.
+    a.set_ana(Inaccessible, Optimized);
+    b.set_ana(Optimized, NonOptimized);
+    wait_for_states(&mp, &[Optimized, NonOptimized]);
+    assert_eq!(
+        commands_for(&mp, &ns, 200),
+        [200, 0],
+        "A is optimized again"
+    );
+    verify_all(&ns, &{
+        let mut acked = s.acked.clone();
+        acked[..200].fill(1);
+        acked
+    });
 }
