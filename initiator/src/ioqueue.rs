@@ -111,8 +111,9 @@ pub struct IoQueue {
 }
 
 enum Inner {
-    Path(OnePath),
-    Paths(PathsQueue),
+    // Boxed: both are large and of different sizes; made once per `IoQueue`.
+    Path(Box<OnePath>),
+    Paths(Box<PathsQueue>),
 }
 
 /// The queue of a single-path namespace.
@@ -130,15 +131,17 @@ impl IoQueue {
             Via::Path(ctrl) => {
                 let (q, generation) = ctrl.shared().checkout()?;
                 let depth = usize::from(q.entries());
-                Inner::Path(OnePath {
+                Inner::Path(Box::new(OnePath {
                     ctrl: ctrl.clone(),
                     q: Some((q, generation)),
                     meta: vec![None; depth],
                     free: (0..depth as u32).rev().collect(),
                     done: Vec::with_capacity(depth),
-                })
+                }))
             }
-            Via::Paths(paths) => Inner::Paths(PathsQueue::new(paths.clone(), ns.clone())?),
+            Via::Paths(paths) => {
+                Inner::Paths(Box::new(PathsQueue::new(paths.clone(), ns.clone())?))
+            }
         };
         Ok(IoQueue { ns, inner })
     }
