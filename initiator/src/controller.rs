@@ -50,6 +50,8 @@ struct Pool {
     closed: bool,
     /// A generation known broken (its recovery under way or about to start).
     broken: Option<u64>,
+    /// The current session's abort switch: set, its queues fail at their next check.
+    abort: Arc<AtomicBool>,
 }
 
 pub(crate) struct Shared {
@@ -136,6 +138,7 @@ impl Controller {
                 failed: None,
                 closed: false,
                 broken: None,
+                abort: session.abort,
             }),
             queue_ready: Condvar::new(),
             admin: Mutex::new(Some(session.admin)),
@@ -348,6 +351,7 @@ impl Shared {
         let mut p = self.lock_pool();
         if p.generation == generation {
             p.broken = Some(generation);
+            p.abort.store(true, Ordering::Release);
             p.idle.clear();
             drop(p);
             self.queue_ready.notify_all();
@@ -383,6 +387,7 @@ impl Shared {
             }
             p.idle.clear();
             p.broken = Some(seen);
+            p.abort.store(true, Ordering::Release);
         }
         self.queue_ready.notify_all();
         *self.admin.lock().unwrap_or_else(|p| p.into_inner()) = None;
@@ -404,6 +409,7 @@ impl Shared {
                     p.generation += 1;
                     p.idle = s.io;
                     p.info = s.info;
+                    p.abort = s.abort;
                     drop(p);
                     self.ana_reads.fetch_add(1, Ordering::AcqRel);
                     self.stats.add_reconnect();

@@ -13,6 +13,7 @@
 //! 16 bits are the command ID or the receive slot.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -144,6 +145,8 @@ pub(crate) struct Queue {
     /// Completions of other commands (a held Asynchronous Event Request) that arrived while
     /// [`Queue::exec`] waited for its own: see [`Queue::take_stray`].
     stray: Vec<Done>,
+    /// The session's abort switch (see `Session::abort`).
+    abort: Option<Arc<AtomicBool>>,
     stats: Arc<Stats>,
 }
 
@@ -244,6 +247,7 @@ impl Queue {
             next_housekeeping: Instant::now(),
             wcs: vec![Wc::default(); 2 * n + 8],
             stray: Vec::new(),
+            abort: None,
             stats,
         };
         for i in 0..p.entries {
@@ -272,6 +276,11 @@ impl Queue {
 
     pub fn set_in_capsule_bytes(&mut self, n: u32) {
         self.in_capsule_bytes = n;
+    }
+
+    /// Makes the queue fail at its next housekeeping once `abort` is set.
+    pub fn set_abort(&mut self, abort: Arc<AtomicBool>) {
+        self.abort = Some(abort);
     }
 
     /// Why the queue failed, if it did.
@@ -564,6 +573,13 @@ impl Queue {
     fn housekeeping(&mut self) {
         let now = Instant::now();
         self.next_housekeeping = now + HOUSEKEEPING;
+        if self
+            .abort
+            .as_ref()
+            .is_some_and(|a| a.load(Ordering::Acquire))
+        {
+            return self.fail("the controller failed (keep-alive, or another queue)".into());
+        }
         match self.qp.cm_event(Some(Duration::ZERO)) {
             Ok(None) | Ok(Some(CmEvent::Established)) => {}
             Ok(Some(CmEvent::Disconnected)) => return self.fail("the target disconnected".into()),
@@ -655,8 +671,20 @@ impl Queue {
     /// response status is returned as is; transport failures are `Err`. Other completions
     /// arriving meanwhile (a held event request) are kept for [`Queue::take_stray`].
     pub fn exec(&mut self, sqe: Sqe, dir: Dir, buf: Option<IoBuf>) -> Result<(Cqe, Option<IoBuf>)> {
+        self.exec_within(sqe, dir, buf, self.cmd_timeout)
+    }
+
+    /// [`Queue::exec`] with its own command timeout (Keep Alive: the keep-alive timeout).
+    pub fn exec_within(
+        &mut self,
+        sqe: Sqe,
+        dir: Dir,
+        buf: Option<IoBuf>,
+        timeout: Duration,
+    ) -> Result<(Cqe, Option<IoBuf>)> {
         const TAG: u64 = u64::MAX;
-        match self.submit(sqe, dir, buf, TAG) {
+        let deadline = Some(Instant::now() + timeout);
+        match self.post(sqe, dir, buf, TAG, deadline) {
             Ok(()) => {}
             Err(SubmitError::Failed(e, _)) => return Err(e),
             Err(SubmitError::Full(_)) => {

@@ -17,6 +17,7 @@
 //!
 //! A session is replaced whole on reconnect.
 
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -135,6 +136,9 @@ pub(crate) struct Session {
     pub admin: Queue,
     pub io: Vec<Queue>,
     pub info: ControllerInfo,
+    /// Set when the session is known broken: every queue of it fails at its next check, so
+    /// commands in flight come back at once (to be re-sent) instead of at their timeout.
+    pub abort: Arc<AtomicBool>,
 }
 
 pub(crate) struct Setup<'a> {
@@ -257,7 +261,17 @@ impl Setup<'_> {
         };
         tracing::info!(url = %self.url, cntlid, io_queues = granted, queue_size,
             max_transfer_bytes, in_capsule_bytes, push = ?push_window, "controller connected");
-        Ok(Session { admin, io, info })
+        let abort = Arc::new(AtomicBool::new(false));
+        admin.set_abort(abort.clone());
+        for q in &mut io {
+            q.set_abort(abort.clone());
+        }
+        Ok(Session {
+            admin,
+            io,
+            info,
+            abort,
+        })
     }
 
     /// Runs one admin command with optional data of `len` bytes.
@@ -524,8 +538,13 @@ impl Setup<'_> {
     }
 
     /// One Keep Alive command.
+    /// One Keep Alive command; no answer within the keep-alive timeout fails the admin queue
+    /// (as the Linux host's keep-alive work does), not the longer command timeout.
     pub fn keep_alive(&self, admin: &mut Queue) -> Result<()> {
-        self.admin_cmd(admin, nvme_admin::keep_alive_sqe(0), None, "Keep Alive")?;
+        let timeout = Duration::from_millis(u64::from(self.opts.kato_ms.max(1)));
+        let (cqe, _) =
+            admin.exec_within(nvme_admin::keep_alive_sqe(0), Dir::None, None, timeout)?;
+        fabrics_ok(cqe.status, "Keep Alive")?;
         self.stats.add_keep_alive();
         Ok(())
     }

@@ -89,6 +89,18 @@ struct Seen {
     max_latency: Duration,
 }
 
+impl Seen {
+    /// Asserts that the application saw no error; prints the longest wait (the stall).
+    fn no_errors(&self, what: &str) {
+        assert!(
+            self.errors.is_empty(),
+            "{what}: the application saw errors: {:?}",
+            self.errors
+        );
+        eprintln!("{what}: longest write {:?}", self.max_latency);
+    }
+}
+
 /// Sync writers, each on its own blocks (`first..first + n`), verifying nothing yet: every
 /// acknowledged version is recorded.
 fn sync_writer(ns: Namespace, first: u64, n: u64, stop: Arc<AtomicBool>, seen: Arc<Mutex<Seen>>) {
@@ -108,6 +120,42 @@ fn sync_writer(ns: Namespace, first: u64, n: u64, stop: Arc<AtomicBool>, seen: A
             Ok(()) => s.acked[block as usize] = gen,
             Err(e) => s.errors.push(format!("sync write of block {block}: {e}")),
         }
+    }
+}
+
+/// Four sync writers on blocks `first..first + 256` (64 each), until [`Writers::stop`].
+struct Writers {
+    stop: Arc<AtomicBool>,
+    seen: Arc<Mutex<Seen>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Writers {
+    fn start(ns: &Namespace, first: u64) -> Writers {
+        let stop = Arc::new(AtomicBool::new(false));
+        let seen = Arc::new(Mutex::new(Seen {
+            acked: vec![0; BLOCKS as usize],
+            ..Seen::default()
+        }));
+        let threads = (0..4)
+            .map(|i| {
+                let (ns, stop, seen) = (ns.clone(), stop.clone(), seen.clone());
+                std::thread::spawn(move || sync_writer(ns, first + i * 64, 64, stop, seen))
+            })
+            .collect();
+        Writers {
+            stop,
+            seen,
+            threads,
+        }
+    }
+
+    fn stop(self) -> Arc<Mutex<Seen>> {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads {
+            t.join().unwrap();
+        }
+        self.seen
     }
 }
 
@@ -178,18 +226,9 @@ fn a_gateway_killed_with_writes_in_flight_costs_the_application_nothing() {
     let mp = connect(&[a.proc.url(), b.proc.url()]);
     let ns = mp.namespace(1).unwrap();
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let seen = Arc::new(Mutex::new(Seen {
-        acked: vec![0; BLOCKS as usize],
-        ..Seen::default()
-    }));
     // Sync writers on blocks 0..256, async on 256..1024.
-    let writers: Vec<_> = (0..4)
-        .map(|i| {
-            let (ns, stop, seen) = (ns.clone(), stop.clone(), seen.clone());
-            std::thread::spawn(move || sync_writer(ns, i * 64, 64, stop, seen))
-        })
-        .collect();
+    let writers = Writers::start(&ns, 0);
+    let seen = writers.seen.clone();
     let mut q = mp.io_queue(1).unwrap();
     assert!(q.depth() >= 32, "queue depth {}", q.depth());
     let mut w = AsyncWriter {
@@ -225,24 +264,16 @@ fn a_gateway_killed_with_writes_in_flight_costs_the_application_nothing() {
             w.complete(c, &seen);
         }
     }
-    stop.store(true, Ordering::Relaxed);
-    for t in writers {
-        t.join().unwrap();
-    }
+    writers.stop();
     assert!(
         in_flight_at_kill >= 32,
         "{in_flight_at_kill} in flight at the kill"
     );
     let s = seen.lock().unwrap();
-    assert!(
-        s.errors.is_empty(),
-        "the application saw errors: {:?}",
-        s.errors
-    );
+    s.no_errors("SIGKILL failover");
     let paths = mp.paths();
     eprintln!(
-        "failover: longest write {:?}; paths {:?}; re-issued {}",
-        s.max_latency,
+        "paths {:?}; re-issued {}",
         paths
             .iter()
             .map(|p| (p.url.as_str(), p.live, p.commands, p.failures))
@@ -341,17 +372,7 @@ fn io_follows_the_optimized_path_and_a_live_ana_change() {
 
     // Change the states while writers run: A becomes inaccessible (commands in flight there
     // get the ANA path status and go to B), then B optimized.
-    let stop = Arc::new(AtomicBool::new(false));
-    let seen = Arc::new(Mutex::new(Seen {
-        acked: vec![0; BLOCKS as usize],
-        ..Seen::default()
-    }));
-    let writers: Vec<_> = (0..4)
-        .map(|i| {
-            let (ns, stop, seen) = (ns.clone(), stop.clone(), seen.clone());
-            std::thread::spawn(move || sync_writer(ns, 256 + i * 64, 64, stop, seen))
-        })
-        .collect();
+    let writers = Writers::start(&ns, 256);
     std::thread::sleep(Duration::from_millis(300));
     a.set_ana(Optimized, Inaccessible);
     wait_for_states(&mp, &[Inaccessible, NonOptimized]);
@@ -359,17 +380,9 @@ fn io_follows_the_optimized_path_and_a_live_ana_change() {
     b.set_ana(NonOptimized, Optimized);
     wait_for_states(&mp, &[Inaccessible, Optimized]);
     std::thread::sleep(Duration::from_millis(200));
-    stop.store(true, Ordering::Relaxed);
-    for t in writers {
-        t.join().unwrap();
-    }
+    let seen = writers.stop();
     let s = seen.lock().unwrap();
-    assert!(
-        s.errors.is_empty(),
-        "the application saw errors: {:?}",
-        s.errors
-    );
-    eprintln!("ANA change: longest write {:?}", s.max_latency);
+    s.no_errors("ANA change");
     assert_eq!(
         commands_for(&mp, &ns, 200),
         [0, 200],
@@ -390,4 +403,42 @@ fn io_follows_the_optimized_path_and_a_live_ana_change() {
         acked[..200].fill(1);
         acked
     });
+}
+
+/// A gateway that hangs (SIGSTOP: connections open, nothing answered) is left once its
+/// keep-alive fails: the commands in flight there are re-issued on the other path, and the
+/// stall stays under twice the keep-alive timeout.
+#[test]
+fn a_hung_gateway_is_left_after_the_keep_alive_timeout() {
+    let img_dir = tmp_dir("mp-img-hang");
+    let img = img_dir.join("shared.img");
+    let a = Gateway::start("hang-a", &img, UUID_A);
+    let b = Gateway::start("hang-b", &img, UUID_A);
+    // Commands time out after connect_timeout_ms (5 s) on their own: the keep-alive (1 s)
+    // must find the hang sooner and fail the queues under the commands.
+    let o = rdmablk_initiator::ConnectOptions {
+        kato_ms: 1_000,
+        connect_timeout_ms: 5_000,
+        ..opts(2, 3)
+    };
+    let kato = Duration::from_millis(u64::from(o.kato_ms));
+    let mp = MultipathController::connect_with(&[a.proc.url(), b.proc.url()], o).unwrap();
+    let ns = mp.namespace(1).unwrap();
+    let writers = Writers::start(&ns, 0);
+    std::thread::sleep(Duration::from_millis(300));
+    a.proc.signal(libc::SIGSTOP);
+    std::thread::sleep(3 * kato);
+    let seen = writers.stop();
+    let s = seen.lock().unwrap();
+    s.no_errors(&format!("hung gateway (KATO {kato:?})"));
+    assert!(
+        s.max_latency < 2 * kato,
+        "stall {:?} not under 2 x KATO",
+        s.max_latency
+    );
+    let paths = mp.paths();
+    assert!(!paths[0].live && paths[1].live, "{paths:?}");
+    // Checked before A could run again (it is killed, never continued): what it still holds
+    // must not land after the writes re-issued on B.
+    verify_all(&ns, &s.acked);
 }
