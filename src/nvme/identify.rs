@@ -10,7 +10,7 @@
 //!   73 ieee[3]    76 cmic         77 mdts       78 cntlid u16  80 ver u32   84 rtd3r u32
 //!   88 rtd3e u32  92 oaes u32     96 ctratt u32 111 cntrltype 112 fguid[16]
 //!  256 oacs u16  258 acl  259 aerl  260 frmw  261 lpa  262 elpe  263 npss  320 kas u16
-//!  343 anatt  344 anacap  345 anagrpmax u32  349 nanagrpid u32
+//!  342 anatt  343 anacap  344 anagrpmax u32  348 nanagrpid u32
 //!  512 sqes  513 cqes  514 maxcmd u16  516 nn u32  520 oncs u16  522 fuses u16  524 fna
 //!  525 vwc  526 awun u16  528 awupf u16  532 acwu u16  536 sgls u32  540 mnan u32
 //!  768 subnqn[256]
@@ -341,10 +341,10 @@ impl IdentifyController {
             self.acl, self.aerl, self.frmw, self.lpa, self.elpe, self.npss, self.avscc,
         ]);
         put_u16(&mut b, 320, self.kas);
-        b[343] = self.anatt;
-        b[344] = self.anacap;
-        put_u32(&mut b, 345, self.anagrpmax);
-        put_u32(&mut b, 349, self.nanagrpid);
+        b[342] = self.anatt;
+        b[343] = self.anacap;
+        put_u32(&mut b, 344, self.anagrpmax);
+        put_u32(&mut b, 348, self.nanagrpid);
         b[512] = self.sqes;
         b[513] = self.cqes;
         put_u16(&mut b, 514, self.maxcmd);
@@ -409,10 +409,10 @@ impl IdentifyController {
             npss: b[263],
             avscc: b[264],
             kas: u16_at(b, 320),
-            anatt: b[343],
-            anacap: b[344],
-            anagrpmax: u32_at(b, 345),
-            nanagrpid: u32_at(b, 349),
+            anatt: b[342],
+            anacap: b[343],
+            anagrpmax: u32_at(b, 344),
+            nanagrpid: u32_at(b, 348),
             sqes: b[512],
             cqes: b[513],
             maxcmd: u16_at(b, 514),
@@ -883,6 +883,25 @@ mod tests {
         c.mdts = 5;
         c.nn = 4;
         c
+    }
+
+    #[test]
+    fn ana_fields_sit_where_the_linux_host_reads_them() {
+        // struct nvme_id_ctrl: ... endgidmax at 340, anatt 342, anacap 343, anagrpmax 344,
+        // nanagrpid 348, pels 352.
+        let id = IdentifyController {
+            anatt: 10,
+            anacap: anacap::ALL_STATES,
+            anagrpmax: 128,
+            nanagrpid: 127,
+            ..IdentifyController::default()
+        };
+        let b = id.encode();
+        assert_eq!((b[341], b[342], b[343]), (0, 10, 0x1F));
+        assert_eq!((u32_at(&b, 344), u32_at(&b, 348)), (128, 127));
+        assert_eq!(u32_at(&b, 352), 0);
+        let back = IdentifyController::decode(&b).unwrap();
+        assert_eq!((back.anatt, back.anagrpmax, back.nanagrpid), (10, 128, 127));
     }
 
     #[test]

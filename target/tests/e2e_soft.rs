@@ -34,7 +34,7 @@ fn admin_bring_up_like_a_linux_host() {
     let c = h.property_get(properties::CSTS, PropertySize::Four);
     assert_eq!(c.dw0 & 1, 1, "CSTS.RDY after CC.EN");
 
-    let (c, b) = identify(&mut h, cns::CONTROLLER, 0);
+    let (c, b) = identify_page(&mut h, cns::CONTROLLER, 0);
     assert!(c.status.is_success(), "{}", c.status);
     let id = IdentifyController::decode(&b).unwrap();
     id.check_fabrics(cntlid)
@@ -51,7 +51,7 @@ fn admin_bring_up_like_a_linux_host() {
     assert_eq!(id.in_capsule_bytes(), 4096);
     assert_ne!(id.sgls & (1 << 20), 0);
 
-    let (c, b) = identify(&mut h, cns::NAMESPACE, 1);
+    let (c, b) = identify_page(&mut h, cns::NAMESPACE, 1);
     assert!(c.status.is_success());
     let ns = IdentifyNamespace::decode(&b);
     assert_eq!(ns.nsze, NS_BLOCKS);
@@ -61,15 +61,15 @@ fn admin_bring_up_like_a_linux_host() {
         1,
         "NMIC: shared (a host's second controller needs it)"
     );
-    let (c, b) = identify(&mut h, cns::ACTIVE_NS_LIST, 0);
+    let (c, b) = identify_page(&mut h, cns::ACTIVE_NS_LIST, 0);
     assert!(c.status.is_success());
     assert_eq!(&b[..8], &[1, 0, 0, 0, 0, 0, 0, 0]);
-    let (c, _) = identify(&mut h, cns::NS_DESC_LIST, 1);
+    let (c, _) = identify_page(&mut h, cns::NS_DESC_LIST, 1);
     assert!(c.status.is_success());
     // CSI-specific CNS: newer hosts probe it and skip on Invalid Field.
-    let (c, _) = identify(&mut h, 0x06, 0);
+    let (c, _) = identify_page(&mut h, 0x06, 0);
     assert_status(&c, Status::INVALID_FIELD);
-    let (c, _) = identify(&mut h, cns::NAMESPACE, 0);
+    let (c, _) = identify_page(&mut h, cns::NAMESPACE, 0);
     assert_status(&c, Status::INVALID_NAMESPACE);
 
     let want = NumQueues { nsq: 7, ncq: 7 };

@@ -27,7 +27,15 @@ check nvme id-ctrl "$CTRL" >"$WORK/id-ctrl.txt"
 [ "$(field subnqn "$WORK/id-ctrl.txt")" = "$NQN" ] || fail "admin: id-ctrl subnqn"
 [ "$(field mn "$WORK/id-ctrl.txt")" = rdmablk ] || fail "admin: id-ctrl mn"
 [ "$(field cntrltype "$WORK/id-ctrl.txt")" = 1 ] || fail "admin: id-ctrl cntrltype (I/O)"
-[ "$(field nn "$WORK/id-ctrl.txt")" = 2 ] || fail "admin: id-ctrl nn"
+# NN and MNAN: room for 1024 namespaces (nvmet's values); CMIC: multi-port, multi-controller,
+# ANA reporting; the ANA log: the namespaces' group, optimized.
+[ "$(field nn "$WORK/id-ctrl.txt")" = 1024 ] || fail "admin: id-ctrl nn"
+[ "$(field mnan "$WORK/id-ctrl.txt")" = 1024 ] || fail "admin: id-ctrl mnan"
+cmic=$(field cmic "$WORK/id-ctrl.txt")
+[ $(( ${cmic:-0} & 0xb )) = $((0xb)) ] || fail "admin: id-ctrl cmic $cmic (want 0xb: ANA, multi-ctrl, multi-port)"
+check nvme ana-log "$CTRL" >"$WORK/ana-log.txt"
+grep -qiE 'state[[:space:]]*:[[:space:]]*optimized' "$WORK/ana-log.txt" ||
+  { cat "$WORK/ana-log.txt"; fail "admin: ana-log has no optimized group"; }
 check nvme id-ns "$DEV" >"$WORK/id-ns.txt"
 want=$(( $(cat "/sys/block/$(basename "$DEV")/size") * 512 / 4096 ))
 nsze=$(field nsze "$WORK/id-ns.txt"); dlfeat=$(field dlfeat "$WORK/id-ns.txt")

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use rdmablk::nvme::admin::ABORT_NOT_ABORTED;
-use rdmablk::nvme::ana::LSP_RGO;
+use rdmablk::nvme::ana::{self, LSP_RGO};
 use rdmablk::nvme::features::{fid, VWC_ENABLE};
 use rdmablk::nvme::identify::{
     anacap, cmic, cns, encode_ns_descriptors, encode_ns_list, oaes, sgls, IDENTIFY_LEN,
@@ -31,10 +31,11 @@ use crate::config::{ANA_GROUP_MAX, MAX_NAMESPACES_PER_SUBSYSTEM};
 /// Checks and runs an admin command on the admin queue of `ctrl`.
 pub fn prepare(conn: &mut Connection, slot: u32, shared: &Shared, ctrl: &Arc<Controller>) -> Next {
     let sqe = conn.reqs[slot as usize].sqe;
-    let ready_needed = !matches!(sqe.opcode, op::KEEP_ALIVE);
-    if ready_needed && !ctrl.is_ready() && sqe.opcode != op::IDENTIFY {
-        // nvmet answers admin commands only once CC.EN is set; Identify is allowed earlier
-        // by some hosts' probes, and is harmless.
+    if !ctrl.is_ready() {
+        // Every admin command (Fabrics commands are not admin commands) waits for CC.EN and
+        // CSTS.RDY, Identify and Keep Alive included, as nvmet (`nvmet_check_ctrl_status`) and
+        // SPDK answer them. Hosts enable the controller right after Connect and before their
+        // first Identify; keep-alive starts after that.
         conn.reqs[slot as usize].fail(Status::COMMAND_SEQUENCE_ERROR.with_dnr());
         return Next::Respond;
     }
@@ -256,6 +257,9 @@ fn set_features(
         fid::ASYNC_EVENT_CONFIG => ctrl.state().aec = sf.value,
         fid::VOLATILE_WRITE_CACHE => ctrl.state().vwc = sf.value & VWC_ENABLE != 0,
         fid::ARBITRATION | fid::POWER_MGMT | fid::TEMP_THRESHOLD | fid::ERROR_RECOVERY => {}
+        // On fabrics the host identifier comes with Connect and cannot be set (NVMe Base
+        // 5.27.1.25; nvmet and SPDK answer Command Sequence Error).
+        fid::HOST_ID => return Err(Status::COMMAND_SEQUENCE_ERROR.with_dnr()),
         _ => return Err(Status::INVALID_FIELD.with_dnr()),
     }
     Ok(Next::Respond)
@@ -303,7 +307,13 @@ fn get_log_page(
         return send_page(conn, slot, shared, len, &window);
     }
     if glp.lid == lid::ANA {
-        let log = ctrl.ana.log(&ctrl.subsys).encode(glp.lsp & LSP_RGO != 0);
+        // The log's size is its largest (what the host computes from NANAGRPID and MNAN):
+        // a host that reads it in 4 KiB pieces (libnvme) gets zeroes past the groups.
+        let mut log = ctrl.ana.log(&ctrl.subsys).encode(glp.lsp & LSP_RGO != 0);
+        let max = ana::HEADER_LEN
+            + ana::GROUP_LEN * ANA_GROUP_MAX as usize
+            + 4 * MAX_NAMESPACES_PER_SUBSYSTEM;
+        log.resize(log.len().max(max), 0);
         ctrl.ana_log_read(glp.rae);
         let window = glp.window(&log)?.to_vec();
         return send_page(conn, slot, shared, len, &window);

@@ -50,6 +50,8 @@ use crate::arena::Window;
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a target-initiated teardown waits for the LOCAL_INV of the push window.
 pub const INVALIDATE_TIMEOUT: Duration = Duration::from_secs(1);
+/// SQHD of every completion on a queue whose Connect disabled SQ flow control.
+pub const SQHD_DISABLED: u16 = 0xFFFF;
 /// Async Event Requests held at once (Identify Controller AERL + 1).
 pub const MAX_HELD_AERS: usize = 4;
 
@@ -119,6 +121,9 @@ pub struct Connection {
     pub read_wait: VecDeque<u32>,
     /// Submission queue head reported in completions.
     pub sq_head: u16,
+    /// The host's Connect set CATTR bit 2 (SQ flow control disabled): SQHD in this queue's
+    /// completions is reserved and reads 0xFFFF, as nvmet and SPDK report it.
+    pub sqhd_disabled: bool,
     pub ctrl: Option<Arc<Controller>>,
     /// Signalled send WRs posted and not completed.
     pub sends_out: u32,
@@ -232,7 +237,12 @@ impl Connection {
     /// key when its SGL asked for invalidation.
     pub fn post_response(&mut self, slot: u32) -> rdmablk::fabric::Result<()> {
         let r = self.reqs[slot as usize];
-        let mut cqe = Cqe::error(r.sqe.cid, self.qid, self.sq_head, r.status);
+        let sq_head = if self.sqhd_disabled {
+            SQHD_DISABLED
+        } else {
+            self.sq_head
+        };
+        let mut cqe = Cqe::error(r.sqe.cid, self.qid, sq_head, r.status);
         cqe.dw0 = r.dw0;
         cqe.dw1 = r.dw1;
         let resp = self.window.resp_slot(slot);

@@ -234,7 +234,10 @@ impl Controller {
             s.csts = s.csts.with_rdy(false).with_shst(shst::NORMAL);
         }
         if new.shn() != shn::NONE && old.shn() == shn::NONE {
-            s.csts = s.csts.with_shst(shst::COMPLETE);
+            // Shut down: no more I/O until the host resets the controller (CC.EN 1 -> 0 -> 1),
+            // as nvmet (`nvmet_clear_ctrl` clears RDY) and SPDK (disconnects the I/O queues)
+            // answer it.
+            s.csts = s.csts.with_rdy(false).with_shst(shst::COMPLETE);
         }
         s.cc = new;
         s.csts

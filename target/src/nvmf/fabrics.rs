@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use rdmablk::nvme::fabrics::{offset, CNTLID_DYNAMIC, CONNECT_DATA_LEN};
+use rdmablk::nvme::fabrics::{offset, CATTR_DISABLE_SQ_FLOW, CNTLID_DYNAMIC, CONNECT_DATA_LEN};
 use rdmablk::nvme::opcodes::fctype;
 use rdmablk::nvme::properties::{self, PropertySize};
 use rdmablk::nvme::{
@@ -50,7 +50,9 @@ pub fn prepare(conn: &mut Connection, slot: u32, shared: &Shared) -> Next {
     match ft {
         fctype::PROPERTY_GET if conn.qid == 0 => match PropertyGet::from_sqe(&sqe) {
             Ok(g) => match property_value(&ctrl, g.offset, shared) {
-                Some((v, size)) if size == PropertySize::Four || g.size == size => {
+                // Read at its own size only (nvmet, SPDK): 8 bytes of a 4-byte property
+                // would read the next register too, and CAP's halves are not offered.
+                Some((v, size)) if g.size == size => {
                     r.dw0 = v as u32;
                     r.dw1 = (v >> 32) as u32;
                 }
@@ -59,7 +61,8 @@ pub fn prepare(conn: &mut Connection, slot: u32, shared: &Shared) -> Next {
             Err(st) => r.fail(st),
         },
         fctype::PROPERTY_SET if conn.qid == 0 => match PropertySet::from_sqe(&sqe) {
-            Ok(s) if s.offset == properties::CC => {
+            // CC is the one writable property, and it has 4 bytes (nvmet, SPDK).
+            Ok(s) if s.offset == properties::CC && s.size == PropertySize::Four => {
                 let csts = ctrl.write_cc(s.value as u32);
                 tracing::debug!(
                     cntlid = ctrl.cntlid,
@@ -165,7 +168,13 @@ pub fn execute_connect(conn: &mut Connection, slot: u32, shared: &Shared) {
         }
     };
     match connect_controller(conn, &connect, &data, shared) {
-        Ok((cntlid, authreq)) => conn.reqs[slot as usize].dw0 = u32::from(cntlid) | authreq,
+        Ok((cntlid, authreq)) => {
+            // CATTR bit 2: the host does not use SQHD on this queue; from this response on it
+            // reads 0xFFFF (nvmet `nvmet_install_queue`, SPDK). Other CATTR bits are reserved
+            // and ignored, as both peers do.
+            conn.sqhd_disabled = connect.cattr & CATTR_DISABLE_SQ_FLOW != 0;
+            conn.reqs[slot as usize].dw0 = u32::from(cntlid) | authreq;
+        }
         Err(f) => {
             tracing::info!(peer = %conn.peer, qid = conn.qid, subnqn = %data.subnqn,
                 hostnqn = %data.hostnqn, status = %f.status, "connect refused");

@@ -312,6 +312,7 @@ impl Worker {
             reads_in_flight: 0,
             read_wait: VecDeque::with_capacity(p.depth as usize),
             sq_head: 0,
+            sqhd_disabled: false,
             ctrl: None,
             sends_out: 0,
             recvs_out: 0,

@@ -481,7 +481,7 @@ pub const ADMIN_IDENTIFY: u8 = admin::IDENTIFY;
 pub const FABRICS_DISCONNECT: u8 = fctype::DISCONNECT;
 
 /// Identify with CNS `cns` for `nsid`: the completion and the 4096 bytes.
-pub fn identify(h: &mut Host, cns: u8, nsid: u32) -> (Cqe, [u8; IDENTIFY_LEN]) {
+pub fn identify_page(h: &mut Host, cns: u8, nsid: u32) -> (Cqe, [u8; IDENTIFY_LEN]) {
     let sgl = h.keyed(0, IDENTIFY_LEN as u32);
     let mut sqe = IdentifyCmd {
         cns,
