@@ -8,9 +8,11 @@
 //! runs, and a queue is only ever touched by the thread holding it). An [`crate::IoQueue`]
 //! (async API) takes a queue out of the pool until it is dropped.
 //!
-//! # Keep-alive
+//! # Keep-alive and events
 //! A background thread sends Keep Alive on the admin queue every KATO/2 (the admin queue is
 //! behind a mutex it shares with other admin users). A failed Keep Alive starts recovery.
+//! The same thread takes the completions of the Asynchronous Event Request held on the admin
+//! queue (ANA change notices): it reads the ANA log again and posts a new request.
 //!
 //! # Recovery
 //! A transport failure (error completion, disconnect, command timeout, malformed response) on
@@ -20,20 +22,23 @@
 //! wait for it. Queues of an old session are dropped when handed back. If every attempt
 //! fails, the controller is failed for good: every call returns [`Error::Disconnected`].
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use rdmablk::fabric::{self, ProviderKind};
+use rdmablk::nvme::admin::{async_event_request_sqe, AsyncEvent};
+use rdmablk::nvme::ana::AnaState;
+use rdmablk::nvme::log_page::lid;
 
 use crate::buf::{BufPool, IoBuf};
 use crate::error::{Error, Result};
 use crate::ioqueue::IoQueue;
-use crate::namespace::Namespace;
+use crate::namespace::{Namespace, Via};
 use crate::options::{ConnectOptions, TargetUrl};
 use crate::queue::{Fabric, Queue};
-use crate::session::{ControllerInfo, Setup};
+use crate::session::{ana_log_bytes, ControllerInfo, Setup, AER_TAG};
 use crate::stats::{Stats, StatsSnapshot};
 
 struct Pool {
@@ -43,6 +48,10 @@ struct Pool {
     info: ControllerInfo,
     failed: Option<String>,
     closed: bool,
+    /// A generation known broken (its recovery under way or about to start).
+    broken: Option<u64>,
+    /// The current session's abort switch: set, its queues fail at their next check.
+    abort: Arc<AtomicBool>,
 }
 
 pub(crate) struct Shared {
@@ -56,6 +65,8 @@ pub(crate) struct Shared {
     admin: Mutex<Option<Queue>>,
     recovering: Mutex<()>,
     stop: AtomicBool,
+    /// ANA logs read since connect (each bump: the states may have changed).
+    ana_reads: AtomicU64,
 }
 
 /// A connected NVMe-oF controller. Clone it freely; the connection closes when the last
@@ -94,6 +105,17 @@ impl Controller {
         opts.validate()?;
         let fabric = open_fabric(url.provider, &opts, &url)?;
         let bufs = BufPool::new(&fabric.pd, opts.buffer_pool_bytes)?;
+        Self::connect_on(url, opts, fabric, bufs)
+    }
+
+    /// Connects `url` over an open fabric (PD) with its registered buffer pool: the paths of
+    /// a multipath controller share both, so one [`IoBuf`] serves every path.
+    pub(crate) fn connect_on(
+        url: TargetUrl,
+        opts: ConnectOptions,
+        fabric: Fabric,
+        bufs: BufPool,
+    ) -> Result<Controller> {
         let stats = Arc::new(Stats::default());
         let session = Setup {
             url: &url,
@@ -115,17 +137,20 @@ impl Controller {
                 info: session.info,
                 failed: None,
                 closed: false,
+                broken: None,
+                abort: session.abort,
             }),
             queue_ready: Condvar::new(),
             admin: Mutex::new(Some(session.admin)),
             recovering: Mutex::new(()),
             stop: AtomicBool::new(false),
+            ana_reads: AtomicU64::new(0),
         });
         let ka = KeepAlive {
             shared: shared.clone(),
             thread: Mutex::new(None),
         };
-        if shared.opts.kato_ms > 0 {
+        if shared.opts.kato_ms > 0 || shared.lock_pool().info.ana_notices {
             let s = shared.clone();
             let t = std::thread::Builder::new()
                 .name("rdmablk-ka".into())
@@ -184,7 +209,7 @@ impl Controller {
                 active: info.namespaces.iter().map(|n| n.nsid).collect(),
             })?;
         Ok(Namespace::new(
-            self.clone(),
+            Via::Path(self.clone()),
             ns,
             info.max_transfer_bytes,
             info.oncs,
@@ -195,7 +220,7 @@ impl Controller {
     /// for one if all are borrowed.
     pub fn io_queue(&self, nsid: u32) -> Result<IoQueue> {
         let ns = self.namespace(nsid)?;
-        IoQueue::new(self.clone(), ns)
+        IoQueue::new(ns)
     }
 
     /// A registered buffer of `len` bytes from the controller's pool (zero-copy I/O).
@@ -211,6 +236,30 @@ impl Controller {
     /// Counters (data paths used, reconnects, retries, keep-alives).
     pub fn stats(&self) -> StatsSnapshot {
         self.shared.stats.snapshot()
+    }
+
+    /// The ANA state of namespace `nsid` through this controller, from the last ANA log read;
+    /// `None` when the controller does not report ANA (or does not list `nsid`).
+    pub fn ana_state(&self, nsid: u32) -> Option<AnaState> {
+        self.shared.lock_pool().info.ana.as_ref()?.state_of(nsid)
+    }
+
+    /// Reads the ANA log again (a command completed with an ANA path status, or a caller
+    /// wants the current states). A no-op when the controller does not report ANA.
+    pub fn refresh_ana(&self) -> Result<()> {
+        self.shared.refresh_ana()
+    }
+
+    /// How many times the ANA log was read since connect: a change means the states may have
+    /// changed (a notice arrived, a reconnect happened, or [`Controller::refresh_ana`]).
+    pub fn ana_reads(&self) -> u64 {
+        self.shared.ana_reads.load(Ordering::Acquire)
+    }
+
+    /// Whether the controller is connected and not known broken: neither reconnecting nor
+    /// failed for good nor closed.
+    pub fn is_live(&self) -> bool {
+        self.shared.is_live()
     }
 
     /// The URL this controller is connected to.
@@ -254,8 +303,23 @@ impl Shared {
 
     /// Borrows an idle I/O queue (waiting for one), with its session generation.
     pub fn checkout(&self) -> Result<(Queue, u64)> {
+        self.checkout_when(false)
+    }
+
+    /// Like [`Shared::checkout`], but refuses at once, instead of waiting, when the session
+    /// is known broken (a multipath caller then goes to another path).
+    pub fn checkout_live(&self) -> Result<(Queue, u64)> {
+        self.checkout_when(true)
+    }
+
+    fn checkout_when(&self, refuse_broken: bool) -> Result<(Queue, u64)> {
         let mut p = self.lock_pool();
         loop {
+            if refuse_broken && p.broken == Some(p.generation) {
+                return Err(Error::Disconnected {
+                    what: format!("{}: reconnecting", self.url),
+                });
+            }
             if let Some(why) = &p.failed {
                 return Err(Error::Disconnected { what: why.clone() });
             }
@@ -268,6 +332,29 @@ impl Shared {
                 return Ok((q, p.generation));
             }
             p = self.queue_ready.wait(p).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Reconnecting gave up: the controller is failed for good.
+    pub fn is_failed(&self) -> bool {
+        self.lock_pool().failed.is_some()
+    }
+
+    pub fn is_live(&self) -> bool {
+        let p = self.lock_pool();
+        p.failed.is_none() && !p.closed && p.broken != Some(p.generation)
+    }
+
+    /// Session `generation` failed: stop handing out its queues (waiters of
+    /// [`Shared::checkout_live`] leave) until [`Shared::recover`] installs a new one.
+    pub fn mark_broken(&self, generation: u64) {
+        let mut p = self.lock_pool();
+        if p.generation == generation {
+            p.broken = Some(generation);
+            p.abort.store(true, Ordering::Release);
+            p.idle.clear();
+            drop(p);
+            self.queue_ready.notify_all();
         }
     }
 
@@ -299,7 +386,10 @@ impl Shared {
                 return Ok(());
             }
             p.idle.clear();
+            p.broken = Some(seen);
+            p.abort.store(true, Ordering::Release);
         }
+        self.queue_ready.notify_all();
         *self.admin.lock().unwrap_or_else(|p| p.into_inner()) = None;
         tracing::warn!(url = %self.url, "controller failed ({why}); reconnecting");
         let o = &self.opts;
@@ -319,7 +409,9 @@ impl Shared {
                     p.generation += 1;
                     p.idle = s.io;
                     p.info = s.info;
+                    p.abort = s.abort;
                     drop(p);
+                    self.ana_reads.fetch_add(1, Ordering::AcqRel);
                     self.stats.add_reconnect();
                     self.queue_ready.notify_all();
                     tracing::info!(url = %self.url, attempt, "controller reconnected");
@@ -341,13 +433,15 @@ impl Shared {
     }
 
     fn keep_alive_loop(self: Arc<Self>) {
-        let period = Duration::from_millis(u64::from(self.opts.kato_ms / 2).max(10));
+        let kato_ms = self.opts.kato_ms;
+        let period = Duration::from_millis(u64::from(kato_ms / 2).max(10));
         let tick = Duration::from_millis(20).min(period);
         let mut waited = Duration::ZERO;
         while !self.stop.load(Ordering::Relaxed) {
             std::thread::sleep(tick);
             waited += tick;
-            if waited < period {
+            self.take_events();
+            if kato_ms == 0 || waited < period {
                 continue;
             }
             waited = Duration::ZERO;
@@ -370,6 +464,65 @@ impl Shared {
                 Err(e) => tracing::warn!("keep-alive: {e}"),
             }
         }
+    }
+
+    /// Handles completed Asynchronous Event Requests: an ANA change re-reads the ANA log;
+    /// each completed request is replaced by a new one. Transport failures are left to the
+    /// keep-alive (or the next command) to find.
+    fn take_events(&self) {
+        let mut admin = self.admin.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(q) = admin.as_mut() else { return };
+        let mut done = Vec::new();
+        q.take_stray(&mut done);
+        if q.failure().is_none() {
+            q.poll(&mut done);
+        }
+        for d in done.into_iter().filter(|d| d.tag == AER_TAG) {
+            let Ok(cqe) = d.result else { continue };
+            if !cqe.status.is_success() {
+                tracing::warn!(status = %cqe.status, "Asynchronous Event Request failed");
+                continue;
+            }
+            let ev = AsyncEvent::from_dw0(cqe.dw0);
+            tracing::info!(url = %self.url, ?ev, "asynchronous event");
+            if ev.log_page == lid::ANA {
+                if let Err(e) = self.read_ana(q) {
+                    tracing::warn!(url = %self.url, "ANA log after a change notice: {e}");
+                }
+            }
+            if let Err(e) = q.submit_held(async_event_request_sqe(0), AER_TAG) {
+                tracing::warn!(url = %self.url, "re-arming the Asynchronous Event Request: {e}");
+            }
+        }
+    }
+
+    fn refresh_ana(&self) -> Result<()> {
+        if self.lock_pool().info.ana.is_none() {
+            return Ok(());
+        }
+        let mut admin = self.admin.lock().unwrap_or_else(|p| p.into_inner());
+        let q = admin.as_mut().ok_or_else(|| Error::Disconnected {
+            what: format!("{}: no admin queue", self.url),
+        })?;
+        self.read_ana(q)
+    }
+
+    /// Reads the ANA log on `admin` (the caller holds the admin lock) into the info.
+    fn read_ana(&self, admin: &mut Queue) -> Result<()> {
+        let len = {
+            let p = self.lock_pool();
+            let groups = p.info.ana.as_ref().map_or(1, |a| a.groups.len() as u32);
+            ana_log_bytes(
+                groups.max(32),
+                p.info.namespaces.len(),
+                p.info.max_transfer_bytes,
+            )
+        };
+        let log = self.setup().read_ana_log(admin, len)?;
+        tracing::debug!(url = %self.url, ?log, "ANA log");
+        self.lock_pool().info.ana = Some(log);
+        self.ana_reads.fetch_add(1, Ordering::AcqRel);
+        Ok(())
     }
 
     /// Shutdown notification and disconnect of every queue (on the last drop).

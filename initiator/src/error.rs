@@ -103,6 +103,14 @@ pub enum Error {
         subnqn: String,
         what: String,
     },
+    /// The paths given to a multipath controller do not lead to one subsystem and the same
+    /// namespaces (another NQN, another NGUID/EUI-64/UUID, another size), or cannot be told
+    /// apart from different ones (no identifier).
+    #[error("multipath: {url}: {what}")]
+    PathMismatch { url: String, what: String },
+    /// No path of a multipath controller could carry the command before the I/O timeout.
+    #[error("multipath: no usable path ({what})")]
+    NoPath { what: String },
     /// An earlier flush failed: the namespace refuses writes until it is reopened.
     #[error("an earlier flush failed ({first}); writes are refused until the namespace is reopened, because what was written before it may not be durable")]
     FlushFailed { first: String },
@@ -142,9 +150,10 @@ impl Error {
     /// The family of this error.
     pub fn kind(&self) -> ErrorKind {
         match self {
-            Error::Fabric { .. } | Error::Transport { .. } | Error::Disconnected { .. } => {
-                ErrorKind::Transport
-            }
+            Error::Fabric { .. }
+            | Error::Transport { .. }
+            | Error::Disconnected { .. }
+            | Error::NoPath { .. } => ErrorKind::Transport,
             Error::Protocol { .. } => ErrorKind::Transport,
             Error::Nvme { .. } => ErrorKind::Nvme,
             _ => ErrorKind::Usage,

@@ -27,15 +27,22 @@
 //! transport error (not retried here: the caller knows which are safe to re-send) and the
 //! next `submit`/`poll` reconnects the controller (with its backoff) and continues on a queue
 //! of the new session. Writes that completed with an error may or may not be on the media.
+//!
+//! A queue of a [`crate::MultipathController`] namespace has the same API but keeps a queue
+//! on each path it uses and re-issues a request whose path fails on another path: see
+//! `crate::multipath`.
 
 use rdmablk::nvme::io::flush_sqe;
 use rdmablk::nvme::opcodes::io as opc;
 use rdmablk::nvme::ReadWrite;
 
+use rdmablk::nvme::{Cqe, Sqe};
+
 use crate::buf::IoBuf;
 use crate::controller::Controller;
 use crate::error::{Error, Result};
-use crate::namespace::Namespace;
+use crate::multipath::PathsQueue;
+use crate::namespace::{Namespace, Via};
 use crate::queue::{Dir, Done, Queue, Seg, SubmitError as QSubmitError};
 
 /// Direction of an I/O.
@@ -99,8 +106,19 @@ struct Meta {
 
 /// One I/O queue for the async API. `Send`, not `Sync`: one thread drives it.
 pub struct IoQueue {
-    ctrl: Controller,
     ns: Namespace,
+    inner: Inner,
+}
+
+enum Inner {
+    // Boxed: both are large and of different sizes; made once per `IoQueue`.
+    Path(Box<OnePath>),
+    Paths(Box<PathsQueue>),
+}
+
+/// The queue of a single-path namespace.
+struct OnePath {
+    ctrl: Controller,
     q: Option<(Queue, u64)>,
     meta: Vec<Option<Meta>>,
     free: Vec<u32>,
@@ -108,26 +126,39 @@ pub struct IoQueue {
 }
 
 impl IoQueue {
-    pub(crate) fn new(ctrl: Controller, ns: Namespace) -> Result<IoQueue> {
-        let (q, generation) = ctrl.shared().checkout()?;
-        let depth = usize::from(q.entries());
-        Ok(IoQueue {
-            ctrl,
-            ns,
-            q: Some((q, generation)),
-            meta: vec![None; depth],
-            free: (0..depth as u32).rev().collect(),
-            done: Vec::with_capacity(depth),
-        })
+    pub(crate) fn new(ns: Namespace) -> Result<IoQueue> {
+        let inner = match ns.via() {
+            Via::Path(ctrl) => {
+                let (q, generation) = ctrl.shared().checkout()?;
+                let depth = usize::from(q.entries());
+                Inner::Path(Box::new(OnePath {
+                    ctrl: ctrl.clone(),
+                    q: Some((q, generation)),
+                    meta: vec![None; depth],
+                    free: (0..depth as u32).rev().collect(),
+                    done: Vec::with_capacity(depth),
+                }))
+            }
+            Via::Paths(paths) => {
+                Inner::Paths(Box::new(PathsQueue::new(paths.clone(), ns.clone())?))
+            }
+        };
+        Ok(IoQueue { ns, inner })
     }
 
     /// Requests in flight at most.
     pub fn depth(&self) -> usize {
-        self.meta.len()
+        match &self.inner {
+            Inner::Path(p) => p.meta.len(),
+            Inner::Paths(p) => p.depth(),
+        }
     }
 
     pub fn in_flight(&self) -> usize {
-        self.meta.len() - self.free.len()
+        match &self.inner {
+            Inner::Path(p) => p.meta.len() - p.free.len(),
+            Inner::Paths(p) => p.in_flight(),
+        }
     }
 
     pub fn block_size(&self) -> u32 {
@@ -148,7 +179,7 @@ impl IoQueue {
     }
 
     /// Queues `op` of `len` bytes at `offset` from/into `buf[..len]`, identified by `tag`.
-    /// The command is posted at once.
+    /// The command is posted at once (multipath: or as soon as a path is usable).
     pub fn submit(
         &mut self,
         op: Op,
@@ -158,36 +189,116 @@ impl IoQueue {
         tag: u64,
     ) -> Result<(), SubmitError> {
         if op != Op::Flush {
-            if let Err(e) = self.check(offset, len, &buf) {
+            if let Err(e) = check(&self.ns, offset, len, &buf) {
                 return Err(SubmitError::Failed(e, buf));
             }
         }
+        match &mut self.inner {
+            Inner::Path(p) => p.submit(&self.ns, op, offset, len, buf, tag),
+            Inner::Paths(p) => p.submit(op, offset, len, buf, tag),
+        }
+    }
+
+    /// Moves finished requests into `out` without blocking; returns how many.
+    pub fn poll(&mut self, out: &mut Vec<Completion>) -> Result<usize> {
+        match &mut self.inner {
+            Inner::Path(p) => p.poll(out),
+            Inner::Paths(p) => Ok(p.poll(out)),
+        }
+    }
+
+    /// Waits until at least `min` requests (capped at those in flight) have finished and
+    /// moves every finished one into `out`; returns how many.
+    pub fn wait(&mut self, out: &mut Vec<Completion>, min: usize) -> Result<usize> {
+        match &mut self.inner {
+            Inner::Path(p) => p.wait(out, min),
+            Inner::Paths(p) => Ok(p.wait(out, min)),
+        }
+    }
+}
+
+/// Checks a read or write request against the namespace and its buffer.
+pub(crate) fn check(ns: &Namespace, offset: u64, len: u32, buf: &IoBuf) -> Result<()> {
+    if len == 0 {
+        return Err(Error::Unaligned {
+            what: "length",
+            value: 0,
+            block_size: ns.block_size(),
+        });
+    }
+    ns.check_range(offset, u64::from(len))?;
+    if len > ns.max_transfer_bytes() {
+        return Err(Error::TooLarge {
+            len: u64::from(len),
+            max: u64::from(ns.max_transfer_bytes()),
+        });
+    }
+    if (len as usize) > buf.len() {
+        return Err(Error::ShortBuffer {
+            buf: buf.len(),
+            len: u64::from(len),
+        });
+    }
+    Ok(())
+}
+
+/// The command of a request (its data in `buf[..len]`).
+pub(crate) fn command(ns: &Namespace, op: Op, offset: u64, len: u32, buf: &IoBuf) -> (Sqe, Dir) {
+    let bs = u64::from(ns.block_size());
+    match op {
+        Op::Flush => (flush_sqe(ns.nsid(), 0), Dir::None),
+        Op::Read | Op::Write => {
+            let rw = ReadWrite {
+                nsid: ns.nsid(),
+                slba: offset / bs,
+                nlb: (u64::from(len) / bs - 1) as u16,
+                fua: false,
+                lr: false,
+                dsm: 0,
+            };
+            let seg = Seg::of(buf, 0, len);
+            if op == Op::Read {
+                (rw.to_sqe(opc::READ, 0), Dir::ToHost(seg))
+            } else {
+                (rw.to_sqe(opc::WRITE, 0), Dir::ToCtrl(seg))
+            }
+        }
+    }
+}
+
+/// What a request's response means to the caller.
+pub(crate) fn outcome(op: Op, result: Result<Cqe>) -> Result<()> {
+    match result {
+        Ok(cqe) if cqe.status.is_success() => Ok(()),
+        Ok(cqe) => Err(Error::Nvme {
+            op: match op {
+                Op::Read => "read",
+                Op::Write => "write",
+                Op::Flush => "flush",
+            },
+            status: cqe.status,
+        }),
+        Err(e) => Err(e),
+    }
+}
+
+impl OnePath {
+    fn submit(
+        &mut self,
+        ns: &Namespace,
+        op: Op,
+        offset: u64,
+        len: u32,
+        buf: IoBuf,
+        tag: u64,
+    ) -> Result<(), SubmitError> {
         if let Err(e) = self.ensure_queue() {
             return Err(SubmitError::Failed(e, buf));
         }
         let Some(slot) = self.free.pop() else {
             return Err(SubmitError::QueueFull(buf));
         };
-        let bs = u64::from(self.ns.block_size());
-        let (sqe, dir) = match op {
-            Op::Flush => (flush_sqe(self.ns.nsid(), 0), Dir::None),
-            Op::Read | Op::Write => {
-                let rw = ReadWrite {
-                    nsid: self.ns.nsid(),
-                    slba: offset / bs,
-                    nlb: (u64::from(len) / bs - 1) as u16,
-                    fua: false,
-                    lr: false,
-                    dsm: 0,
-                };
-                let seg = Seg::of(&buf, 0, len);
-                if op == Op::Read {
-                    (rw.to_sqe(opc::READ, 0), Dir::ToHost(seg))
-                } else {
-                    (rw.to_sqe(opc::WRITE, 0), Dir::ToCtrl(seg))
-                }
-            }
-        };
+        let (sqe, dir) = command(ns, op, offset, len, &buf);
         let (q, _) = self.q.as_mut().expect("ensure_queue installed a queue");
         match q.submit(sqe, dir, Some(buf), u64::from(slot)) {
             Ok(()) => {
@@ -209,31 +320,6 @@ impl IoQueue {
             }
         }
     }
-
-    fn check(&self, offset: u64, len: u32, buf: &IoBuf) -> Result<()> {
-        if len == 0 {
-            return Err(Error::Unaligned {
-                what: "length",
-                value: 0,
-                block_size: self.ns.block_size(),
-            });
-        }
-        self.ns.check_range(offset, u64::from(len))?;
-        if len > self.ns.max_transfer_bytes() {
-            return Err(Error::TooLarge {
-                len: u64::from(len),
-                max: u64::from(self.ns.max_transfer_bytes()),
-            });
-        }
-        if (len as usize) > buf.len() {
-            return Err(Error::ShortBuffer {
-                buf: buf.len(),
-                len: u64::from(len),
-            });
-        }
-        Ok(())
-    }
-
     /// Replaces a failed queue once its requests have been reported: reconnects the
     /// controller if nobody has yet, then borrows a queue of the new session.
     fn ensure_queue(&mut self) -> Result<()> {
@@ -266,7 +352,7 @@ impl IoQueue {
     /// Waits until at least `min` requests (capped at those in flight) have finished and
     /// moves every finished one into `out`; returns how many.
     pub fn wait(&mut self, out: &mut Vec<Completion>, min: usize) -> Result<usize> {
-        let want = min.min(self.in_flight());
+        let want = min.min(self.meta.len() - self.free.len());
         let mut got = self.poll(out)?;
         let timeout = self.ctrl.shared().opts.io_timeout();
         while got < want {
@@ -289,18 +375,7 @@ impl IoQueue {
                 .take()
                 .expect("completion for a submitted slot");
             self.free.push(slot);
-            let result = match d.result {
-                Ok(cqe) if cqe.status.is_success() => Ok(()),
-                Ok(cqe) => Err(Error::Nvme {
-                    op: match m.op {
-                        Op::Read => "read",
-                        Op::Write => "write",
-                        Op::Flush => "flush",
-                    },
-                    status: cqe.status,
-                }),
-                Err(e) => Err(e),
-            };
+            let result = outcome(m.op, d.result);
             out.push(Completion {
                 tag: m.tag,
                 op: m.op,
@@ -314,7 +389,7 @@ impl IoQueue {
     }
 }
 
-impl Drop for IoQueue {
+impl Drop for OnePath {
     fn drop(&mut self) {
         let Some((mut q, generation)) = self.q.take() else {
             return;

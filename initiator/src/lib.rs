@@ -21,6 +21,8 @@
 //! - [`IoQueue`]: the batched asynchronous API (caller tags, `QueueFull` as a value).
 //! - [`IoBuf`]: registered buffers for zero-copy I/O.
 //! - [`discover`]: what a target's discovery controller lists (`nvme discover`).
+//! - [`MultipathController`]: one subsystem through several controllers, chosen by ANA
+//!   state, with failover; its [`Namespace`]s and [`IoQueue`]s have the same API.
 //!
 //! See `docs/initiator.md` for the design: data paths (keyed SGL, in-capsule, push writes),
 //! buffers, failure handling.
@@ -31,6 +33,7 @@ mod controller;
 mod discovery;
 mod error;
 mod ioqueue;
+mod multipath;
 mod namespace;
 mod options;
 mod queue;
@@ -42,7 +45,8 @@ pub use controller::Controller;
 pub use discovery::{discover, discover_with, DiscoveryEntry, EntryKind};
 pub use error::{Error, ErrorKind, Result};
 pub use ioqueue::{Completion, IoQueue, Op, SubmitError};
+pub use multipath::{MultipathController, PathStatus};
 pub use namespace::Namespace;
 pub use options::{default_host_identity, ConnectOptions, TargetUrl, DEFAULT_PORT};
-pub use session::{ControllerInfo, NamespaceInfo};
+pub use session::{ControllerInfo, NamespaceIds, NamespaceInfo};
 pub use stats::StatsSnapshot;

@@ -9,6 +9,9 @@
 //! `ConnectOptions::retry_writes`, which is the default: re-writing the same data to the same
 //! blocks is idempotent). An `Ok` means every command of the call was acknowledged by the
 //! controller; nothing is reported written that was not.
+//!
+//! A namespace of a [`crate::MultipathController`] has the same API; its calls go to the path
+//! the multipath layer chooses and move to another path on failure (`crate::multipath`).
 
 use std::sync::{Arc, Mutex};
 
@@ -20,8 +23,11 @@ use rdmablk::nvme::{Dsm, DsmRange, ReadWrite, Sqe, WriteZeroes};
 use crate::buf::IoBuf;
 use crate::controller::Controller;
 use crate::error::{Error, Result};
+use crate::multipath::Paths;
+use crate::options::ConnectOptions;
 use crate::queue::{Dir, Done, Queue, Seg, SubmitError};
 use crate::session::NamespaceInfo;
+use crate::stats::Stats;
 
 /// Bytes a slice I/O bounces through the pool at a time.
 const BOUNCE_BYTES: usize = 1 << 20;
@@ -30,23 +36,55 @@ const BOUNCE_BYTES: usize = 1 << 20;
 /// threading model.
 #[derive(Clone)]
 pub struct Namespace {
-    ctrl: Controller,
+    via: Via,
     info: NamespaceInfo,
     max_transfer_bytes: u32,
     oncs: u16,
     flush_failed: Arc<Mutex<Option<String>>>,
 }
 
+/// What a namespace's commands go through.
+#[derive(Clone)]
+pub(crate) enum Via {
+    /// One controller.
+    Path(Controller),
+    /// The paths of a multipath controller.
+    Paths(Arc<Paths>),
+}
+
+impl Via {
+    pub fn alloc(&self, len: usize) -> Result<IoBuf> {
+        match self {
+            Via::Path(c) => c.alloc(len),
+            Via::Paths(p) => p.alloc(len),
+        }
+    }
+
+    pub fn stats(&self) -> &Stats {
+        match self {
+            Via::Path(c) => &c.shared().stats,
+            Via::Paths(p) => p.stats(),
+        }
+    }
+
+    pub fn opts(&self) -> &ConnectOptions {
+        match self {
+            Via::Path(c) => &c.shared().opts,
+            Via::Paths(p) => p.opts(),
+        }
+    }
+}
+
 /// One command of a call.
-struct Cmd {
-    sqe: Sqe,
-    dir: Dir,
+pub(crate) struct Cmd {
+    pub sqe: Sqe,
+    pub dir: Dir,
 }
 
 impl Namespace {
-    pub(crate) fn new(ctrl: Controller, info: NamespaceInfo, max_xfer: u32, oncs: u16) -> Self {
+    pub(crate) fn new(via: Via, info: NamespaceInfo, max_xfer: u32, oncs: u16) -> Self {
         Namespace {
-            ctrl,
+            via,
             info,
             max_transfer_bytes: max_xfer,
             oncs,
@@ -72,8 +110,22 @@ impl Namespace {
         self.max_transfer_bytes
     }
 
-    pub fn controller(&self) -> &Controller {
-        &self.ctrl
+    /// The controller of a single-path namespace (`None` for a multipath namespace: see
+    /// [`crate::MultipathController::paths`]).
+    pub fn controller(&self) -> Option<&Controller> {
+        match &self.via {
+            Via::Path(c) => Some(c),
+            Via::Paths(_) => None,
+        }
+    }
+
+    /// Global identifiers (NGUID, EUI-64, UUID) and ANA group.
+    pub fn info(&self) -> NamespaceInfo {
+        self.info
+    }
+
+    pub(crate) fn via(&self) -> &Via {
+        &self.via
     }
 
     /// Checks `offset`/`len` against the block size and capacity.
@@ -112,11 +164,11 @@ impl Namespace {
     pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         self.check_range(offset, buf.len() as u64)?;
         for (i, chunk) in buf.chunks_mut(BOUNCE_BYTES).enumerate() {
-            let mut bounce = self.ctrl.alloc(chunk.len())?;
+            let mut bounce = self.via.alloc(chunk.len())?;
             let off = offset + (i * BOUNCE_BYTES) as u64;
             self.read_into(off, &mut bounce, chunk.len())?;
             chunk.copy_from_slice(&bounce.as_slice()[..chunk.len()]);
-            self.ctrl.shared().stats.add_bounce(chunk.len());
+            self.via.stats().add_bounce(chunk.len());
         }
         Ok(())
     }
@@ -126,9 +178,9 @@ impl Namespace {
         self.check_range(offset, data.len() as u64)?;
         self.check_writable()?;
         for (i, chunk) in data.chunks(BOUNCE_BYTES).enumerate() {
-            let mut bounce = self.ctrl.alloc(chunk.len())?;
+            let mut bounce = self.via.alloc(chunk.len())?;
             bounce.as_mut_slice()[..chunk.len()].copy_from_slice(chunk);
-            self.ctrl.shared().stats.add_bounce(chunk.len());
+            self.via.stats().add_bounce(chunk.len());
             let off = offset + (i * BOUNCE_BYTES) as u64;
             self.write_from(off, &bounce, chunk.len())?;
         }
@@ -158,7 +210,7 @@ impl Namespace {
 
     fn write_from(&self, offset: u64, buf: &IoBuf, len: usize) -> Result<()> {
         let cmds = self.rw_cmds(op::WRITE, offset, buf, len);
-        self.run(&cmds, "write", self.ctrl.shared().opts.retry_writes)
+        self.run(&cmds, "write", self.via.opts().retry_writes)
     }
 
     fn rw_cmds(&self, opcode: u8, offset: u64, buf: &IoBuf, len: usize) -> Vec<Cmd> {
@@ -228,7 +280,7 @@ impl Namespace {
                 }
             })
             .collect();
-        self.run(&cmds, "write zeroes", self.ctrl.shared().opts.retry_writes)
+        self.run(&cmds, "write zeroes", self.via.opts().retry_writes)
     }
 
     /// Deallocates (trims) `len` bytes at `offset` (Dataset Management, AD). The blocks'
@@ -252,7 +304,7 @@ impl Namespace {
         }
         for group in ranges.chunks(DSM_MAX_RANGES) {
             let bytes = encode_dsm_ranges(group);
-            let mut buf = self.ctrl.alloc(bytes.len())?;
+            let mut buf = self.via.alloc(bytes.len())?;
             buf.as_mut_slice()[..bytes.len()].copy_from_slice(&bytes);
             let dsm = Dsm {
                 nsid: self.info.nsid,
@@ -283,7 +335,11 @@ impl Namespace {
     /// Runs `cmds` (whose data memory the caller keeps alive for the call) on a borrowed
     /// queue, reconnecting and re-sending all of them after a transport failure if `retry`.
     fn run(&self, cmds: &[Cmd], what: &'static str, retry: bool) -> Result<()> {
-        let shared = self.ctrl.shared();
+        let ctrl = match &self.via {
+            Via::Path(c) => c,
+            Via::Paths(p) => return p.run(self.info.nsid, cmds, what, retry),
+        };
+        let shared = ctrl.shared();
         let mut retries = 0;
         loop {
             let (mut q, generation) = shared.checkout()?;
@@ -312,7 +368,7 @@ impl Namespace {
 /// Pipelines `cmds` on `q` and waits for all. The first NVMe error status is returned after
 /// every command has finished; a transport failure returns at once (the queue has already
 /// stopped its QP and failed every posted command).
-fn drive(
+pub(crate) fn drive(
     q: &mut Queue,
     cmds: &[Cmd],
     what: &'static str,

@@ -13,6 +13,7 @@
 //! 16 bits are the command ID or the receive slot.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -38,6 +39,7 @@ const WR_KIND: u64 = 3 << 62;
 const HOUSEKEEPING: Duration = Duration::from_millis(10);
 
 /// The fabric objects that outlive reconnects: device, PD (and the buffer pool on it).
+#[derive(Clone)]
 pub(crate) struct Fabric {
     pub kind: ProviderKind,
     pub pd: Pd,
@@ -103,7 +105,8 @@ struct Req {
     send_done: bool,
     cqe: Option<Cqe>,
     push_slot: Option<u16>,
-    deadline: Instant,
+    /// `None` for a command the controller holds on purpose (Asynchronous Event Request).
+    deadline: Option<Instant>,
 }
 
 struct Push {
@@ -139,6 +142,11 @@ pub(crate) struct Queue {
     failed: Option<String>,
     next_housekeeping: Instant,
     wcs: Vec<Wc>,
+    /// Completions of other commands (a held Asynchronous Event Request) that arrived while
+    /// [`Queue::exec`] waited for its own: see [`Queue::take_stray`].
+    stray: Vec<Done>,
+    /// The session's abort switch (see `Session::abort`).
+    abort: Option<Arc<AtomicBool>>,
     stats: Arc<Stats>,
 }
 
@@ -227,7 +235,7 @@ impl Queue {
                     send_done: false,
                     cqe: None,
                     push_slot: None,
-                    deadline: Instant::now(),
+                    deadline: None,
                 })
                 .collect(),
             free: (0..p.entries).rev().collect(),
@@ -238,6 +246,8 @@ impl Queue {
             failed: None,
             next_housekeeping: Instant::now(),
             wcs: vec![Wc::default(); 2 * n + 8],
+            stray: Vec::new(),
+            abort: None,
             stats,
         };
         for i in 0..p.entries {
@@ -268,6 +278,11 @@ impl Queue {
         self.in_capsule_bytes = n;
     }
 
+    /// Makes the queue fail at its next housekeeping once `abort` is set.
+    pub fn set_abort(&mut self, abort: Arc<AtomicBool>) {
+        self.abort = Some(abort);
+    }
+
     /// Why the queue failed, if it did.
     pub fn failure(&self) -> Option<&str> {
         self.failed.as_deref()
@@ -290,10 +305,32 @@ impl Queue {
     /// alive across the command itself).
     pub fn submit(
         &mut self,
+        sqe: Sqe,
+        dir: Dir,
+        buf: Option<IoBuf>,
+        tag: u64,
+    ) -> Result<(), SubmitError> {
+        let deadline = Instant::now() + self.cmd_timeout;
+        self.post(sqe, dir, buf, tag, Some(deadline))
+    }
+
+    /// Posts a command the controller holds until it has something to say (Asynchronous
+    /// Event Request): no timeout applies to it.
+    pub fn submit_held(&mut self, sqe: Sqe, tag: u64) -> Result<()> {
+        match self.post(sqe, Dir::None, None, tag, None) {
+            Ok(()) => Ok(()),
+            Err(SubmitError::Failed(e, _)) => Err(e),
+            Err(SubmitError::Full(_)) => Err(Error::protocol("no free command ID on the queue")),
+        }
+    }
+
+    fn post(
+        &mut self,
         mut sqe: Sqe,
         dir: Dir,
         buf: Option<IoBuf>,
         tag: u64,
+        deadline: Option<Instant>,
     ) -> Result<(), SubmitError> {
         if let Some(why) = &self.failed {
             let e = Error::Transport {
@@ -396,7 +433,7 @@ impl Queue {
             send_done: false,
             cqe: None,
             push_slot,
-            deadline: Instant::now() + self.cmd_timeout,
+            deadline,
         };
         self.posted += 1;
         tracing::trace!(
@@ -536,6 +573,13 @@ impl Queue {
     fn housekeeping(&mut self) {
         let now = Instant::now();
         self.next_housekeeping = now + HOUSEKEEPING;
+        if self
+            .abort
+            .as_ref()
+            .is_some_and(|a| a.load(Ordering::Acquire))
+        {
+            return self.fail("the controller failed (keep-alive, or another queue)".into());
+        }
         match self.qp.cm_event(Some(Duration::ZERO)) {
             Ok(None) | Ok(Some(CmEvent::Established)) => {}
             Ok(Some(CmEvent::Disconnected)) => return self.fail("the target disconnected".into()),
@@ -546,7 +590,7 @@ impl Queue {
             .reqs
             .iter()
             .enumerate()
-            .find(|(_, r)| r.state == ReqState::Posted && r.deadline <= now)
+            .find(|(_, r)| r.state == ReqState::Posted && r.deadline.is_some_and(|d| d <= now))
         {
             let ms = self.cmd_timeout.as_millis();
             self.fail(format!("command cid {cid} got no response in {ms} ms"));
@@ -618,11 +662,29 @@ impl Queue {
         }
     }
 
+    /// Completions of held commands that [`Queue::exec`] set aside while it waited.
+    pub fn take_stray(&mut self, out: &mut Vec<Done>) {
+        out.append(&mut self.stray);
+    }
+
     /// Runs one command to completion (admin commands, Connect). The request's own
-    /// response status is returned as is; transport failures are `Err`.
+    /// response status is returned as is; transport failures are `Err`. Other completions
+    /// arriving meanwhile (a held event request) are kept for [`Queue::take_stray`].
     pub fn exec(&mut self, sqe: Sqe, dir: Dir, buf: Option<IoBuf>) -> Result<(Cqe, Option<IoBuf>)> {
+        self.exec_within(sqe, dir, buf, self.cmd_timeout)
+    }
+
+    /// [`Queue::exec`] with its own command timeout (Keep Alive: the keep-alive timeout).
+    pub fn exec_within(
+        &mut self,
+        sqe: Sqe,
+        dir: Dir,
+        buf: Option<IoBuf>,
+        timeout: Duration,
+    ) -> Result<(Cqe, Option<IoBuf>)> {
         const TAG: u64 = u64::MAX;
-        match self.submit(sqe, dir, buf, TAG) {
+        let deadline = Some(Instant::now() + timeout);
+        match self.post(sqe, dir, buf, TAG, deadline) {
             Ok(()) => {}
             Err(SubmitError::Failed(e, _)) => return Err(e),
             Err(SubmitError::Full(_)) => {
@@ -634,7 +696,7 @@ impl Queue {
             self.wait(&mut out, self.cmd_timeout);
             if let Some(i) = out.iter().position(|d| d.tag == TAG) {
                 let d = out.swap_remove(i);
-                debug_assert!(out.is_empty(), "exec only on an otherwise idle queue");
+                self.stray.append(&mut out);
                 return d.result.map(|c| (c, d.buf));
             }
         }

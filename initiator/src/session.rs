@@ -10,20 +10,28 @@
 //!    ICDOFF, keyed SGLs); MDTS and in-capsule size taken from it;
 //! 4. Set Features Number of Queues; Identify active namespace list, Identify each namespace;
 //! 5. I/O queues: CM connect (qid, queue size, optional push-write request), Fabrics Connect
-//!    with the admin queue's cntlid.
+//!    with the admin queue's cntlid;
+//! 6. when the controller reports ANA (CMIC bit 3): the ANA log (Get Log Page 0x0C), and, if
+//!    it sends ANA change notices (OAES bit 11), Set Features Asynchronous Event
+//!    Configuration for them and one Asynchronous Event Request held on the admin queue.
 //!
 //! A session is replaced whole on reconnect.
 
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rdmablk::nvme::ana::{AnaLog, GROUP_LEN, HEADER_LEN};
 use rdmablk::nvme::fabrics::InvalidParam;
-use rdmablk::nvme::identify::{cns, decode_ns_list, sgls, IDENTIFY_LEN};
+use rdmablk::nvme::identify::{
+    cmic, cns, decode_ns_descriptors, decode_ns_list, oaes, sgls, NsDescriptor, IDENTIFY_LEN,
+};
+use rdmablk::nvme::log_page::lid;
 use rdmablk::nvme::properties::{self as props};
 use rdmablk::nvme::{
     admin as nvme_admin, fabrics, features, Cap, Cc, CommandKind, Connect, ConnectData, Csts,
-    IdentifyCmd, IdentifyController, IdentifyNamespace, Nqn, NumQueues, PropertyGet, PropertySet,
-    PropertySize, PushRequest, SetFeatures, Sqe, Status, Vs,
+    GetLogPage, IdentifyCmd, IdentifyController, IdentifyNamespace, Nqn, NumQueues, PropertyGet,
+    PropertySet, PropertySize, PushRequest, SetFeatures, Sqe, Status, Vs,
 };
 
 use crate::buf::BufPool;
@@ -34,6 +42,8 @@ use crate::stats::Stats;
 
 /// Admin queue entries (the Linux host's NVME_AQ_DEPTH).
 pub(crate) const ADMIN_ENTRIES: u16 = 32;
+/// Tag of the Asynchronous Event Request held on the admin queue.
+pub(crate) const AER_TAG: u64 = u64::MAX - 1;
 
 /// What a connected controller told us.
 #[derive(Debug, Clone)]
@@ -58,6 +68,15 @@ pub struct ControllerInfo {
     pub oncs: u16,
     /// Keep-alive timeout in effect (0: none).
     pub kato_ms: u32,
+    /// Subsystem NQN from Identify Controller (empty if the controller left it out).
+    pub subnqn: String,
+    /// Identify CMIC (bit 1 several controllers, bit 3 ANA reporting).
+    pub cmic: u8,
+    /// The ANA log as last read (at connect, on an ANA change notice, or on request);
+    /// `None` when the controller does not report ANA.
+    pub ana: Option<AnaLog>,
+    /// Whether the controller sends ANA change notices (and one is armed).
+    pub ana_notices: bool,
     pub namespaces: Vec<NamespaceInfo>,
 }
 
@@ -67,6 +86,49 @@ pub struct NamespaceInfo {
     pub nsid: u32,
     pub block_size: u32,
     pub blocks: u64,
+    /// Global identifiers (what tells two paths lead to the same namespace).
+    pub ids: NamespaceIds,
+    /// ANA group ID (0: none reported).
+    pub ana_group: u32,
+}
+
+/// A namespace's globally unique identifiers, each `None` when not reported (all zero).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct NamespaceIds {
+    pub nguid: Option<[u8; 16]>,
+    pub eui64: Option<[u8; 8]>,
+    pub uuid: Option<[u8; 16]>,
+}
+
+impl NamespaceIds {
+    /// Whether none is reported.
+    pub fn is_empty(&self) -> bool {
+        self.nguid.is_none() && self.eui64.is_none() && self.uuid.is_none()
+    }
+}
+
+impl std::fmt::Display for NamespaceIds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+        let mut parts = Vec::new();
+        if let Some(v) = self.nguid {
+            parts.push(format!("nguid {}", hex(&v)));
+        }
+        if let Some(v) = self.eui64 {
+            parts.push(format!("eui64 {}", hex(&v)));
+        }
+        if let Some(v) = self.uuid {
+            parts.push(format!("uuid {}", hex(&v)));
+        }
+        if parts.is_empty() {
+            return f.write_str("no identifiers");
+        }
+        f.write_str(&parts.join(", "))
+    }
+}
+
+fn non_zero<const N: usize>(v: [u8; N]) -> Option<[u8; N]> {
+    v.iter().any(|&b| b != 0).then_some(v)
 }
 
 /// A connected controller: admin queue, I/O queues and what it reported.
@@ -74,6 +136,9 @@ pub(crate) struct Session {
     pub admin: Queue,
     pub io: Vec<Queue>,
     pub info: ControllerInfo,
+    /// Set when the session is known broken: every queue of it fails at its next check, so
+    /// commands in flight come back at once (to be re-sent) instead of at their timeout.
+    pub abort: Arc<AtomicBool>,
 }
 
 pub(crate) struct Setup<'a> {
@@ -157,6 +222,16 @@ impl Setup<'_> {
             q.set_in_capsule_bytes(in_capsule_bytes);
             io.push(q);
         }
+        let ana = if id.cmic & cmic::ANA != 0 {
+            let most = ana_log_bytes(id.nanagrpid, namespaces.len(), max_transfer_bytes);
+            Some(self.read_ana_log(&mut admin, most)?)
+        } else {
+            None
+        };
+        let ana_notices = ana.is_some() && id.oaes & oaes::ANA_CHANGE != 0;
+        if ana_notices {
+            self.arm_ana_notices(&mut admin)?;
+        }
         let push_window = io
             .first()
             .and_then(|q| q.push_window())
@@ -174,11 +249,29 @@ impl Setup<'_> {
             push_window,
             oncs: id.oncs,
             kato_ms: o.kato_ms,
+            subnqn: id
+                .subnqn
+                .as_ref()
+                .map(|n| n.to_string())
+                .unwrap_or_default(),
+            cmic: id.cmic,
+            ana,
+            ana_notices,
             namespaces,
         };
         tracing::info!(url = %self.url, cntlid, io_queues = granted, queue_size,
             max_transfer_bytes, in_capsule_bytes, push = ?push_window, "controller connected");
-        Ok(Session { admin, io, info })
+        let abort = Arc::new(AtomicBool::new(false));
+        admin.set_abort(abort.clone());
+        for q in &mut io {
+            q.set_abort(abort.clone());
+        }
+        Ok(Session {
+            admin,
+            io,
+            info,
+            abort,
+        })
     }
 
     /// Runs one admin command with optional data of `len` bytes.
@@ -382,13 +475,54 @@ impl Setup<'_> {
                 continue;
             }
             let block_size = ns.block_bytes().map_err(Error::wire)?;
+            let mut ids = NamespaceIds {
+                nguid: non_zero(ns.nguid),
+                eui64: non_zero(ns.eui64),
+                uuid: None,
+            };
+            // Targets before NVMe 1.3 have no descriptor list: the Identify fields stand.
+            if let Ok(b) = self.identify(q, cns::NS_DESC_LIST, nsid) {
+                for d in decode_ns_descriptors(&b).unwrap_or_default() {
+                    match d {
+                        NsDescriptor::Uuid(v) => ids.uuid = non_zero(v),
+                        NsDescriptor::Nguid(v) => ids.nguid = ids.nguid.or(non_zero(v)),
+                        NsDescriptor::Eui64(v) => ids.eui64 = ids.eui64.or(non_zero(v)),
+                        NsDescriptor::Csi(_) => {}
+                    }
+                }
+            }
             out.push(NamespaceInfo {
                 nsid,
                 block_size,
                 blocks: ns.nsze,
+                ids,
+                ana_group: ns.anagrpid,
             });
         }
         Ok(out)
+    }
+
+    /// Reads the ANA log (at most `len` bytes, a multiple of 4); the event it answers, if any,
+    /// is cleared (RAE 0).
+    pub(crate) fn read_ana_log(&self, q: &mut Queue, len: usize) -> Result<AnaLog> {
+        let sqe = GetLogPage::new(lid::ANA, 0, 0, len as u64).to_sqe(0);
+        let (_, data) = self.admin_cmd(q, sqe, Some((false, Vec::new(), len)), "Get Log Page")?;
+        AnaLog::decode(&data.unwrap_or_default()).map_err(|e| Error::Protocol {
+            what: e.to_string(),
+        })
+    }
+
+    /// Enables ANA change notices and posts the Asynchronous Event Request that carries them.
+    fn arm_ana_notices(&self, q: &mut Queue) -> Result<()> {
+        let sqe = SetFeatures {
+            fid: features::fid::ASYNC_EVENT_CONFIG,
+            save: false,
+            nsid: 0,
+            value: oaes::ANA_CHANGE,
+        }
+        .to_sqe(0);
+        self.admin_cmd(q, sqe, None, "Set Features (Async Event Configuration)")?;
+        q.submit_held(nvme_admin::async_event_request_sqe(0), AER_TAG)
     }
 
     /// Best-effort shutdown notification (CC.SHN normal), as a host does on disconnect.
@@ -404,11 +538,25 @@ impl Setup<'_> {
     }
 
     /// One Keep Alive command.
+    /// One Keep Alive command; no answer within the keep-alive timeout fails the admin queue
+    /// (as the Linux host's keep-alive work does), not the longer command timeout.
     pub fn keep_alive(&self, admin: &mut Queue) -> Result<()> {
-        self.admin_cmd(admin, nvme_admin::keep_alive_sqe(0), None, "Keep Alive")?;
+        let timeout = Duration::from_millis(u64::from(self.opts.kato_ms.max(1)));
+        let (cqe, _) =
+            admin.exec_within(nvme_admin::keep_alive_sqe(0), Dir::None, None, timeout)?;
+        fabrics_ok(cqe.status, "Keep Alive")?;
         self.stats.add_keep_alive();
         Ok(())
     }
+}
+
+/// Bytes of the largest ANA log `groups` groups and `namespaces` namespaces make, within
+/// one transfer.
+pub(crate) fn ana_log_bytes(groups: u32, namespaces: usize, max_transfer: u32) -> usize {
+    let groups = (groups.clamp(1, 1024)) as usize;
+    let want = HEADER_LEN + groups * GROUP_LEN + 4 * namespaces.max(1);
+    want.min(max_transfer.max(4096) as usize)
+        .next_multiple_of(4)
 }
 
 fn fabrics_ok(status: Status, op: &'static str) -> Result<()> {

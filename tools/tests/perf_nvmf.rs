@@ -187,9 +187,119 @@ fn metrics_count_exactly_what_rdmablk_perf_did() {
     target.shutdown();
 }
 
+/// Two targets export one subsystem from one file; rdmablk-perf drives both paths as one
+/// multipath controller with crc32c verification, and one target shuts down mid-run: no I/O
+/// error, no verify failure, the report says what each path carried and the longest stall.
+#[test]
+fn multipath_run_survives_a_target_going_away() {
+    let dir = std::env::temp_dir().join(format!("rdmablk-perf-mp-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let img = dir.join("shared.img");
+    let nqn = "nqn.2026-11.io.rdmablk:perf-mp";
+    let backend = format!(
+        r#"{{ kind = "file", path = "{}", create_size = "16MiB", direct = false }}"#,
+        img.display()
+    );
+    let gateway = |cntlid_min: u16| {
+        soft_target_with(
+            nqn,
+            &format!(
+                "cntlid_min = {cntlid_min}\ncntlid_max = {}",
+                cntlid_min + 99
+            ),
+            &backend,
+        )
+    };
+    let (a, port_a) = gateway(1);
+    let (b, port_b) = gateway(101);
+    let urls = format!("soft://127.0.0.1:{port_a}/{nqn},soft://127.0.0.1:{port_b}/{nqn}");
+    let child = Command::new(BIN)
+        .args([
+            &urls,
+            "--rw",
+            "randwrite",
+            "--bs",
+            "4k",
+            "--iodepth",
+            "32",
+            "--runtime",
+            "3",
+            "--size",
+            "8m",
+            "--verify",
+            "crc32c",
+            "--json",
+            "-q",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run rdmablk-perf");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    a.shutdown();
+    let r = child.wait_with_output().unwrap();
+    assert_exit(&r, 0);
+    let v: serde_json::Value = serde_json::from_slice(&r.stdout).expect("stdout is JSON alone");
+    let total = &v["total"];
+    assert_eq!(total["verify"]["failures"], 0, "{total}");
+    assert_eq!(total["error"], 0, "{total}");
+    let paths = total["paths"].as_array().expect("per-path counts");
+    assert_eq!(paths.len(), 2, "{total}");
+    assert!(paths[0]["ios"].as_u64().unwrap() > 0, "{total}");
+    assert!(paths[1]["ios"].as_u64().unwrap() > 0, "{total}");
+    assert_eq!(paths[0]["live"], false, "{total}");
+    assert_eq!(paths[1]["live"], true, "{total}");
+    eprintln!(
+        "multipath failover: longest gap without a completion {} ms, max write clat {} ms",
+        total["max_gap_ns"].as_u64().unwrap() as f64 / 1e6,
+        total["write"]["clat_ns"]["max"].as_u64().unwrap() as f64 / 1e6
+    );
+    b.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// An in-process soft target on a free port with one 16 MiB RAM namespace in subsystem `nqn`;
 /// `extra` is TOML added before the subsystem.
 fn soft_target(nqn: &str, extra: &str) -> (rdmablk_target::nvmf::Target, u16) {
+    let toml = format!(
+        r#"{extra}
+[[subsystem]]
+nqn = "{nqn}"
+allow_any_host = true
+
+[[subsystem.namespace]]
+nsid = 1
+backend = {{ kind = "ram", size = "16MiB" }}
+"#
+    );
+    soft_target_toml(&toml)
+}
+
+/// An in-process soft target on a free port exporting `nqn` (with `subsys_extra` in its
+/// table) with namespace 1 on `backend`.
+fn soft_target_with(
+    nqn: &str,
+    subsys_extra: &str,
+    backend: &str,
+) -> (rdmablk_target::nvmf::Target, u16) {
+    let toml = format!(
+        r#"
+[[subsystem]]
+nqn = "{nqn}"
+allow_any_host = true
+{subsys_extra}
+
+[[subsystem.namespace]]
+nsid = 1
+backend = {backend}
+"#
+    );
+    soft_target_toml(&toml)
+}
+
+/// An in-process soft target on a free port with `rest` (subsystems) after the common part.
+fn soft_target_toml(rest: &str) -> (rdmablk_target::nvmf::Target, u16) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -206,15 +316,7 @@ port = {port}
 bytes = "64MiB"
 lock = false
 
-{extra}
-[[subsystem]]
-nqn = "{nqn}"
-allow_any_host = true
-
-[[subsystem.namespace]]
-nsid = 1
-backend = {{ kind = "ram", size = "16MiB" }}
-"#
+{rest}"#
     );
     let cfg = rdmablk_target::config::Config::from_str(&toml).expect("config");
     let target = rdmablk_target::nvmf::Target::start(cfg).expect("target starts");

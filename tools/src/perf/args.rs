@@ -32,7 +32,10 @@ pub const MIN_BS_BYTES: u64 = 512;
 pub struct Args {
     /// What to drive: `file:/path` or `/dev/...` (local io_uring engine), `rdma://IP:PORT/NQN`
     /// or `soft://HOST:PORT/NQN` (NVMe-oF initiator; without /NQN, or with the discovery NQN,
-    /// the first subsystem the target's discovery log lists). Omit it with --embedded.
+    /// the first subsystem the target's discovery log lists). Several `rdma://` or `soft://`
+    /// URLs of one subsystem, comma-separated, are the paths of one multipath controller
+    /// (ANA path choice, failover; the report adds per-path I/O and the longest stall).
+    /// Omit it with --embedded.
     #[arg(value_name = "TARGET")]
     pub target: Option<String>,
 
@@ -304,6 +307,11 @@ pub enum Target {
     },
     /// An in-process target on the soft provider with a RAM namespace.
     Embedded,
+    /// One subsystem through several paths (full `rdma://` or `soft://` URLs, one provider).
+    Multipath {
+        /// The paths' URLs.
+        urls: Vec<String>,
+    },
 }
 
 impl fmt::Display for Target {
@@ -313,6 +321,7 @@ impl fmt::Display for Target {
             Self::Rdma { addr, nqn } => write!(f, "rdma://{addr}/{nqn}"),
             Self::Soft { addr, nqn } => write!(f, "soft://{addr}/{nqn}"),
             Self::Embedded => f.write_str("embedded"),
+            Self::Multipath { urls } => f.write_str(&urls.join(",")),
         }
     }
 }
@@ -332,6 +341,44 @@ fn usage(msg: impl Into<String>) -> UsageError {
 
 /// Parses the positional target argument.
 pub fn parse_target(s: &str) -> Result<Target, UsageError> {
+    if s.contains(',') {
+        return parse_paths(s);
+    }
+    parse_one_target(s)
+}
+
+/// Comma-separated URLs of one subsystem: the paths of a multipath controller.
+fn parse_paths(s: &str) -> Result<Target, UsageError> {
+    let mut urls = Vec::new();
+    let mut kinds = Vec::new();
+    for part in s.split(',') {
+        let url = match parse_one_target(part)? {
+            Target::Rdma { nqn, .. } | Target::Soft { nqn, .. } if nqn == DISCOVERY_NQN => {
+                return Err(usage(format!(
+                    "target '{part}': a multipath path names its subsystem NQN \
+                     (scheme://HOST:PORT/NQN)"
+                )))
+            }
+            t @ (Target::Rdma { .. } | Target::Soft { .. }) => t,
+            _ => {
+                return Err(usage(format!(
+                    "target '{part}': multipath paths are rdma:// or soft:// URLs"
+                )))
+            }
+        };
+        kinds.push(matches!(url, Target::Rdma { .. }));
+        urls.push(url.to_string());
+    }
+    if kinds.iter().any(|&k| k != kinds[0]) {
+        return Err(usage(format!(
+            "target '{s}': the paths of one multipath controller use one provider \
+             (all rdma:// or all soft://)"
+        )));
+    }
+    Ok(Target::Multipath { urls })
+}
+
+fn parse_one_target(s: &str) -> Result<Target, UsageError> {
     let remote = |rest: &str, scheme: &str| -> Result<(String, String), UsageError> {
         match rest.split_once('/') {
             Some((addr, nqn)) if addr.contains(':') && !nqn.is_empty() => {
@@ -650,6 +697,27 @@ mod tests {
         );
         assert!(parse_target("/tmp/x").unwrap_err().0.contains("file:/path"));
         assert!(parse_target("file:").is_err());
+    }
+
+    #[test]
+    fn comma_separated_urls_are_multipath() {
+        let t = parse_target("soft://a:1/nqn.x,soft://b:2/nqn.x").unwrap();
+        assert_eq!(
+            t,
+            Target::Multipath {
+                urls: vec!["soft://a:1/nqn.x".into(), "soft://b:2/nqn.x".into()]
+            }
+        );
+        assert_eq!(t.to_string(), "soft://a:1/nqn.x,soft://b:2/nqn.x");
+        assert!(parse_target("soft://a:1/nqn.x,rdma://b:2/nqn.x")
+            .unwrap_err()
+            .0
+            .contains("one provider"));
+        assert!(parse_target("soft://a:1/nqn.x,soft://b:2")
+            .unwrap_err()
+            .0
+            .contains("names its subsystem"));
+        assert!(parse_target("soft://a:1/nqn.x,file:/x").is_err());
     }
 
     #[test]

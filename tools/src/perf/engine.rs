@@ -198,6 +198,24 @@ pub trait Engine: Send {
         out: &mut Vec<Completion>,
         min_complete: usize,
     ) -> Result<usize, EngineError>;
+
+    /// Per path, what a multipath engine sent where (empty for single-path engines).
+    fn paths(&self) -> Vec<PathIo> {
+        Vec::new()
+    }
+}
+
+/// One path of a multipath engine, at the end of a job.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PathIo {
+    /// The path's URL.
+    pub url: String,
+    /// Commands completed successfully through it.
+    pub ios: u64,
+    /// Failures seen on it (connection lost, ANA path status).
+    pub failures: u64,
+    /// Connected at the end.
+    pub live: bool,
 }
 
 /// What an engine needs to know to open a target.
@@ -230,6 +248,7 @@ pub fn open(target: &Target, opts: &OpenOptions) -> Result<Box<dyn Engine>, Engi
             opts,
             None,
         )?)),
+        Target::Multipath { urls } => Ok(Box::new(nvmf::NvmfEngine::connect_paths(urls, opts)?)),
         Target::Embedded => {
             let target = embedded::EmbeddedTarget::get(opts)?;
             let url = target.url().to_string();

@@ -26,7 +26,10 @@
 //!   "read": OP, "write": OP,
 //!   "usr_cpu": 1.5, "sys_cpu": 20.1,              // percent of elapsed time
 //!   "ctx": 123, "majf": 0, "minf": 10,
-//!   "verify": { "blocks_checked": 0, "failures": 0 }
+//!   "verify": { "blocks_checked": 0, "failures": 0 },
+//!   "max_gap_ns": 250000,                         // longest time without a completion
+//!   "paths": [ { "url": "soft://...", "ios": 10, "failures": 0, "live": true } ]
+//!                                                 // multipath targets only
 //! }
 //! OP = {
 //!   "io_bytes": 1048576, "io_kbytes": 1024, "bw_bytes": 524288 /* B/s */, "bw": 512 /* KiB/s */,
@@ -208,6 +211,29 @@ fn write_job(out: &mut String, title: &str, s: &JobStats, cfg: &Config) {
             s.verify.blocks_checked, s.verify.failures
         );
     }
+    if !s.paths.is_empty() {
+        let _ = writeln!(
+            out,
+            "  stall        : max clat={} ms, longest gap without a completion={} ms",
+            ms(s.max_latency_ns()),
+            ms(s.max_gap_ns)
+        );
+        for p in &s.paths {
+            let _ = writeln!(
+                out,
+                "  path         : {} ios={} failures={} {}",
+                p.url,
+                p.ios,
+                p.failures,
+                if p.live { "live" } else { "down" }
+            );
+        }
+    }
+}
+
+/// Milliseconds with two decimals.
+fn ms(ns: u64) -> String {
+    format!("{:.2}", ns as f64 / 1e6)
 }
 
 fn status_line(
@@ -339,7 +365,15 @@ fn job_json(name: &str, id: Option<u32>, region: Option<Region>, s: &JobStats) -
             "blocks_checked": s.verify.blocks_checked,
             "failures": s.verify.failures,
         },
+        "max_gap_ns": s.max_gap_ns,
     });
+    if !s.paths.is_empty() {
+        v["paths"] = s
+            .paths
+            .iter()
+            .map(|p| json!({"url": p.url, "ios": p.ios, "failures": p.failures, "live": p.live}))
+            .collect();
+    }
     if let (Some(id), Some(region)) = (id, region) {
         v["job_id"] = json!(id);
         v["region_offset"] = json!(region.start);

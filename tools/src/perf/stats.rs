@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use hdrhistogram::Histogram;
 
-use crate::perf::engine::Op;
+use crate::perf::engine::{Op, PathIo};
 
 /// fio's default percentile list.
 pub const FIO_PERCENTILES: [f64; 17] = [
@@ -226,6 +226,11 @@ pub struct JobStats {
     pub cpu: CpuUsage,
     /// Verification.
     pub verify: VerifyStats,
+    /// Longest time between two completions while measuring (a stall: failover, a slow
+    /// target), in nanoseconds.
+    pub max_gap_ns: u64,
+    /// Per path of a multipath engine (summed over jobs by URL).
+    pub paths: Vec<PathIo>,
 }
 
 impl JobStats {
@@ -245,6 +250,22 @@ impl JobStats {
         self.cpu = self.cpu.add(&other.cpu);
         self.verify.blocks_checked += other.verify.blocks_checked;
         self.verify.failures += other.verify.failures;
+        self.max_gap_ns = self.max_gap_ns.max(other.max_gap_ns);
+        for p in &other.paths {
+            match self.paths.iter_mut().find(|q| q.url == p.url) {
+                Some(q) => {
+                    q.ios += p.ios;
+                    q.failures += p.failures;
+                    q.live &= p.live;
+                }
+                None => self.paths.push(p.clone()),
+            }
+        }
+    }
+
+    /// The longest completion latency of either direction, in nanoseconds.
+    pub fn max_latency_ns(&self) -> u64 {
+        self.read.lat.max_ns().max(self.write.lat.max_ns())
     }
 
     /// Failed I/Os in both directions.

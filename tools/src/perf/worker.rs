@@ -195,6 +195,7 @@ impl<'a> Worker<'a> {
             );
             result = self.drive(&mut readback, None, None);
         }
+        self.stats.paths = self.engine.paths();
         self.live
             .done
             .store(true, std::sync::atomic::Ordering::Relaxed);
@@ -327,6 +328,11 @@ impl<'a> Worker<'a> {
                 op.bytes += if ok { u64::from(c.len) } else { 0 };
                 op.lat
                     .record(now.saturating_duration_since(submitted).as_nanos() as u64);
+                let since = self.last_completion.or(self.measuring.map(|(t0, _)| t0));
+                if let Some(prev) = since {
+                    let gap = now.saturating_duration_since(prev).as_nanos() as u64;
+                    self.stats.max_gap_ns = self.stats.max_gap_ns.max(gap);
+                }
                 self.last_completion = Some(now);
             }
         }

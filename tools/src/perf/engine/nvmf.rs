@@ -1,6 +1,8 @@
 //! The NVMe-oF engine: I/O through the rdmablk-initiator library's asynchronous queue, to any
 //! NVMe-oF/RDMA target (`rdma://`), to rdmablk-target on the soft provider (`soft://`), or to
-//! an in-process target (`--embedded`).
+//! an in-process target (`--embedded`), or to one subsystem through several paths (a
+//! `MultipathController`: the queue moves requests between paths, [`Engine::paths`] says
+//! how many each carried).
 //!
 //! Zero copy: the job's buffers are the initiator's registered buffers. Each perf [`IoBuf`]
 //! handle is paired (by its index) with the initiator buffer over the same bytes; the worker
@@ -13,13 +15,15 @@ use std::sync::Arc;
 use rdmablk_initiator as ini;
 
 use super::embedded::EmbeddedTarget;
-use super::{BufRegion, Completion, Engine, EngineError, IoBuf, IoError, IoReq, Op, OpenOptions};
+use super::{
+    BufRegion, Completion, Engine, EngineError, IoBuf, IoError, IoReq, Op, OpenOptions, PathIo,
+};
 use super::{QueueFull, BUF_ALIGN};
 
-/// One job's connection: its own controller with one I/O queue.
+/// One job's connection: its own controller (or multipath controller) with one I/O queue.
 pub struct NvmfEngine {
     name: String,
-    ctrl: ini::Controller,
+    ctrl: Handle,
     queue: ini::IoQueue,
     /// The initiator buffer of each job buffer while the job holds it (index = IoBuf::index).
     idle: Vec<Option<ini::IoBuf>>,
@@ -30,6 +34,34 @@ pub struct NvmfEngine {
     done: Vec<ini::Completion>,
     /// Keeps an embedded target up while this engine lives.
     _embedded: Option<Arc<EmbeddedTarget>>,
+}
+
+/// What the engine is connected through.
+enum Handle {
+    One(ini::Controller),
+    Paths(ini::MultipathController),
+}
+
+impl Handle {
+    fn buffers(&self) -> &ini::BufPool {
+        match self {
+            Handle::One(c) => c.buffers(),
+            Handle::Paths(m) => m.buffers(),
+        }
+    }
+}
+
+/// Initiator options for a job with `opts.queue_depth` requests in flight.
+fn connect_options(opts: &OpenOptions) -> ini::ConnectOptions {
+    // The NVMe queue holds one entry more than the commands in flight.
+    let queue_size = (opts.queue_depth + 1).clamp(2, u32::from(u16::MAX)) as u16;
+    ini::ConnectOptions {
+        io_queues: 1,
+        queue_size,
+        // Room for the job's buffers (queue depth x the largest transfer) and then some.
+        buffer_pool_bytes: (opts.queue_depth as usize + 8) * (1 << 20),
+        ..ini::ConnectOptions::default()
+    }
 }
 
 /// A URL that names the discovery NQN becomes the URL of the first NVM subsystem the
@@ -67,25 +99,36 @@ impl NvmfEngine {
             target: url.to_string(),
             err: Box::new(err),
         };
-        // The NVMe queue holds one entry more than the commands in flight.
-        let queue_size = (opts.queue_depth + 1).clamp(2, u32::from(u16::MAX)) as u16;
-        let options = ini::ConnectOptions {
-            io_queues: 1,
-            queue_size,
-            // Room for the job's buffers (queue depth x the largest transfer) and then some.
-            buffer_pool_bytes: (opts.queue_depth as usize + 8) * (1 << 20),
-            ..ini::ConnectOptions::default()
-        };
-        let ctrl = ini::Controller::connect_with(url, options).map_err(connect_err)?;
-        let nsid = *ctrl
-            .namespace_ids()
-            .first()
-            .ok_or_else(|| EngineError::Connect {
-                target: url.to_string(),
-                err: "the subsystem has no namespace".into(),
-            })?;
+        let ctrl =
+            ini::Controller::connect_with(url, connect_options(opts)).map_err(connect_err)?;
+        let nsid = first_nsid(url, &ctrl.namespace_ids())?;
         let queue = ctrl.io_queue(nsid).map_err(connect_err)?;
-        Ok(NvmfEngine {
+        Ok(Self::with(url, Handle::One(ctrl), queue, embedded))
+    }
+
+    /// Connects the paths `urls` of one subsystem as a multipath controller.
+    pub fn connect_paths(urls: &[String], opts: &OpenOptions) -> Result<NvmfEngine, EngineError> {
+        let target = urls.join(",");
+        let connect_err = |err: ini::Error| EngineError::Connect {
+            target: target.clone(),
+            err: Box::new(err),
+        };
+        let mp = ini::MultipathController::connect_with(urls, connect_options(opts))
+            .map_err(connect_err)?;
+        let nsid = first_nsid(&target, &mp.namespace_ids())?;
+        let queue = mp.io_queue(nsid).map_err(connect_err)?;
+        let mut e = Self::with(&urls[0], Handle::Paths(mp), queue, None);
+        e.name = format!("{} multipath x{}", e.name, urls.len());
+        Ok(e)
+    }
+
+    fn with(
+        url: &str,
+        ctrl: Handle,
+        queue: ini::IoQueue,
+        embedded: Option<Arc<EmbeddedTarget>>,
+    ) -> NvmfEngine {
+        NvmfEngine {
             name: format!("nvmf({})", url.split("://").next().unwrap_or("?")),
             ctrl,
             queue,
@@ -94,7 +137,7 @@ impl NvmfEngine {
             refused: Vec::new(),
             done: Vec::new(),
             _embedded: embedded,
-        })
+        }
     }
 
     fn finish(&mut self, c: ini::Completion) -> Completion {
@@ -116,6 +159,13 @@ impl NvmfEngine {
             result: c.result.map_err(io_error),
         }
     }
+}
+
+fn first_nsid(target: &str, ids: &[u32]) -> Result<u32, EngineError> {
+    ids.first().copied().ok_or_else(|| EngineError::Connect {
+        target: target.to_string(),
+        err: "the subsystem has no namespace".into(),
+    })
 }
 
 fn io_error(e: ini::Error) -> IoError {
@@ -232,5 +282,20 @@ impl Engine for NvmfEngine {
         }
         self.done = done;
         Ok(got)
+    }
+
+    fn paths(&self) -> Vec<PathIo> {
+        let Handle::Paths(mp) = &self.ctrl else {
+            return Vec::new();
+        };
+        mp.paths()
+            .into_iter()
+            .map(|p| PathIo {
+                url: p.url,
+                ios: p.commands,
+                failures: p.failures,
+                live: p.live,
+            })
+            .collect()
     }
 }
