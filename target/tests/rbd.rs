@@ -9,11 +9,27 @@
 
 mod process;
 
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use process::ceph::{ceph_installed, CephImage};
 use process::crash::{assert_meaningful, crash_trials, report};
 use process::*;
+
+/// The tests share one cluster, and one of them stops its OSD: they run one at a time.
+static CLUSTER: Mutex<()> = Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    CLUSTER.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// SIGTERM, and a clean exit: the image is closed (a killed gateway's watch would keep the
+/// image from being removed until it times out).
+fn stop(mut target: TargetProc) {
+    target.signal(libc::SIGTERM);
+    let st = target.wait_exit(Duration::from_secs(20));
+    assert!(st.success(), "exit {st:?}:\n{}", target.log_text());
+}
 
 /// Data written through the target is in the image (read back with `rbd export`, i.e. not
 /// through the gateway); Deallocate and Write Zeroes read back as zeroes and leave their
@@ -23,9 +39,10 @@ fn rbd_namespace_stores_data_in_the_image_and_deallocate_reads_zeroes() {
     if !ceph_installed("rbd_namespace_stores_data_in_the_image_and_deallocate_reads_zeroes") {
         return;
     }
+    let _serial = one_at_a_time();
     let img = CephImage::create("rdmablk-io", "16M");
     let dir = tmp_dir("rbd-io");
-    let mut target = TargetProc::spawn(&dir, &config_text(free_port(), 1, &img.backend()), 0);
+    let target = TargetProc::spawn(&dir, &config_text(free_port(), 1, &img.backend()), 0);
     let ctrl = connect(&target.url(), opts(1, 0));
     let ns = ctrl.namespace(1).unwrap();
     assert_eq!(
@@ -53,8 +70,7 @@ fn rbd_namespace_stores_data_in_the_image_and_deallocate_reads_zeroes() {
     );
     drop(ns);
     drop(ctrl);
-    target.signal(libc::SIGTERM);
-    assert!(target.wait_exit(Duration::from_secs(20)).success());
+    stop(target);
 
     // The gateway holds nothing: the image itself has the data.
     let export = dir.join("export.img");
@@ -88,7 +104,7 @@ fn unreachable_cluster_at_start_is_a_clear_error_naming_the_key() {
     );
     let cfg_path = dir.join("target.toml");
     std::fs::write(&cfg_path, config_text(free_port(), 1, &backend)).unwrap();
-    let t0 = std::time::Instant::now();
+    let t0 = Instant::now();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_rdmablk-target"))
         .arg("--config")
         .arg(&cfg_path)
@@ -114,6 +130,7 @@ fn image_resize_shows_up_on_reload() {
     if !ceph_installed("image_resize_shows_up_on_reload") {
         return;
     }
+    let _serial = one_at_a_time();
     let img = CephImage::create("rdmablk-resize", "8M");
     let dir = tmp_dir("rbd-resize");
     let target = TargetProc::spawn(&dir, &config_text(free_port(), 1, &img.backend()), 0);
@@ -128,10 +145,10 @@ fn image_resize_shows_up_on_reload() {
     img.rbd(&["resize", "--no-progress", &img.spec(), "--size", "24M"])
         .unwrap();
     target.signal(libc::SIGHUP);
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(10);
     while !target.log_text().contains("grew to") {
         assert!(
-            std::time::Instant::now() < deadline,
+            Instant::now() < deadline,
             "no growth after reload:\n{}",
             target.log_text()
         );
@@ -144,7 +161,7 @@ fn image_resize_shows_up_on_reload() {
             .capacity_bytes(),
         24 << 20
     );
-    drop(target);
+    stop(target);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -156,6 +173,7 @@ fn acknowledged_writes_survive_sigkill_of_the_gateway() {
     if !ceph_installed("acknowledged_writes_survive_sigkill_of_the_gateway") {
         return;
     }
+    let _serial = one_at_a_time();
     const TRIALS: u32 = 6;
     const SEED: u64 = 0x0C3F_2026;
     let img = CephImage::create("rdmablk-crash", "4M");
@@ -169,9 +187,83 @@ fn acknowledged_writes_survive_sigkill_of_the_gateway() {
         io_timeout_ms: 60_000,
         ..opts(1, 0)
     };
-    let t0 = std::time::Instant::now();
+    let t0 = Instant::now();
     let run = crash_trials(TRIALS, SEED, what, &o, |_, _| img.backend());
     eprintln!("{TRIALS} kills in {:?}", t0.elapsed());
     report(&run, SEED, what);
     assert_meaningful(&run);
+}
+
+/// Resumes a stopped process when dropped (also when the test fails half way).
+struct Resume(libc::pid_t);
+
+impl Drop for Resume {
+    fn drop(&mut self) {
+        // SAFETY: kill has no memory-safety preconditions.
+        unsafe { libc::kill(self.0, libc::SIGCONT) };
+    }
+}
+
+/// A cluster lost while serving (its OSD stopped) fails I/O after `op_timeout_s` with a path
+/// error (SCT 3h: hosts retry or move to another path), not a media error, and fences
+/// nothing: when the OSD is back, writes and reads succeed on the same connection.
+#[test]
+fn cluster_lost_while_serving_is_a_path_error_and_io_recovers() {
+    if !ceph_installed("cluster_lost_while_serving_is_a_path_error_and_io_recovers") {
+        return;
+    }
+    let _serial = one_at_a_time();
+    let img = CephImage::create("rdmablk-lost", "8M");
+    let dir = tmp_dir("rbd-lost");
+    let backend = img.backend_with(", op_timeout_s = 3");
+    let target = TargetProc::spawn(&dir, &config_text(free_port(), 1, &backend), 0);
+    // The initiator times commands by connect_timeout_ms: longer than the op timeout.
+    let o = rdmablk_initiator::ConnectOptions {
+        connect_timeout_ms: 20_000,
+        ..opts(1, 0)
+    };
+    let ctrl = connect(&target.url(), o);
+    let ns = ctrl.namespace(1).unwrap();
+    let data = vec![0x5Au8; 8192];
+    ns.write_at(0, &data).unwrap(); // takes the exclusive lock while the cluster is there
+
+    let osd = img.osd_pid();
+    // SAFETY: kill has no memory-safety preconditions; the pid is tools/ceph-dev's OSD.
+    assert_eq!(unsafe { libc::kill(osd, libc::SIGSTOP) }, 0);
+    let resume = Resume(osd);
+    let t0 = Instant::now();
+    let e = ns.write_at(8192, &data).expect_err("a write with no OSD");
+    let took = t0.elapsed();
+    let st = e
+        .status()
+        .unwrap_or_else(|| panic!("not an NVMe status: {e}"));
+    assert_eq!(
+        (st.sct, st.sc),
+        (rdmablk::nvme::status::Sct::Path, 0x00),
+        "Internal Path Error: {e}"
+    );
+    assert!(
+        took >= Duration::from_secs(2),
+        "failed after {took:?}, before op_timeout_s"
+    );
+    drop(resume);
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match ns.write_at(8192, &data) {
+            Ok(()) => break,
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("after the OSD resumed: {e}");
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            Err(e) => panic!("I/O did not recover within 60 s: {e}"),
+        }
+    }
+    let mut back = vec![0u8; 16384];
+    ns.read_at(0, &mut back).unwrap();
+    assert!(back.iter().all(|&b| b == 0x5A));
+    drop(ns);
+    drop(ctrl);
+    stop(target);
+    let _ = std::fs::remove_dir_all(&dir);
 }

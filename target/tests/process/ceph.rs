@@ -96,13 +96,28 @@ impl CephImage {
 
     /// The backend table for a target's configuration.
     pub fn backend(&self) -> String {
+        self.backend_with("")
+    }
+
+    /// The backend table with `extra` keys (`", op_timeout_s = 3"`).
+    pub fn backend_with(&self, extra: &str) -> String {
         format!(
-            r#"{{ kind = "rbd", pool = "{}", image = "{}", ceph_conf = "{}", keyring = "{}" }}"#,
+            r#"{{ kind = "rbd", pool = "{}", image = "{}", ceph_conf = "{}", keyring = "{}"{extra} }}"#,
             self.pool,
             self.image,
             self.conf.display(),
             self.keyring.display()
         )
+    }
+
+    /// The cluster's only OSD process (tools/ceph-dev's pid file).
+    pub fn osd_pid(&self) -> libc::pid_t {
+        let dir = self
+            .conf
+            .parent()
+            .expect("ceph.conf sits in the cluster's directory");
+        let pid = std::fs::read_to_string(dir.join("run/osd.0.pid")).expect("osd.0.pid");
+        pid.trim().parse().expect("a pid")
     }
 }
 
