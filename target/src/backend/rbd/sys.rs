@@ -5,14 +5,6 @@
 //! asynchronous calls are `unsafe fn`s: the caller vouches for the buffer and the callback
 //! argument until the callback has run.
 
-#![allow(
-    non_camel_case_types,
-    non_upper_case_globals,
-    non_snake_case,
-    dead_code,
-    clippy::all
-)]
-
 use std::ffi::{c_void, CString};
 use std::path::Path;
 use std::sync::Arc;
