@@ -415,6 +415,8 @@ pub enum BackendConfig {
     Ram(SizedBackendConfig),
     /// Wraps another backend and injects faults and latency.
     Error(Box<ErrorBackendConfig>),
+    /// A Ceph RBD image, through librbd (`docs/rbd.md`; cargo feature `rbd`).
+    Rbd(RbdBackendConfig),
 }
 
 impl BackendConfig {
@@ -426,6 +428,7 @@ impl BackendConfig {
             BackendConfig::Null(_) => "null",
             BackendConfig::Ram(_) => "ram",
             BackendConfig::Error(_) => "error",
+            BackendConfig::Rbd(_) => "rbd",
         }
     }
 }
@@ -450,6 +453,53 @@ pub struct FileBackendConfig {
 pub struct BlockBackendConfig {
     /// A block device, `/dev/...`.
     pub path: PathBuf,
+}
+
+/// `kind = "rbd"`: an image in a Ceph cluster; its size is the namespace's capacity.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct RbdBackendConfig {
+    /// The RADOS pool holding the image.
+    pub pool: String,
+    /// The image's name.
+    pub image: String,
+    /// The RADOS namespace inside the pool (`rbd --namespace`); none by default.
+    #[serde(default)]
+    pub namespace: Option<String>,
+    /// The cluster's configuration file (monitors, and usually the keyring's location).
+    #[serde(default = "default_ceph_conf")]
+    pub ceph_conf: PathBuf,
+    /// The cephx user, without `client.` (`admin` is `client.admin`).
+    #[serde(default = "default_ceph_user")]
+    pub user: String,
+    /// The keyring holding that user's key, if `ceph_conf` does not say where it is.
+    #[serde(default)]
+    pub keyring: Option<PathBuf>,
+    /// How long connecting to the monitors may take at start or reload (librados'
+    /// `client_mount_timeout` and `rados_mon_op_timeout`), seconds.
+    #[serde(default = "default_rbd_connect_timeout_s")]
+    pub connect_timeout_s: u32,
+    /// How long one I/O may wait for the cluster before it fails with a path error, so that
+    /// hosts retry or move to another path (librados' `rados_osd_op_timeout`), seconds; 0
+    /// waits for ever.
+    #[serde(default = "default_rbd_op_timeout_s")]
+    pub op_timeout_s: u32,
+}
+
+fn default_ceph_conf() -> PathBuf {
+    PathBuf::from("/etc/ceph/ceph.conf")
+}
+
+fn default_ceph_user() -> String {
+    "admin".to_string()
+}
+
+fn default_rbd_connect_timeout_s() -> u32 {
+    10
+}
+
+fn default_rbd_op_timeout_s() -> u32 {
+    30
 }
 
 /// `kind = "null"` and `kind = "ram"`.

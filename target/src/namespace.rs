@@ -128,6 +128,7 @@ impl Namespace {
             inner: self.backend.open_queue(io, depth)?,
             nsid: self.nsid,
             fenced: Arc::clone(&self.fenced),
+            fence_on_failed_flush: !self.backend.completed_writes_are_durable(),
             read_only: self.read_only,
             block_size: self.block_size(),
             num_blocks: Arc::clone(&self.capacity),
@@ -141,6 +142,9 @@ pub struct NamespaceQueue {
     inner: Box<dyn BackendQueue>,
     nsid: u32,
     fenced: Arc<AtomicBool>,
+    /// False where completed writes are durable on their own (RBD): a failed flush then
+    /// loses nothing that was acknowledged.
+    fence_on_failed_flush: bool,
     read_only: bool,
     block_size: u32,
     num_blocks: Arc<AtomicU64>,
@@ -170,6 +174,9 @@ impl NamespaceQueue {
         let n = self.inner.poll(out);
         for c in &out[..n] {
             let Err(e) = c.result else { continue };
+            if !self.fence_on_failed_flush {
+                continue;
+            }
             if c.op.is_durability_point() && !self.fenced.swap(true, Ordering::AcqRel) {
                 tracing::error!(
                     nsid = self.nsid,

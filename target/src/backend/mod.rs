@@ -8,7 +8,8 @@
 //!   worker interleaves its backends with its RDMA completion queues.
 //!
 //! Implementations: [`uring`] (files and block devices through the worker's io_uring), [`null`],
-//! [`ram`] and [`error`] (fault and latency injection around another backend). The namespace
+//! [`ram`], [`error`] (fault and latency injection around another backend) and `rbd` (Ceph RBD
+//! images through librbd; cargo feature `rbd`). The namespace
 //! wrapper that refuses writes after a failed flush is [`crate::namespace`].
 //!
 //! Nothing here allocates per request: queues preallocate their completion storage for their
@@ -17,6 +18,8 @@
 pub mod error;
 pub mod null;
 pub mod ram;
+#[cfg(feature = "rbd")]
+pub mod rbd;
 mod request;
 pub mod uring;
 
@@ -41,6 +44,12 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     /// DLFEAT bits 2:0 = 001b). Hosts rely on it (Linux maps discard-with-zeroing onto it),
     /// so a backend says yes only where it is guaranteed.
     fn deallocated_reads_zeroes(&self) -> bool {
+        false
+    }
+    /// Whether a write is durable once it completes, whatever happens to later flushes (RBD
+    /// without librbd's cache: the OSDs committed it). Then a failed flush takes no
+    /// acknowledged data back, and does not fence the namespace.
+    fn completed_writes_are_durable(&self) -> bool {
         false
     }
     /// Looks at the storage's size again (a file or device grown on disk): the new capacity in
@@ -105,6 +114,9 @@ pub enum BackendError {
         #[source]
         source: std::io::Error,
     },
+    /// An RBD image could not be opened; `key` is the backend key to look at.
+    #[error("backend.{key}: {what}")]
+    Rbd { key: &'static str, what: String },
     #[error("cannot allocate {bytes} bytes of memory for a ram backend: {source}")]
     Memory {
         bytes: u64,
@@ -129,6 +141,15 @@ pub fn open(
         BackendConfig::Error(e) => {
             let inner = open(&e.inner, block_size, read_only)?;
             Arc::new(error::ErrorBackend::new(inner, e))
+        }
+        #[cfg(feature = "rbd")]
+        BackendConfig::Rbd(r) => Arc::new(rbd::RbdImage::open(r, block_size, read_only)?),
+        #[cfg(not(feature = "rbd"))]
+        BackendConfig::Rbd(_) => {
+            return Err(BackendError::Rbd {
+                key: "kind",
+                what: "this rdmablk-target was built without RBD support".into(),
+            })
         }
     })
 }

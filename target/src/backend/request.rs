@@ -164,6 +164,11 @@ pub enum IoErrorKind {
     /// A malformed request (buffer length does not match the blocks, misaligned buffer for
     /// O_DIRECT): a bug of the caller.
     InvalidRequest,
+    /// The storage cannot take more data (a full Ceph cluster, a pool quota).
+    CapacityExceeded,
+    /// The backend lost its path to the storage (a Ceph cluster that does not answer, or
+    /// that fenced this client out): the host should retry, or use another path.
+    PathLost,
     /// Anything else.
     Internal,
 }
@@ -178,6 +183,8 @@ impl IoErrorKind {
             IoErrorKind::MediaRead => (0x2, 0x81),    // Unrecovered Read Error
             IoErrorKind::WriteFault => (0x2, 0x80),   // Write Fault
             IoErrorKind::InvalidRequest => (0x0, 0x02), // Invalid Field in Command
+            IoErrorKind::CapacityExceeded => (0x0, 0x81), // Capacity Exceeded
+            IoErrorKind::PathLost => (0x3, 0x00),     // Internal Path Error (path related)
             IoErrorKind::Internal => (0x0, 0x06),     // Internal Error
         }
     }

@@ -386,3 +386,50 @@ fn hosts_with_dhchap_keys() {
         );
     }
 }
+
+#[test]
+fn rbd_backend_gets_its_defaults_and_bad_keys_are_named() {
+    let rbd = |table: &str| MINIMAL.replace("{ kind = \"ram\", size = \"16MiB\" }", table);
+    let ok = rbd(r#"{ kind = "rbd", pool = "rbd", image = "img1" }"#);
+    if cfg!(feature = "rbd") {
+        let c = Config::from_str(&ok).unwrap();
+        let BackendConfig::Rbd(r) = &c.subsystems[0].namespaces[0].backend else {
+            panic!("not rbd")
+        };
+        assert_eq!(r.ceph_conf, PathBuf::from("/etc/ceph/ceph.conf"));
+        assert_eq!((r.user.as_str(), r.keyring.as_ref()), ("admin", None));
+        assert_eq!((r.connect_timeout_s, r.op_timeout_s), (10, 30));
+    } else {
+        assert!(has_problem(&ok, "subsystem[0].namespace[0].backend.kind"));
+    }
+    let key = |k: &str| format!("subsystem[0].namespace[0].backend.{k}");
+    for (table, bad) in [
+        (r#"{ kind = "rbd", pool = "", image = "i" }"#, "pool"),
+        (r#"{ kind = "rbd", pool = "p", image = "a/b" }"#, "image"),
+        (
+            r#"{ kind = "rbd", pool = "p", image = "i", user = "client.admin" }"#,
+            "user",
+        ),
+        (
+            r#"{ kind = "rbd", pool = "p", image = "i", ceph_conf = "ceph.conf" }"#,
+            "ceph_conf",
+        ),
+        (
+            r#"{ kind = "rbd", pool = "p", image = "i", keyring = "k" }"#,
+            "keyring",
+        ),
+        (
+            r#"{ kind = "rbd", pool = "p", image = "i", connect_timeout_s = 0 }"#,
+            "connect_timeout_s",
+        ),
+        (
+            r#"{ kind = "rbd", pool = "p", image = "i", op_timeout_s = 9999 }"#,
+            "op_timeout_s",
+        ),
+    ] {
+        assert!(has_problem(&rbd(table), &key(bad)), "{table}");
+    }
+    // A missing required key is a parse error naming it.
+    let err = Config::from_str(&rbd(r#"{ kind = "rbd", pool = "rbd" }"#)).unwrap_err();
+    assert!(err.to_string().contains("image"), "{err}");
+}

@@ -8,7 +8,7 @@ use rdmablk::nvme::ana::AnaState;
 
 use super::{
     validate_nqn, validate_uuid, BackendConfig, Config, FaultConfig, NamespaceConfig,
-    SubsystemConfig, ANA_GROUP_MAX, CNTLID_MAX, CNTLID_MIN, DISCOVERY_NQN,
+    RbdBackendConfig, SubsystemConfig, ANA_GROUP_MAX, CNTLID_MAX, CNTLID_MIN, DISCOVERY_NQN,
     MAX_IN_CAPSULE_DATA_SIZE, MAX_IO_SIZE, MAX_NAMESPACES_PER_SUBSYSTEM, MAX_QUEUE_DEPTH,
     MAX_WORKER_THREADS, MIN_QUEUE_DEPTH,
 };
@@ -466,6 +466,7 @@ fn check_backend(b: &BackendConfig, block_size: u32, key: &str, c: &mut Checker)
             }
         }
         BackendConfig::Null(s) | BackendConfig::Ram(s) => size_ok(c, s.size.bytes()),
+        BackendConfig::Rbd(r) => check_rbd(r, key, c),
         BackendConfig::Error(e) => {
             for (name, f) in [
                 ("fail_reads", &e.fail_reads),
@@ -488,6 +489,67 @@ fn check_backend(b: &BackendConfig, block_size: u32, key: &str, c: &mut Checker)
             }
             check_backend(&e.inner, block_size, &format!("{key}.inner"), c);
         }
+    }
+}
+
+fn check_rbd(r: &RbdBackendConfig, key: &str, c: &mut Checker) {
+    if !cfg!(feature = "rbd") {
+        c.fail(
+            format!("{key}.kind"),
+            "\"rbd\": this rdmablk-target was built without RBD support (build it with the \
+             default features, which need librbd-dev and librados-dev)",
+        );
+    }
+    let names = [
+        ("pool", Some(r.pool.as_str())),
+        ("image", Some(r.image.as_str())),
+        ("namespace", r.namespace.as_deref()),
+        ("user", Some(r.user.as_str())),
+    ];
+    for (name, value) in names {
+        let Some(v) = value else { continue };
+        if v.is_empty() || v.contains('\0') || v.contains('/') || v.contains('@') {
+            c.fail(
+                format!("{key}.{name}"),
+                format!("{v:?} is not a valid Ceph name (non-empty, no '/', '@' or NUL)"),
+            );
+        }
+    }
+    if r.user.starts_with("client.") {
+        c.fail(
+            format!("{key}.user"),
+            format!(
+                "{:?}: give the name without \"client.\" (user = {:?})",
+                r.user,
+                &r.user["client.".len()..]
+            ),
+        );
+    }
+    for (name, path) in [
+        ("ceph_conf", Some(&r.ceph_conf)),
+        ("keyring", r.keyring.as_ref()),
+    ] {
+        if path.is_some_and(|p| !p.is_absolute()) {
+            c.fail(
+                format!("{key}.{name}"),
+                "is a relative path (use an absolute path)",
+            );
+        }
+    }
+    if !(1..=300).contains(&r.connect_timeout_s) {
+        c.fail(
+            format!("{key}.connect_timeout_s"),
+            format!("{} is not in 1..=300", r.connect_timeout_s),
+        );
+    }
+    if r.op_timeout_s > 3600 {
+        c.fail(
+            format!("{key}.op_timeout_s"),
+            format!(
+                "{} is above an hour (use 0 to wait for ever)",
+                r.op_timeout_s
+            ),
+        );
     }
 }
 

@@ -98,6 +98,10 @@ fn backend_path(b: &crate::config::BackendConfig) -> Option<String> {
         B::File(f) => Some(f.path.display().to_string()),
         B::Block(d) => Some(d.path.display().to_string()),
         B::Error(e) => backend_path(&e.inner),
+        B::Rbd(r) => Some(match &r.namespace {
+            Some(ns) => format!("rbd:{}/{ns}/{}", r.pool, r.image),
+            None => format!("rbd:{}/{}", r.pool, r.image),
+        }),
         B::Null(_) | B::Ram(_) => None,
     }
 }

@@ -3,7 +3,7 @@
 pub mod uring;
 pub mod wake;
 
-use std::cell::{RefCell, RefMut};
+use std::cell::{Cell, RefCell, RefMut};
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -11,6 +11,7 @@ use crate::arena::Arena;
 use crate::backend::BackendError;
 
 pub use uring::{Ring, RingCompletion, RingFull, RouteId};
+pub use wake::BackendWake;
 
 /// A worker's I/O context. Lives on the worker's thread (not `Send`): its io_uring is created
 /// on first use by a file or block backend, so a target serving only ram/null namespaces never
@@ -20,6 +21,13 @@ pub struct WorkerIo {
     ring_entries: u32,
     arena: Option<Arc<Arena>>,
     ring: RefCell<Option<Rc<RefCell<Ring>>>>,
+    /// The worker's backend wake-up, created on first use by a backend (the ring registers
+    /// it; RBD queues signal it from librbd's threads). `None` until then.
+    wake: RefCell<Option<Arc<BackendWake>>>,
+    /// Whether the ring signals `wake` on every completion.
+    ring_signals: Cell<bool>,
+    /// Backend operations in flight outside the ring whose completion signals `wake`.
+    signalled: Rc<Cell<u32>>,
 }
 
 impl WorkerIo {
@@ -30,7 +38,35 @@ impl WorkerIo {
             ring_entries,
             arena,
             ring: RefCell::new(None),
+            wake: RefCell::new(None),
+            ring_signals: Cell::new(false),
+            signalled: Rc::new(Cell::new(0)),
         }
+    }
+
+    /// The worker's wake-up eventfd, created on first call; `None` if the system refuses an
+    /// eventfd (the worker then yields while backend I/O is in flight).
+    pub fn wake(&self) -> Option<Arc<BackendWake>> {
+        let mut slot = self.wake.borrow_mut();
+        if slot.is_none() {
+            match BackendWake::new() {
+                Ok(w) => *slot = Some(Arc::new(w)),
+                Err(e) => tracing::debug!(error = %e, "eventfd: worker yields instead"),
+            }
+        }
+        slot.clone()
+    }
+
+    /// The wake-up eventfd if some backend uses it.
+    pub fn wake_in_use(&self) -> Option<Arc<BackendWake>> {
+        self.wake.borrow().clone()
+    }
+
+    /// The count of operations in flight outside the ring that signal [`WorkerIo::wake`]
+    /// when they complete: a backend adds each such operation at submit and takes it away
+    /// when `poll` returns its completion.
+    pub fn signalled_in_flight(&self) -> Rc<Cell<u32>> {
+        Rc::clone(&self.signalled)
     }
 
     /// The worker's ring, created on first call.
@@ -39,10 +75,14 @@ impl WorkerIo {
         if let Some(r) = slot.as_ref() {
             return Ok(Rc::clone(r));
         }
-        let ring = Rc::new(RefCell::new(Ring::new(
-            self.ring_entries,
-            self.arena.clone(),
-        )?));
+        let ring = Ring::new(self.ring_entries, self.arena.clone())?;
+        if let Some(w) = self.wake() {
+            match ring.register_eventfd(w.raw_fd()) {
+                Ok(()) => self.ring_signals.set(true),
+                Err(e) => tracing::debug!(error = %e, "io_uring eventfd: worker yields instead"),
+            }
+        }
+        let ring = Rc::new(RefCell::new(ring));
         *slot = Some(Rc::clone(&ring));
         Ok(ring)
     }
@@ -52,12 +92,18 @@ impl WorkerIo {
         self.ring.borrow().is_some()
     }
 
-    /// Whether every backend request in flight, `in_flight` of them, sits in the ring with
-    /// nothing left unsubmitted: then a completion will signal the ring's eventfd.
-    pub fn all_in_ring(&self, in_flight: usize) -> bool {
-        self.ring.borrow().as_ref().is_some_and(|r| {
-            r.try_borrow()
-                .is_ok_and(|r| r.in_flight() == in_flight && r.unsubmitted() == 0)
-        })
+    /// Whether the completion of every backend request in flight, `in_flight` of them, will
+    /// signal the wake-up eventfd: each sits in a ring that signals it with nothing left
+    /// unsubmitted, or with a backend that signals it (RBD).
+    pub fn all_signalled(&self, in_flight: usize) -> bool {
+        let in_ring = match self.ring.borrow().as_ref() {
+            None => 0,
+            Some(r) => match r.try_borrow() {
+                Ok(r) if r.unsubmitted() == 0 && self.ring_signals.get() => r.in_flight(),
+                Ok(r) if r.in_flight() == 0 => 0,
+                _ => return false,
+            },
+        };
+        self.wake.borrow().is_some() && in_ring + self.signalled.get() as usize == in_flight
     }
 }

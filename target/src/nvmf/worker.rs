@@ -103,7 +103,7 @@ pub(super) fn spawn(
                 }
             }
             let _ = ready_tx.send(Ok(()));
-            let backend_wake = backend_wake(&io);
+            let backend_wake = io.wake_in_use();
             let w = Worker {
                 index,
                 backend_depth: depth,
@@ -142,18 +142,6 @@ pub(super) fn spawn(
     }
 }
 
-/// An eventfd on the worker's ring, for interrupt mode; `None` (the worker then yields while
-/// block I/O is in flight) without a ring or when registering fails.
-fn backend_wake(io: &WorkerIo) -> Option<BackendWake> {
-    if !io.has_ring() {
-        return None;
-    }
-    let ring = io.ring().ok()?;
-    let wake = BackendWake::register(&ring.borrow());
-    wake.map_err(|e| tracing::debug!(error = %e, "io_uring eventfd: worker yields instead"))
-        .ok()
-}
-
 struct Worker {
     index: usize,
     /// Depth of each backend queue this worker opens.
@@ -170,8 +158,9 @@ struct Worker {
     /// Metrics counters by namespace slot (published in `shared.counters_by_worker`).
     ns_counters: Vec<Option<Arc<NsCounters>>>,
     _io: WorkerIo,
-    /// Signalled by `_io`'s ring on each completion (interrupt mode, when a ring exists).
-    backend_wake: Option<BackendWake>,
+    /// Signalled by `_io`'s ring and by RBD queues on each completion (interrupt mode, once a
+    /// backend that signals it exists).
+    backend_wake: Option<Arc<BackendWake>>,
     /// Requests (as backend tags) waiting for backend room.
     backlog: VecDeque<u64>,
     wcs: Vec<Wc>,
@@ -734,9 +723,13 @@ impl Worker {
             return;
         }
         let in_flight = self.nsq.in_flight() as usize;
+        if self.backend_wake.is_none() {
+            // A namespace added by a reload may have brought the first backend that signals.
+            self.backend_wake = self._io.wake_in_use();
+        }
         let use_wake = match &self.backend_wake {
             _ if in_flight == 0 && self.backlog.is_empty() => false,
-            Some(w) if self.backlog.is_empty() && self._io.all_in_ring(in_flight) => {
+            Some(w) if self.backlog.is_empty() && self._io.all_signalled(in_flight) => {
                 w.clear();
                 true
             }

@@ -4,6 +4,9 @@
 
 #![allow(dead_code)]
 
+pub mod ceph;
+pub mod crash;
+
 use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener};
