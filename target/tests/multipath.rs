@@ -23,9 +23,9 @@ const UUID_B: &str = "6f1c1a52-2d0e-4b51-9a8e-3b8f0f5c6a02";
 const BLOCKS: u64 = 1024;
 
 /// A gateway on 127.0.0.1:`port` exporting [`NQN`] namespace 1 (ANA group 1, in state
-/// `ana` through the listener) from `img` with `uuid`, controller IDs from `cntlid_min`.
-fn gateway_config(port: u16, img: &Path, uuid: &str, ana: AnaState, cntlid_min: u16) -> String {
-    config_text(port, 2, &file_backend(img, "16MiB", false))
+/// `ana` through the listener) from `backend` with `uuid`, controller IDs from `cntlid_min`.
+fn gateway_config(port: u16, backend: &str, uuid: &str, ana: AnaState, cntlid_min: u16) -> String {
+    config_text(port, 2, backend)
         .replace(
             "nsid = 1\n",
             &format!("nsid = 1\nuuid = \"{uuid}\"\nana_group = 1\n"),
@@ -55,8 +55,19 @@ impl Gateway {
     }
 
     fn start_in(name: &str, img: &Path, uuid: &str, ana: AnaState, cntlid_min: u16) -> Gateway {
+        Self::start_on(
+            name,
+            &file_backend(img, "16MiB", false),
+            uuid,
+            ana,
+            cntlid_min,
+        )
+    }
+
+    /// A gateway over any backend table (a shared file, an RBD image).
+    fn start_on(name: &str, backend: &str, uuid: &str, ana: AnaState, cntlid_min: u16) -> Gateway {
         let dir = tmp_dir(&format!("mp-{name}"));
-        let cfg = gateway_config(free_port(), img, uuid, ana, cntlid_min);
+        let cfg = gateway_config(free_port(), backend, uuid, ana, cntlid_min);
         let proc = TargetProc::spawn(&dir, &cfg, 0);
         Gateway { dir, cfg, proc }
     }
@@ -221,8 +232,36 @@ fn verify_all(ns: &Namespace, acked: &[u64]) {
 fn a_gateway_killed_with_writes_in_flight_costs_the_application_nothing() {
     let img_dir = tmp_dir("mp-img");
     let img = img_dir.join("shared.img");
-    let mut a = Gateway::start("a", &img, UUID_A);
+    let a = Gateway::start("a", &img, UUID_A);
     let b = Gateway::start("b", &img, UUID_A);
+    kill_one_of_two(a, b);
+}
+
+/// The same with both gateways in front of one Ceph RBD image (the data lives in the
+/// cluster). The image has no exclusive-lock feature, as docs/rbd.md says gateways sharing an
+/// image need: with it, the survivor's writes would wait out the dead owner's lock (librbd's
+/// lock request timeout, 30 s), and the lock would bounce between live gateways.
+#[cfg(feature = "rbd")]
+#[test]
+fn a_gateway_of_an_rbd_image_killed_with_writes_in_flight_costs_the_application_nothing() {
+    if !process::ceph::ceph_installed(
+        "a_gateway_of_an_rbd_image_killed_with_writes_in_flight_costs_the_application_nothing",
+    ) {
+        return;
+    }
+    let img = process::ceph::CephImage::create_with(
+        "rdmablk-mp",
+        "16M",
+        &["--image-feature", "layering"],
+    );
+    let a = Gateway::start_on("rbd-a", &img.backend(), UUID_A, AnaState::Optimized, 1);
+    let b = Gateway::start_on("rbd-b", &img.backend(), UUID_A, AnaState::Optimized, 200);
+    kill_one_of_two(a, b);
+}
+
+/// Gateway `a` is SIGKILLed under sync and async writers through both; the application sees
+/// no error, every acknowledged write reads back, and `a` restarted carries I/O again.
+fn kill_one_of_two(mut a: Gateway, b: Gateway) {
     let mp = connect(&[a.proc.url(), b.proc.url()]);
     let ns = mp.namespace(1).unwrap();
 

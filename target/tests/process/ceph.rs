@@ -44,6 +44,11 @@ impl CephImage {
     /// Starts `tools/ceph-dev` (or reuses the running cluster) and creates image `name` of
     /// `size` (e.g. "256M"), replacing a leftover of an earlier run.
     pub fn create(name: &str, size: &str) -> CephImage {
+        Self::create_with(name, size, &[])
+    }
+
+    /// [`CephImage::create`] with more `rbd create` arguments (`--image-feature layering`).
+    pub fn create_with(name: &str, size: &str, extra: &[&str]) -> CephImage {
         let root = repo_root();
         let out = Command::new(root.join("tools/ceph-dev"))
             .arg("start")
@@ -68,7 +73,10 @@ impl CephImage {
             image: format!("{name}-{}", std::process::id()),
         };
         img.rbd(&["rm", "--no-progress", &img.spec()]).ok();
-        img.rbd(&["create", &img.spec(), "--size", size])
+        let spec = img.spec();
+        let mut args = vec!["create", spec.as_str(), "--size", size];
+        args.extend_from_slice(extra);
+        img.rbd(&args)
             .unwrap_or_else(|e| panic!("rbd create {}: {e}", img.spec()));
         img
     }
