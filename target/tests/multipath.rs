@@ -22,7 +22,7 @@ const UUID_B: &str = "6f1c1a52-2d0e-4b51-9a8e-3b8f0f5c6a02";
 /// Blocks of the shared namespace the tests write.
 const BLOCKS: u64 = 1024;
 
-/// A gateway on 127.0.0.1:`port` exporting [`NQN`] namespace 1 (ANA group 1, in state
+/// A gateway on the test fabric's address and `port` exporting [`NQN`] namespace 1 (ANA group 1, in state
 /// `ana` through the listener) from `backend` with `uuid`, controller IDs from `cntlid_min`.
 fn gateway_config(port: u16, backend: &str, uuid: &str, ana: AnaState, cntlid_min: u16) -> String {
     config_text(port, 2, backend)

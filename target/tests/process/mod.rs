@@ -35,14 +35,23 @@ pub fn free_port() -> u16 {
         .expect("a free port")
 }
 
-/// A soft-provider target on 127.0.0.1:`port` serving namespace 1 from `backend` (a TOML
+/// The fabric the target processes listen on: `RDMABLK_E2E_PROVIDER` (`soft`, the default, or
+/// `verbs`) at `RDMABLK_E2E_ADDR` (default 127.0.0.1; in the Soft-RoCE VM, rxe0's 10.0.2.15).
+pub fn fabric() -> (&'static str, String) {
+    let verbs = std::env::var("RDMABLK_E2E_PROVIDER").is_ok_and(|p| p == "verbs");
+    let addr = std::env::var("RDMABLK_E2E_ADDR").unwrap_or_else(|_| "127.0.0.1".into());
+    (if verbs { "verbs" } else { "soft" }, addr)
+}
+
+/// A target on [`fabric`]'s address and `port` serving namespace 1 from `backend` (a TOML
 /// inline table) with 4 KiB blocks.
 pub fn config_text(port: u16, workers: u32, backend: &str) -> String {
+    let (provider, address) = fabric();
     format!(
         r#"
 [[listener]]
-provider = "soft"
-address = "127.0.0.1"
+provider = "{provider}"
+address = "{address}"
 port = {port}
 
 [target]
@@ -160,7 +169,12 @@ impl TargetProc {
     }
 
     pub fn url(&self) -> String {
-        format!("soft://{}/{NQN}", self.addr)
+        let scheme = if fabric().0 == "verbs" {
+            "rdma"
+        } else {
+            "soft"
+        };
+        format!("{scheme}://{}/{NQN}", self.addr)
     }
 }
 
