@@ -425,3 +425,88 @@ pub fn execute(conn: &mut Connection, slot: u32) {
     req.data_len = n as u32;
     req.close_after = close;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdmablk::nvme::auth::key::DhchapKey;
+
+    fn queue(hash: HashId, dhgroup: DhGroup) -> QueueAuth {
+        let key = DhchapKey::parse("DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:")
+            .unwrap();
+        let host = Arc::new(HostAuth {
+            key,
+            ctrl_key: None,
+            hash,
+            dhgroup,
+        });
+        QueueAuth::new(
+            host,
+            "nqn.2014-08.org.nvmexpress:uuid:h",
+            "nqn.2026-11.io.rdmablk:s",
+        )
+    }
+
+    fn negotiate(hashes: &[HashId], groups: &[DhGroup]) -> Vec<u8> {
+        Message::Negotiate(Negotiate {
+            t_id: 7,
+            sc_c: 0,
+            hash_ids: hashes.iter().map(|h| h.id()).collect(),
+            dh_ids: groups.iter().map(|g| g.id()).collect(),
+        })
+        .encode()
+    }
+
+    /// The host's AUTH_RECEIVE after a negotiate: failure1 with `why`, and the queue goes.
+    fn refused_with(q: &mut QueueAuth, why: FailureReason) {
+        let (bytes, close) = q.on_receive(1);
+        assert_eq!(close, Some("authentication failed"));
+        assert_eq!(
+            Message::decode(&bytes).unwrap(),
+            Message::Failure {
+                t_id: 7,
+                from_controller: true,
+                rescode: RESCODE_FAILED,
+                rescode_exp: why.code(),
+            }
+        );
+        assert!(!q.authenticated());
+    }
+
+    #[test]
+    fn a_hash_the_host_does_not_offer_fails_with_hash_unusable() {
+        let mut q = queue(HashId::Sha512, DhGroup::Null);
+        let m = negotiate(&[HashId::Sha256, HashId::Sha384], &DhGroup::ALL);
+        assert_eq!(q.on_send(&m, 1), SendOutcome::Continue);
+        refused_with(&mut q, FailureReason::HashUnusable);
+    }
+
+    #[test]
+    fn a_group_the_host_does_not_offer_fails_with_dh_group_unusable() {
+        let mut q = queue(HashId::Sha256, DhGroup::Ffdhe8192);
+        let m = negotiate(&HashId::ALL, &[DhGroup::Null, DhGroup::Ffdhe2048]);
+        assert_eq!(q.on_send(&m, 1), SendOutcome::Continue);
+        refused_with(&mut q, FailureReason::DhGroupUnusable);
+    }
+
+    #[test]
+    fn every_offered_hash_and_group_gets_a_challenge_in_it() {
+        for hash in HashId::ALL {
+            for group in DhGroup::ALL {
+                let mut q = queue(hash, group);
+                assert_eq!(
+                    q.on_send(&negotiate(&HashId::ALL, &DhGroup::ALL), 0),
+                    SendOutcome::Continue
+                );
+                let (bytes, close) = q.on_receive(0);
+                assert_eq!(close, None);
+                let Message::Challenge(c) = Message::decode(&bytes).unwrap() else {
+                    panic!("no challenge for {hash:?}/{group:?}");
+                };
+                assert_eq!((c.hash_id, c.dh_id), (hash.id(), group.id()));
+                assert_eq!(c.challenge.len(), hash.digest_len());
+                assert_eq!(c.dh_value.len(), group.value_len());
+            }
+        }
+    }
+}

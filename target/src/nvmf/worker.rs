@@ -663,7 +663,14 @@ impl Worker {
                             tracing::warn!(peer = %conn.peer, qid = conn.qid, cntlid = ctrl.cntlid,
                                 "{why}: tearing the queue down");
                             begin_close(conn, why, shared);
-                        } else if conn.qid == 0 && ctrl.keep_alive_expired(now) {
+                        } else if conn.qid == 0
+                            // Until the admin queue has authenticated the host sends no
+                            // Keep Alive (Linux starts it once the controller is live);
+                            // AUTH_TIMEOUT bounds that time instead. With KATO 5 s the
+                            // large FFDHE groups outlasted it under TCG (docs/auth.md).
+                            && auth::admitted(&conn.auth)
+                            && ctrl.keep_alive_expired(now)
+                        {
                             tracing::warn!(peer = %conn.peer, cntlid = ctrl.cntlid,
                                 kato_ms = ctrl.kato_ms(), "keep-alive timeout: tearing the controller down");
                             shared
@@ -980,6 +987,11 @@ fn execute(conn: &mut Connection, slot: u32, ctx: &mut Ctx<'_>) {
         Action::Auth => {
             if r.status.is_success() && conn.is_live() {
                 auth::execute(conn, slot);
+                // FFDHE takes this thread seconds in a debug build under TCG (ffdhe8192):
+                // time the controller spends on its own side is not the host's silence.
+                if let Some(ctrl) = &conn.ctrl {
+                    ctrl.touch(ctx.shared.now_ms());
+                }
             }
             respond(conn, slot, ctx);
         }
