@@ -125,12 +125,13 @@ pub struct Connection {
     /// completions is reserved and reads 0xFFFF, as nvmet and SPDK report it.
     pub sqhd_disabled: bool,
     pub ctrl: Option<Arc<Controller>>,
-    /// Signalled send WRs posted and not completed (count them with [`Connection::sent`]).
+    /// Signalled send WRs posted and not completed.
     pub sends_out: u32,
-    /// The last sign that the send queue moves: a send-side completion, or a post to an
-    /// empty send queue. Stale by more than `target.response_timeout_ms` with sends out: the
-    /// host takes nothing, and the queue is torn down.
-    pub send_progress: Instant,
+    /// Send-side completions so far (counted per completion; no clock read on the I/O path).
+    pub send_completions: u64,
+    /// What housekeeping last saw of `send_completions`, and since when: unchanged for more
+    /// than `target.response_timeout_ms` with sends out, the host takes nothing.
+    pub send_watch: (u64, Instant),
     /// Receives posted and not completed.
     pub recvs_out: u32,
     /// Backend operations in flight.
@@ -217,7 +218,7 @@ impl Connection {
             sgl: &sge,
             flags: SendFlags::SIGNALED,
         }])?;
-        self.sent();
+        self.sends_out += 1;
         self.reads_in_flight += 1;
         Ok(())
     }
@@ -287,23 +288,21 @@ impl Connection {
             }
             _ => self.qp.post_send(&[send])?,
         }
-        self.sent();
+        self.sends_out += 1;
         Ok(())
     }
 
-    /// Counts one signalled send WR posted.
-    pub fn sent(&mut self) {
-        if self.sends_out == 0 {
-            self.send_progress = Instant::now();
+    /// Called from housekeeping: whether sends have been out with no send-side completion
+    /// for longer than `limit_ms` (0: never). Accurate to the housekeeping tick.
+    pub fn send_stalled(&mut self, limit_ms: u32) -> bool {
+        if limit_ms == 0 {
+            return false;
         }
-        self.sends_out += 1;
-    }
-
-    /// Whether sends have been out with no completion for longer than `limit` (0: never).
-    pub fn send_stalled(&self, limit_ms: u32) -> bool {
-        limit_ms != 0
-            && self.sends_out > 0
-            && self.send_progress.elapsed().as_millis() > u128::from(limit_ms)
+        if self.sends_out == 0 || self.send_completions != self.send_watch.0 {
+            self.send_watch = (self.send_completions, Instant::now());
+            return false;
+        }
+        self.send_watch.1.elapsed().as_millis() > u128::from(limit_ms)
     }
 
     /// Posts LOCAL_INV of the push memory window; false if there is none to invalidate.
@@ -319,7 +318,7 @@ impl Connection {
         };
         match self.qp.post_send(&[wr]) {
             Ok(()) => {
-                self.sent();
+                self.sends_out += 1;
                 true
             }
             Err(e) => {

@@ -304,7 +304,8 @@ impl Worker {
             sqhd_disabled: false,
             ctrl: None,
             sends_out: 0,
-            send_progress: Instant::now(),
+            send_completions: 0,
+            send_watch: (0, Instant::now()),
             recvs_out: 0,
             backend_ops: 0,
             push: None,
@@ -462,7 +463,7 @@ impl Worker {
         };
         let ok = wc.status.is_success();
         if id.kind != WrKind::Recv {
-            conn.send_progress = Instant::now();
+            conn.send_completions += 1;
         }
         if !ok && wc.status != WcStatus::WrFlushErr {
             tracing::warn!(peer = %conn.peer, qid = conn.qid, kind = ?id.kind, status = %wc.status,
@@ -509,7 +510,7 @@ impl Worker {
             return;
         };
         conn.sends_out -= 1;
-        conn.send_progress = Instant::now();
+        conn.send_completions += 1;
         if !wc.status.is_success() {
             tracing::warn!(peer = %conn.peer, status = %wc.status, "memory window bind failed");
             begin_close(conn, "memory window bind failed", ctx.shared);
@@ -870,10 +871,9 @@ fn bind_push_window(conn: &mut Connection) -> bool {
         tracing::warn!(peer = %conn.peer, error = %e, "memory window bind not posted");
         return false;
     }
-    let bound = mw.rkey();
-    conn.sent();
-    if expected != Some(bound) {
-        tracing::error!(offered = ?expected, bound, "push window key mismatch");
+    conn.sends_out += 1;
+    if expected != Some(mw.rkey()) {
+        tracing::error!(offered = ?expected, bound = mw.rkey(), "push window key mismatch");
         return false;
     }
     true
