@@ -214,9 +214,7 @@ impl Setup<'_> {
                     in_capsule_bytes: 0,
                     push,
                     connect_timeout: o.connect_timeout(),
-                    // An I/O command may take as long as io_timeout_ms (a backend's lock
-                    // takeover, a slow device) before its queue is given up.
-                    cmd_timeout: o.io_timeout(),
+                    cmd_timeout: o.connect_timeout(),
                 },
                 self.stats.clone(),
             )?;
