@@ -242,6 +242,11 @@ pub struct TargetConfig {
     /// `nqn.2014-08.org.nvmexpress.discovery` and reported in the discovery controller's
     /// Identify; `None`: the well-known NQN only.
     pub discovery_nqn: Option<String>,
+    /// Count every I/O command (ops, bytes, a latency histogram, errors by status) for
+    /// `rdmablk-ctl stats` and the Prometheus endpoint. `false` skips the counting and its two
+    /// clock reads per command; those views then show no I/O (connections, arena and
+    /// keep-alive figures stay).
+    pub io_statistics: bool,
 }
 
 impl Default for TargetConfig {
@@ -254,6 +259,7 @@ impl Default for TargetConfig {
             connect_timeout_ms: 10_000,
             response_timeout_ms: 30_000,
             discovery_nqn: None,
+            io_statistics: true,
         }
     }
 }

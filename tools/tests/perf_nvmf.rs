@@ -143,19 +143,8 @@ fn metrics_count_exactly_what_rdmablk_perf_did() {
     .expect("metrics endpoint");
     let url = format!("http://{}/metrics", server.addr());
     let scrape = |op: &str| -> u64 {
-        let body = ureq::get(&url)
-            .call()
-            .expect("GET /metrics")
-            .body_mut()
-            .read_to_string()
-            .unwrap();
-        let key = format!(
-            "rdmablk_namespace_ops_total{{subsystem=\"nqn.2026-11.io.rdmablk:metrics\",nsid=\"1\",op=\"{op}\"}}"
-        );
-        body.lines()
-            .find_map(|l| l.strip_prefix(&key))
-            .map(|v| v.trim().parse().unwrap())
-            .unwrap_or_else(|| panic!("no {key} in\n{body}"))
+        scrape_ops(&url, "nqn.2026-11.io.rdmablk:metrics", op)
+            .unwrap_or_else(|| panic!("no {op} counter at {url}"))
     };
     let (r0, w0) = (scrape("read"), scrape("write"));
     let target_url = format!("soft://127.0.0.1:{port}/nqn.2026-11.io.rdmablk:metrics");
@@ -185,6 +174,52 @@ fn metrics_count_exactly_what_rdmablk_perf_did() {
     assert_eq!(scrape("write") - w0, writes, "writes counted by the target");
     drop(server);
     target.shutdown();
+}
+
+/// With `target.io_statistics = false` the I/O is served and nothing is counted.
+#[test]
+fn io_statistics_off_serves_io_and_counts_none() {
+    let nqn = "nqn.2026-11.io.rdmablk:nostats";
+    let (target, port) = soft_target(
+        nqn,
+        "[target]\nio_statistics = false\n[metrics]\naddress = \"127.0.0.1:0\"\n",
+    );
+    let handle = target.handle();
+    let server = rdmablk_target::metrics::MetricsServer::start(
+        handle.clone(),
+        handle.metrics_address().unwrap(),
+    )
+    .expect("metrics endpoint");
+    let url = format!("http://{}/metrics", server.addr());
+    let target_url = format!("soft://127.0.0.1:{port}/{nqn}");
+    let mut args = vec![target_url.as_str()];
+    args.extend("--rw randrw --bs 4k --iodepth 4 --runtime 1 --size 8m --json".split(' '));
+    let out = perf(&args);
+    assert_exit(&out, 0);
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).expect("perf JSON");
+    assert!(
+        j["jobs"][0]["read"]["total_ios"].as_u64().unwrap() > 0,
+        "{j}"
+    );
+    for op in ["read", "write"] {
+        assert_eq!(scrape_ops(&url, nqn, op).unwrap_or(0), 0, "{op} counted");
+    }
+    drop(server);
+    target.shutdown();
+}
+
+/// The `rdmablk_namespace_ops_total` counter of `op` for namespace 1 of `nqn`, if shown.
+fn scrape_ops(url: &str, nqn: &str, op: &str) -> Option<u64> {
+    let body = ureq::get(url)
+        .call()
+        .expect("GET /metrics")
+        .body_mut()
+        .read_to_string()
+        .unwrap();
+    let key = format!("rdmablk_namespace_ops_total{{subsystem=\"{nqn}\",nsid=\"1\",op=\"{op}\"}}");
+    body.lines()
+        .find_map(|l| l.strip_prefix(&key))
+        .map(|v| v.trim().parse().unwrap())
 }
 
 /// Two targets export one subsystem from one file; rdmablk-perf drives both paths as one

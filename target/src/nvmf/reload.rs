@@ -143,6 +143,7 @@ fn restart_only_changes(old: &Config, new: &Config) -> Vec<String> {
             a.response_timeout_ms == b.response_timeout_ms,
         ),
         ("target.discovery_nqn", a.discovery_nqn == b.discovery_nqn),
+        ("target.io_statistics", a.io_statistics == b.io_statistics),
     ] {
         if !same {
             keys.push(key.to_string());

@@ -913,7 +913,9 @@ fn start_request(conn: &mut Connection, slot: u32, recv: u32, len: u32, ctx: &mu
     let (qid, push) = (conn.qid, conn.push.is_some());
     let r = &mut conn.reqs[slot as usize];
     r.reset(sqe, len, recv, data_slot);
-    r.received = Some(Instant::now());
+    if ctx.shared.cfg.target.io_statistics {
+        r.received = Some(Instant::now());
+    }
     r.enter(ReqState::New, qid, slot);
     let next = if push && conn.push_busy[data_slot as usize] {
         conn.reqs[slot as usize].fail(Status::CID_CONFLICT.with_dnr());
@@ -1068,8 +1070,12 @@ fn record(r: &Request, ctx: &Ctx<'_>) {
     }
 }
 
-/// Fresh metrics counters for namespace `slot` of worker `index`.
+/// Fresh metrics counters for namespace `slot` of worker `index` (none with
+/// `target.io_statistics = false`: then nothing is counted).
 fn set_counters(v: &mut Vec<Option<Arc<NsCounters>>>, shared: &Shared, index: usize, slot: usize) {
+    if !shared.cfg.target.io_statistics {
+        return;
+    }
     if v.len() <= slot {
         v.resize(slot + 1, None);
     }

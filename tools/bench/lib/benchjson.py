@@ -188,11 +188,13 @@ def combine(runs):
     return tuple(median([r[i] for r in ok]) for i in range(len(ok[0])))
 
 
-def ratio_runs(a_runs, b_runs):
-    """Median of the per-repeat ratios a/b (repeat k of a against repeat k of b, measured
-    seconds apart), with their range when there are several: "1.02 (0.95-1.10)"."""
-    rs = [a[0] / b[0] for a, b in zip(a_runs or [], b_runs or [])
-          if not isinstance(a, str) and not isinstance(b, str) and b[0]]
+def ratio_runs(a_runs, b_runs, field=0):
+    """Median of the per-repeat ratios a/b of a point's FIELD (0: IOPS; 5: target us/IO)
+    (repeat k of a against repeat k of b, measured seconds apart), with their range when there
+    are several: "1.02 (0.95-1.10)"."""
+    rs = [a[field] / b[field] for a, b in zip(a_runs or [], b_runs or [])
+          if not isinstance(a, str) and not isinstance(b, str)
+          and a[field] is not None and b[field]]
     if not rs:
         return "-"
     m = f"{median(rs):.2f}"
@@ -207,17 +209,18 @@ def fmt_cpu(pt, i):
 
 def soft_vs_local(d):
     runs, order, notes = read_runs(d)
-    cols = ("soft", "local", "fio", "fio-rdmablk")
-    have_fio = any(c == "fio" for (_, c) in runs)
-    have_eng = any(c == "fio-rdmablk" for (_, c) in runs)
-    shown = [c for c in cols if c in ("soft", "local") or (c == "fio" and have_fio)
-             or (c == "fio-rdmablk" and have_eng)]
-    label = {"soft": "rdmablk soft", "local": "local", "fio": "fio", "fio-rdmablk": "fio+rdmablk"}
+    cols = ("soft", "local", "fio", "fio-rdmablk", "soft-nostats")
+    have = {c for (_, c) in runs}
+    shown = [c for c in cols if c in ("soft", "local") or c in have]
+    label = {"soft": "rdmablk soft", "local": "local", "fio": "fio", "fio-rdmablk": "fio+rdmablk",
+             "soft-nostats": "soft, no stats"}
     ratios = [("soft / local", "soft", "local")]
-    if have_fio:
+    if "fio" in have:
         ratios.append(("local / fio", "local", "fio"))
-    if have_eng:
+    if "fio-rdmablk" in have:
         ratios.append(("fio+rdmablk / soft", "fio-rdmablk", "soft"))
+    if "soft-nostats" in have:
+        ratios.append(("stats on / off", "soft", "soft-nostats"))
     head = ["workload"] + [f"{label[c]} IOPS" for c in shown] + [r[0] for r in ratios]
     head += [f"{label[c]} p50/p99 us" for c in shown]
     rows = [head]
@@ -231,12 +234,18 @@ def soft_vs_local(d):
     # CPU per I/O: the tool's whole process (host) and the target (soft and fio+rdmablk).
     print()
     head = ["workload"] + [f"{label[c]} host us/IO" for c in shown]
-    tcols = [c for c in shown if c in ("soft", "fio-rdmablk")]
+    tcols = [c for c in shown if c in ("soft", "fio-rdmablk", "soft-nostats")]
     head += [f"{label[c]} target us/IO" for c in tcols]
+    cpu_ab = "soft-nostats" in have
+    if cpu_ab:
+        head.append("target us/IO stats on / off")
     rows = [head]
     for w in order:
         pts = {c: combine(runs.get((w, c))) for c in shown}
-        rows.append([w] + [fmt_cpu(pts[c], 4) for c in shown] + [fmt_cpu(pts[c], 5) for c in tcols])
+        row = [w] + [fmt_cpu(pts[c], 4) for c in shown] + [fmt_cpu(pts[c], 5) for c in tcols]
+        if cpu_ab:
+            row.append(ratio_runs(runs.get((w, "soft")), runs.get((w, "soft-nostats")), 5))
+        rows.append(row)
     print_table(rows)
     print_notes(notes)
 
