@@ -171,7 +171,7 @@ impl rdmablk_queue {
                 len: c.len,
                 op: match c.op {
                     Op::Read => RDMABLK_OP_READ,
-                    Op::Write => RDMABLK_OP_WRITE,
+                    Op::Write | Op::WriteFua => RDMABLK_OP_WRITE,
                     Op::Flush => RDMABLK_OP_FLUSH,
                 },
                 result,

@@ -52,6 +52,9 @@ pub enum Op {
     Read,
     /// Buffer to namespace.
     Write,
+    /// Buffer to namespace with Force Unit Access: it completes only once the data is on
+    /// non-volatile media (no Flush needed for it).
+    WriteFua,
     /// Flush (offset, length and buffer contents are ignored; the buffer comes back).
     Flush,
 }
@@ -247,12 +250,12 @@ pub(crate) fn command(ns: &Namespace, op: Op, offset: u64, len: u32, buf: &IoBuf
     let bs = u64::from(ns.block_size());
     match op {
         Op::Flush => (flush_sqe(ns.nsid(), 0), Dir::None),
-        Op::Read | Op::Write => {
+        Op::Read | Op::Write | Op::WriteFua => {
             let rw = ReadWrite {
                 nsid: ns.nsid(),
                 slba: offset / bs,
                 nlb: (u64::from(len) / bs - 1) as u16,
-                fua: false,
+                fua: op == Op::WriteFua,
                 lr: false,
                 dsm: 0,
             };
@@ -274,6 +277,7 @@ pub(crate) fn outcome(op: Op, result: Result<Cqe>) -> Result<()> {
             op: match op {
                 Op::Read => "read",
                 Op::Write => "write",
+                Op::WriteFua => "write (FUA)",
                 Op::Flush => "flush",
             },
             status: cqe.status,

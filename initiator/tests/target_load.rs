@@ -263,7 +263,7 @@ fn drive(ctrl: &Controller, mut q: IoQueue, region: (u64, u64), seed: u64, run: 
                 busy[cell as usize] = false;
                 let v = &mut version[cell as usize];
                 match c.op {
-                    Op::Write => *v += 1,
+                    Op::Write | Op::WriteFua => *v += 1,
                     Op::Read => {
                         cell_bytes(first_cell + cell, *v, &mut expect);
                         let got = &c.buf.as_slice()[i * CELL as usize..(i + 1) * CELL as usize];
@@ -278,7 +278,7 @@ fn drive(ctrl: &Controller, mut q: IoQueue, region: (u64, u64), seed: u64, run: 
                 }
             }
             match c.op {
-                Op::Write => counts.writes += 1,
+                Op::Write | Op::WriteFua => counts.writes += 1,
                 Op::Read => counts.reads += 1,
                 Op::Flush => counts.flushes += 1,
             }

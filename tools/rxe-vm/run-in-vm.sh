@@ -29,6 +29,10 @@
 #      RXE_VM_KEEP=1 (keep the per-run dir with console.log)
 #      RXE_VM_DISK (a raw image file attached as a virtio disk, the guest's /dev/vda after
 #        `modprobe virtio_blk`: a scratch file system that takes O_DIRECT, unlike 9p/tmpfs)
+#      (several: colon-separated, /dev/vda, /dev/vdb, ...); RXE_VM_DISK_CACHE (qemu's cache
+#        mode for them: unsafe; tools/powercut uses none, so what the guest wrote is on the
+#        host at once and only the guest's own memory dies with it)
+#      RXE_VM_PIDFILE (qemu writes its pid there: tools/powercut kills the whole VM)
 # cargo: [target.x86_64-unknown-linux-gnu] runner = "/path/to/run-in-vm.sh" in
 # .cargo/config.toml makes `cargo test` run each test binary in a fresh VM.
 set -euo pipefail
@@ -263,8 +267,10 @@ Q=(qemu-system-x86_64 -accel tcg -cpu max -m "$MEM" -smp "$SMP" -nodefaults -no-
    -device virtio-serial-pci
    -chardev "file,id=o1,path=$RUN/stdout.fifo" -device virtserialport,chardev=o1,name=stdout
    -chardev "file,id=o2,path=$RUN/stderr.fifo" -device virtserialport,chardev=o2,name=stderr)
-[ -n "${RXE_VM_DISK:-}" ] &&
-  Q+=(-drive "file=$RXE_VM_DISK,if=virtio,format=raw,cache=unsafe,discard=unmap")
+IFS=: read -r -a _disks <<< "${RXE_VM_DISK:-}"
+for d in "${_disks[@]}"; do [ -n "$d" ] &&
+  Q+=(-drive "file=$d,if=virtio,format=raw,cache=${RXE_VM_DISK_CACHE:-unsafe},discard=unmap"); done
+[ -n "${RXE_VM_PIDFILE:-}" ] && Q+=(-pidfile "$RXE_VM_PIDFILE")
 i=0; for p in "${SHARES[@]}"; do
   Q+=(-fsdev "local,id=w$i,path=$p,security_model=none" -device "virtio-9p-pci,fsdev=w$i,mount_tag=rw$i"); i=$((i+1)); done
 

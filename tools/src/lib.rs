@@ -2,3 +2,4 @@
 //! parse arguments and call in here.
 
 pub mod perf;
+pub mod powercut;

@@ -227,7 +227,8 @@ impl PathsQueue {
                     self.report_lane(i);
                     let req = self.reqs[slot as usize].as_mut().expect("a live slot");
                     req.avoid |= 1 << i;
-                    if req.op == Op::Write && !self.paths.opts().retry_writes {
+                    if matches!(req.op, Op::Write | Op::WriteFua) && !self.paths.opts().retry_writes
+                    {
                         self.finish(slot, buf, Err(e), out);
                     } else {
                         self.repark(slot, buf, e);
