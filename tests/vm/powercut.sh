@@ -14,10 +14,11 @@
 #
 # Env: ROOT, OUT (the run directory, on the host's share: journals, checks, logs), TRIAL,
 # MODE (block|file-direct|file-buffered|none), PREV_MODE (the same, or none), RXE_ADDR,
-# SEED, BLOCKS (1024).
+# SEED, BLOCKS (1024), BIN (build/debug: rdmablk-target, rdmablk-powercut).
 set -u
 : "${ROOT:?}" "${OUT:?}" "${TRIAL:?}" "${MODE:?}" "${PREV_MODE:?}" "${RXE_ADDR:?}"
 BLOCKS=${BLOCKS:-1024}
+BIN=${BIN:-$ROOT/build/debug}
 NQN=nqn.2026-11.io.rdmablk:powercut
 say() { echo "powercut-guest[$TRIAL]: $*"; }
 fail() { say "error: $*"; echo "$TRIAL error $*" >> "$OUT/checks"; exit 2; }
@@ -50,7 +51,7 @@ fi
 
 if [ "$PREV_MODE" != none ]; then
   prev=$((TRIAL - 1))
-  out=$("$ROOT/build/debug/rdmablk-powercut" check "$(path_of "$PREV_MODE")" \
+  out=$("$BIN/rdmablk-powercut" check "$(path_of "$PREV_MODE")" \
     --journal "$OUT/trial-$prev.journal" 2>&1)
   rc=$?
   echo "$out" > "$OUT/check-$prev.log"
@@ -88,12 +89,12 @@ nsid = 1
 block_size = 4096
 backend = $backend
 CFG
-RUST_LOG=warn "$ROOT/build/debug/rdmablk-target" --config $d/target.toml \
+RUST_LOG=warn "$BIN/rdmablk-target" --config $d/target.toml \
   > $d/target.out 2> "$OUT/target-$TRIAL.log" &
 for _ in $(seq 300); do grep -q '^listening' $d/target.out 2>/dev/null && break; sleep 0.1; done
 grep -q '^listening' $d/target.out || fail "rdmablk-target did not start ($OUT/target-$TRIAL.log)"
 say "writing to $MODE ($(path_of "$MODE")) until the power is cut"
-"$ROOT/build/debug/rdmablk-powercut" write "rdma://$RXE_ADDR:4420/$NQN" \
+"$BIN/rdmablk-powercut" write "rdma://$RXE_ADDR:4420/$NQN" \
   --journal "$OUT/trial-$TRIAL.journal" --trial "$TRIAL" --blocks "$BLOCKS" --seed "${SEED:-1}" \
   2> "$OUT/writer-$TRIAL.log"
 fail "the writer stopped before the cut: $(tail -1 "$OUT/writer-$TRIAL.log")"
