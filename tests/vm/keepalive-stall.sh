@@ -5,7 +5,9 @@
 # hypervisor pause). Run INSIDE the rxe VM with STALL_DIR set to a writable share the watcher
 # watches:
 #   1. under load: fio crc32c verify runs while the VM stalls 3 x 2 s;
-#   2. idle: no I/O at all (only Keep Alive keeps the controller), 3 x 2 s stalls.
+#   2. idle: no I/O at all (only Keep Alive keeps the controller), 3 x 1 s stalls (the target
+#      allows no slack past KATO: Linux sends Keep Alive every KATO/2 = 2.5 s, so a 2 s stall
+#      of an idle host leaves 0.5 s, less than a loaded TCG guest may need; docs/reliability.md).
 # Passes if fio verifies everything, the controller stays live with the same instance
 # throughout (no keep-alive teardown in the target's log, no reconnect in dmesg).
 # The guest's clock must see each stall (else nothing was tested): a stall() that took the
@@ -101,8 +103,9 @@ stall "$SECS" 3
 wait $FIO || { cat "$WORK/fio.txt"; fail "fio verify under the stalls"; }
 grep -E "err=" "$WORK/fio.txt" | sed 's/^/  /'
 
-say "2. idle: only Keep Alive, 3 x $SECS s stalls, then 10 s more"
-stall "$SECS" 3
+IDLE_SECS=$(( SECS > 1 ? SECS - 1 : 1 ))
+say "2. idle: only Keep Alive, 3 x $IDLE_SECS s stalls, then 10 s more"
+stall "$IDLE_SECS" 3
 sleep 10
 
 state=$(cat "/sys/class/nvme/$ctrl/state")
@@ -115,5 +118,5 @@ dd if="$dev" of=/dev/null bs=4k count=256 iflag=direct status=none || fail "I/O 
 nvme disconnect -n "$NQN" >/dev/null || fail "nvme disconnect"
 CONNECTED=0
 kill -TERM "$TPID"; wait "$TPID" || fail "target exit status $?"
-say "6 whole-VM stalls of $SECS s (3 under fio verify, 3 idle): controller $ctrl stayed live (cntlid $cntlid)"
+say "6 whole-VM stalls (3 of $SECS s under fio verify, 3 of $IDLE_SECS s idle): controller $ctrl stayed live (cntlid $cntlid)"
 echo "RESULT: PASS"
