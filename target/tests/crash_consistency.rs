@@ -12,7 +12,9 @@
 //! handed to the kernel). What a power loss would add (data not yet fdatasync'ed) cannot be
 //! produced by killing a process; the flush path's honesty is covered by `faults.rs`.
 //!
-//! Iterations alternate O_DIRECT and buffered I/O on the backing file.
+//! Iterations rotate over three backends on the same bytes: the file with O_DIRECT, the file
+//! buffered, and `kind = "block"` on a loop device over that file (`losetup`: needs root, as
+//! the rest of `tools/test`).
 //!
 //! `crash_soak` (ignored) runs the same trials `RDMABLK_CRASH_SOAK_TRIALS` times from seed
 //! `RDMABLK_CRASH_SOAK_SEED`; `tools/crash-soak COUNT [SEED]` runs it and `docs/reliability.md`
@@ -27,16 +29,64 @@ use process::{file_backend, opts};
 
 const ITERATIONS: u32 = 20;
 const SEED: u64 = 0x00C0_FFEE_2026;
-const WHAT: &str = "alternately O_DIRECT and buffered";
+const WHAT: &str = "in turn O_DIRECT file, buffered file, block device (loop)";
 
-/// The file namespace of trial `i`: O_DIRECT on even trials, buffered on odd ones.
-fn backend(i: u32, dir: &Path) -> String {
-    file_backend(&dir.join("ns.img"), "4MiB", i % 2 == 0)
+/// A loop device over a file, detached when dropped.
+struct LoopDevice {
+    dev: String,
+}
+
+impl LoopDevice {
+    fn over(file: &Path, size: u64) -> LoopDevice {
+        std::fs::File::create(file)
+            .and_then(|f| f.set_len(size))
+            .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let out = std::process::Command::new("losetup")
+            .args(["-f", "--show"])
+            .arg(file)
+            .output()
+            .expect("losetup (util-linux) runs");
+        assert!(
+            out.status.success(),
+            "losetup -f --show {}: {} (the block-backend trials need root and loop devices)",
+            file.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        LoopDevice {
+            dev: String::from_utf8_lossy(&out.stdout).trim().to_string(),
+        }
+    }
+}
+
+impl Drop for LoopDevice {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("losetup")
+            .args(["-d", &self.dev])
+            .status();
+    }
+}
+
+/// Runs `trials` trials from `seed`, the namespace of trial `i` on backend `i % 3`: the file
+/// with O_DIRECT, the file buffered, the loop device over the same file.
+fn trials_on_three_backends(trials: u32, seed: u64) -> process::crash::Run {
+    let dir = std::env::temp_dir().join(format!("rdmablk-crash-loop-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // One file under all three, so each trial checks what the one before it left.
+    let lo = LoopDevice::over(&dir.join("ns.img"), 4 << 20);
+    let img = dir.join("ns.img");
+    let backend = |i: u32, _: &Path| match i % 3 {
+        0 | 1 => file_backend(&img, "4MiB", i % 3 == 0),
+        _ => format!(r#"{{ kind = "block", path = "{}" }}"#, lo.dev),
+    };
+    let run = crash_trials(trials, seed, WHAT, &opts(1, 0), backend);
+    drop(lo);
+    let _ = std::fs::remove_dir_all(&dir);
+    run
 }
 
 #[test]
 fn acknowledged_and_flushed_writes_survive_sigkill_and_no_block_is_torn() {
-    let run = crash_trials(ITERATIONS, SEED, WHAT, &opts(1, 0), backend);
+    let run = trials_on_three_backends(ITERATIONS, SEED);
     report(&run, SEED, WHAT);
     assert_meaningful(&run);
 }
@@ -55,7 +105,7 @@ fn crash_soak() {
         Ok(s) => parse_seed(&s),
         Err(_) => SEED,
     };
-    let run = crash_trials(trials, seed, WHAT, &opts(1, 0), backend);
+    let run = trials_on_three_backends(trials, seed);
     report(&run, seed, WHAT);
     assert_meaningful(&run);
 }
