@@ -39,7 +39,9 @@ if [ "$TRIAL" = 0 ]; then
   # A fresh start: every block of the region zero (generation 0: never written).
   dd if=/dev/zero of=/dev/vda bs=1M count=$((BLOCKS * 4096 >> 20)) oflag=direct status=none ||
     fail "cannot zero /dev/vda"
-  mkfs.ext4 -q -F /dev/vdb && mount /dev/vdb /mnt/pc || fail "cannot make ext4 on /dev/vdb"
+  # 4 KiB file-system blocks, as the namespace's: a small disk would get 1 KiB ones, and a
+  # namespace block over four of them may tear where the target promises it will not.
+  mkfs.ext4 -q -F -b 4096 /dev/vdb && mount /dev/vdb /mnt/pc || fail "cannot make ext4 on /dev/vdb"
   for f in direct buffered; do
     dd if=/dev/zero of=/mnt/pc/$f.img bs=1M count=$((BLOCKS * 4096 >> 20)) conv=fsync status=none ||
       fail "cannot create /mnt/pc/$f.img"
