@@ -135,13 +135,7 @@ fn metrics_count_exactly_what_rdmablk_perf_did() {
         "nqn.2026-11.io.rdmablk:metrics",
         "[metrics]\naddress = \"127.0.0.1:0\"\n",
     );
-    let handle = target.handle();
-    let server = rdmablk_target::metrics::MetricsServer::start(
-        handle.clone(),
-        handle.metrics_address().unwrap(),
-    )
-    .expect("metrics endpoint");
-    let url = format!("http://{}/metrics", server.addr());
+    let (server, url) = metrics_endpoint(&target);
     let scrape = |op: &str| -> u64 {
         scrape_ops(&url, "nqn.2026-11.io.rdmablk:metrics", op)
             .unwrap_or_else(|| panic!("no {op} counter at {url}"))
@@ -184,13 +178,7 @@ fn io_statistics_off_serves_io_and_counts_none() {
         nqn,
         "[target]\nio_statistics = false\n[metrics]\naddress = \"127.0.0.1:0\"\n",
     );
-    let handle = target.handle();
-    let server = rdmablk_target::metrics::MetricsServer::start(
-        handle.clone(),
-        handle.metrics_address().unwrap(),
-    )
-    .expect("metrics endpoint");
-    let url = format!("http://{}/metrics", server.addr());
+    let (server, url) = metrics_endpoint(&target);
     let target_url = format!("soft://127.0.0.1:{port}/{nqn}");
     let mut args = vec![target_url.as_str()];
     args.extend("--rw randrw --bs 4k --iodepth 4 --runtime 1 --size 8m --json".split(' '));
@@ -206,6 +194,20 @@ fn io_statistics_off_serves_io_and_counts_none() {
     }
     drop(server);
     target.shutdown();
+}
+
+/// The target's Prometheus endpoint (its `[metrics] address`), started, and its URL.
+fn metrics_endpoint(
+    target: &rdmablk_target::nvmf::Target,
+) -> (rdmablk_target::metrics::MetricsServer, String) {
+    let handle = target.handle();
+    let server = rdmablk_target::metrics::MetricsServer::start(
+        handle.clone(),
+        handle.metrics_address().unwrap(),
+    )
+    .expect("metrics endpoint");
+    let url = format!("http://{}/metrics", server.addr());
+    (server, url)
 }
 
 /// The `rdmablk_namespace_ops_total` counter of `op` for namespace 1 of `nqn`, if shown.
