@@ -8,12 +8,13 @@
 //! - [`nvmf`]: the NVMe-oF/RDMA protocol engine ([`Target`]); [`nvmf::reload`]: live
 //!   reconfiguration.
 //! - [`control`]: the control socket (`rdmablk-ctl`); [`metrics`]: Prometheus; [`systemd`]:
-//!   readiness notification.
+//!   readiness notification; [`heap`]: the allocator's view of the heap (leaks vs. RSS).
 
 pub mod arena;
 pub mod backend;
 pub mod config;
 pub mod control;
+pub mod heap;
 pub mod io;
 pub mod metrics;
 pub mod namespace;

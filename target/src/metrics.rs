@@ -294,6 +294,17 @@ impl Collector for TargetCollector {
                 ),
             ],
         )?;
+        if let Some(h) = crate::heap::stats() {
+            gauge_family(
+                &mut enc,
+                "rdmablk_heap_bytes",
+                "Process heap bytes (glibc mallinfo2), by state: in use, or free but kept by the allocator",
+                &[
+                    (vec![("state", "used".to_string())], h.in_use as i64),
+                    (vec![("state", "free".to_string())], h.free as i64),
+                ],
+            )?;
+        }
         let busy: Vec<(Labels, f64)> = workers
             .iter()
             .enumerate()

@@ -75,6 +75,8 @@ impl TargetHandle {
             })
             .collect();
         let a = s.arena.stats();
+        let heap =
+            crate::heap::stats().map(|h| json!({ "bytes_in_use": h.in_use, "bytes_free": h.free }));
         json!({
             "listeners": listeners,
             "subsystems": subsystems,
@@ -87,6 +89,9 @@ impl TargetHandle {
                 "windows": a.windows,
                 "high_water_bytes": a.high_water_bytes,
             },
+            // The process heap (glibc's mallinfo2; null elsewhere): a leak shows here, not
+            // only in RSS, which also holds what the allocator keeps for reuse.
+            "heap": heap,
             "config": s.config_path.get().map(|p| p.display().to_string()),
         })
     }
