@@ -116,47 +116,7 @@ nsid = 1
 backend = { kind = "null", size = "16MiB" }
 CFG
 
-start_target() {
-  say "starting $BIN on $IP:$PORT"
-  RUST_LOG=${RUST_LOG:-info} "$BIN" --config "$WORK/target.toml" >"$WORK/target.out" \
-    2>>"$WORK/target.log" &
-  TPID=$!
-  for _ in $(seq 1 300); do
-    grep -q '^listening' "$WORK/target.out" 2>/dev/null && break
-    kill -0 "$TPID" 2>/dev/null || fail "target exited at start"
-    sleep 0.1
-  done
-  grep -q '^listening' "$WORK/target.out" || fail "target did not start listening"
-  say "$(cat "$WORK/target.out")"
-}
-
-# ns_dev NSID: the block device of namespace NSID of $NQN (waits up to 10 s).
-ns_dev() {
-  local b d
-  for _ in $(seq 1 100); do
-    for b in /sys/block/nvme*n*; do
-      [ -e "$b" ] || continue
-      [ "$(cat "$b/device/subsysnqn" 2>/dev/null)" = "$NQN" ] || continue
-      [ "$(cat "$b/nsid" 2>/dev/null)" = "$1" ] || continue
-      d=/dev/$(basename "$b"); [ -b "$d" ] && { echo "$d"; return 0; }
-    done
-    sleep 0.1
-  done
-  return 1
-}
-
-# ctrl_of NQN: the character device of a live controller of NQN (/dev/nvmeX). With native
-# multipath (the namespaces are shared), the block devices hang off the subsystem, not off a
-# controller, so the controller is found through /sys/class/nvme.
-ctrl_of() {
-  local c
-  for c in /sys/class/nvme/nvme*; do
-    [ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$1" ] || continue
-    [ "$(cat "$c/state" 2>/dev/null)" = live ] || continue
-    echo "/dev/$(basename "$c")"; return 0
-  done
-  return 1
-}
+source "$ROOT/tests/vm/lib.sh"
 
 STEP=setup
 step() { STEP=$1; say "--- step $STEP"; }
