@@ -13,12 +13,11 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crossbeam_channel::Sender;
 use rdmablk::fabric::{ConnRequest, Cq, ProviderKind, QpCaps, QpInit};
 use rdmablk::nvme::{CmReject, CmRejectStatus, CmRequest};
 
 use super::ana::AnaPort;
-use super::worker::{PendingConn, WorkerMsg};
+use super::worker::{PendingConn, WorkerMsg, WorkerTx};
 use super::{cqes_per_connection, Shared, TargetError, ADMIN_QUEUE_DEPTH, SEND_WRS_PER_REQUEST};
 use crate::arena::ArenaError;
 use crate::config::ListenerConfig;
@@ -131,7 +130,7 @@ struct Acceptor {
     listener: u64,
     provider: ProviderKind,
     shared: Arc<Shared>,
-    workers: Vec<Sender<WorkerMsg>>,
+    workers: Vec<WorkerTx>,
     cqs: Vec<Cq>,
     next_worker: usize,
 }

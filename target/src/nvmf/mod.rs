@@ -44,7 +44,6 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 use std::sync::{Arc, Mutex, OnceLock};
 
 use arc_swap::ArcSwap;
-use crossbeam_channel::Sender;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -60,7 +59,6 @@ use controller::ControllerTable;
 use listener::RunningListener;
 use ns_table::NamespaceTable;
 use subsystem::Subsystem;
-use worker::WorkerMsg;
 
 /// Admin queue entries (NVMe-oF: the admin queue has 32 entries).
 pub const ADMIN_QUEUE_DEPTH: u32 = 32;
@@ -144,7 +142,7 @@ pub struct Shared {
     /// Every namespace, by slot (the index of workers' namespace queues).
     pub namespaces: NamespaceTable,
     /// Each worker's message channel (set once the workers run).
-    pub workers: OnceLock<Vec<Sender<WorkerMsg>>>,
+    pub workers: OnceLock<Vec<worker::WorkerTx>>,
     pub controllers: ControllerTable,
     pub arena: Arc<Arena>,
     pub pd: Pd,

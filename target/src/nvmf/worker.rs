@@ -5,7 +5,8 @@
 //! the backends and answer finished requests; resume requests the backend had no room for;
 //! every few milliseconds look at connection events, keep-alive timers and closing
 //! connections. In `busy` poll mode it spins; in `interrupt` mode it arms the CQ and sleeps
-//! up to [`IDLE_WAIT`] when nothing is in flight.
+//! when nothing is in flight: [`IDLE_WAIT`] at first, longer while nothing comes (up to
+//! [`IDLE_WAIT_MAX`]); a completion on the CQ or a message wakes it at once.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -33,14 +34,37 @@ use crate::io::WorkerIo;
 use crate::metrics::{NsCounters, OpKind};
 
 /// How long an idle worker in interrupt mode sleeps on its CQ before looking at connection
-/// events and timers again.
+/// events and timers again, right after work; each wait that finds nothing doubles it, up to
+/// [`IDLE_WAIT_MAX`]. Whatever needs the worker at once wakes it: a completion on its CQ (a
+/// host's capsule, a flushed QP) or a message ([`WorkerTx`]).
 const IDLE_WAIT: Duration = Duration::from_millis(5);
+/// The longest idle sleep: the delay, beyond its timer, of a keep-alive expiry or a drain
+/// timeout noticed by an idle worker (no host waits on it).
+const IDLE_WAIT_MAX: Duration = Duration::from_millis(80);
 /// How often connection events, keep-alive and teardown are looked at.
 const TICK: Duration = Duration::from_millis(5);
 /// At shutdown, how long connections get to finish in-flight commands.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 /// Backend queue depth per (worker, namespace).
 const BACKEND_DEPTH_MAX: u32 = 1024;
+
+/// A worker's inbox: the channel, and the worker's wake-up, signalled after each message so an
+/// idle worker takes it at once rather than at its next timer.
+#[derive(Clone, Debug)]
+pub struct WorkerTx {
+    tx: Sender<WorkerMsg>,
+    wake: Option<Arc<BackendWake>>,
+}
+
+impl WorkerTx {
+    pub fn send(&self, msg: WorkerMsg) -> Result<(), crossbeam_channel::SendError<WorkerMsg>> {
+        self.tx.send(msg)?;
+        if let Some(w) = &self.wake {
+            w.signal();
+        }
+        Ok(())
+    }
+}
 
 /// What a worker is sent.
 pub enum WorkerMsg {
@@ -79,8 +103,14 @@ pub(super) fn spawn(
     index: usize,
     shared: Arc<Shared>,
     cq: Cq,
-) -> Result<(Sender<WorkerMsg>, JoinHandle<()>), TargetError> {
+) -> Result<(WorkerTx, JoinHandle<()>), TargetError> {
     let (tx, rx) = crossbeam_channel::unbounded::<WorkerMsg>();
+    // Without an eventfd (the system refused one) an idle worker keeps to its shortest wait.
+    let msg_wake = BackendWake::new().ok().map(Arc::new);
+    let tx = WorkerTx {
+        tx,
+        wake: msg_wake.clone(),
+    };
     let (ready_tx, ready_rx) = crossbeam_channel::bounded(1);
     let handle = std::thread::Builder::new()
         .name(format!("rdmablk-w{index}"))
@@ -117,6 +147,8 @@ pub(super) fn spawn(
                 ns_counters,
                 _io: io,
                 backend_wake,
+                msg_wake,
+                idle_streak: 0,
                 backlog: VecDeque::with_capacity(1024),
                 wcs: vec![Wc::default(); 32],
                 comps: vec![Completion::EMPTY; 64],
@@ -161,6 +193,10 @@ struct Worker {
     /// Signalled by `_io`'s ring and by RBD queues on each completion (interrupt mode, once a
     /// backend that signals it exists).
     backend_wake: Option<Arc<BackendWake>>,
+    /// Signalled with every message ([`WorkerTx`]).
+    msg_wake: Option<Arc<BackendWake>>,
+    /// Idle waits in a row that found nothing: the next one sleeps longer.
+    idle_streak: u32,
     /// Requests (as backend tags) waiting for backend room.
     backlog: VecDeque<u64>,
     wcs: Vec<Wc>,
@@ -202,7 +238,9 @@ impl Worker {
             if self.shared.stopping() && self.shutdown_step() {
                 break;
             }
-            if !busy {
+            if busy {
+                self.idle_streak = 0;
+            } else {
                 // Only the waiting is timed (busy = lifetime - idle): no clock read per pass
                 // while work keeps coming.
                 let t = Instant::now();
@@ -754,7 +792,25 @@ impl Worker {
             return;
         }
         if !use_wake {
-            let _ = self.cq.wait(Some(IDLE_WAIT));
+            let Some(w) = &self.msg_wake else {
+                let _ = self.cq.wait(Some(IDLE_WAIT));
+                return;
+            };
+            // Clear, then look: a message sent after the look signals again.
+            w.clear();
+            if !self.rx.is_empty() {
+                return;
+            }
+            let wait = IDLE_WAIT
+                .saturating_mul(1 << self.idle_streak.min(5))
+                .min(IDLE_WAIT_MAX);
+            let ready = w.wait_with(self.cq.fd(), wait);
+            if ready.other {
+                // Consume the armed CQ's event; the next pass polls the CQ.
+                let _ = self.cq.wait(Some(Duration::ZERO));
+            } else if !ready.backend {
+                self.idle_streak = self.idle_streak.saturating_add(1);
+            }
             return;
         }
         if self.poll_backends() {
