@@ -278,6 +278,12 @@ impl Queue {
         self.in_capsule_bytes = n;
     }
 
+    /// The time each command posted from now on gets for its response (an I/O queue gets
+    /// `io_timeout_ms` once its Connect is done; its Connect had `connect_timeout_ms`).
+    pub fn set_cmd_timeout(&mut self, timeout: Duration) {
+        self.cmd_timeout = timeout;
+    }
+
     /// Makes the queue fail at its next housekeeping once `abort` is set.
     pub fn set_abort(&mut self, abort: Arc<AtomicBool>) {
         self.abort = Some(abort);

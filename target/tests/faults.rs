@@ -327,3 +327,36 @@ fn nth_sticky_and_rate_faults_are_deterministic() {
     let other = read_fault_pattern("seed = 8, fail_reads = { rate = 0.3 }", 40);
     assert_ne!(other, first, "another seed, other faults");
 }
+
+/// An I/O command has `io_timeout_ms` for its answer, not the shorter `connect_timeout_ms`
+/// of the setup: 2.5 s of backend latency against a 1 s connect timeout is served, without a
+/// reconnect.
+#[test]
+fn io_commands_wait_io_timeout_not_connect_timeout() {
+    let (t, addr) = start_with(&over_ram("latency_us = 2500000"), 0);
+    let opts = ConnectOptions {
+        hostnqn: HOSTNQN.into(),
+        hostid: HOSTID,
+        io_queues: 1,
+        queue_size: DEPTH as u16,
+        kato_ms: 0,
+        io_timeout_ms: 10_000,
+        connect_timeout_ms: 1_000,
+        reconnect_attempts: 0,
+        ..ConnectOptions::default()
+    };
+    let ctrl = Controller::connect_with(&format!("soft://{addr}/{SUBNQN}"), opts)
+        .expect("initiator connects");
+    let ns = ctrl.namespace(1).unwrap();
+    let data = pattern(21, 4096);
+    ns.write_at(8192, &data)
+        .expect("a write slower than connect_timeout_ms");
+    let mut back = vec![0u8; 4096];
+    ns.read_at(8192, &mut back)
+        .expect("a read slower than connect_timeout_ms");
+    assert_eq!(back, data);
+    assert_eq!(ctrl.stats().reconnects, 0, "{:?}", ctrl.stats());
+    drop(ns);
+    drop(ctrl);
+    t.shutdown();
+}

@@ -453,11 +453,11 @@ fn a_hung_gateway_is_left_after_the_keep_alive_timeout() {
     let img = img_dir.join("shared.img");
     let a = Gateway::start("hang-a", &img, UUID_A);
     let b = Gateway::start("hang-b", &img, UUID_A);
-    // Commands time out after connect_timeout_ms (5 s) on their own: the keep-alive (1 s)
-    // must find the hang sooner and fail the queues under the commands.
+    // I/O commands time out after io_timeout_ms (5 s here) on their own: the keep-alive
+    // (1 s) must find the hang sooner and fail the queues under the commands.
     let o = rdmablk_initiator::ConnectOptions {
         kato_ms: 1_000,
-        connect_timeout_ms: 5_000,
+        io_timeout_ms: 5_000,
         ..opts(2, 3)
     };
     let kato = Duration::from_millis(u64::from(o.kato_ms));

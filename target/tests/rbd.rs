@@ -181,9 +181,8 @@ fn acknowledged_writes_survive_sigkill_of_the_gateway() {
     // After a kill the restarted gateway's first write waits until the cluster gives up on
     // the dead one's exclusive lock (its watch times out: osd_client_watch_timeout, 5 s on
     // tools/ceph-dev's cluster, 30 s by default). The initiator times I/O commands by
-    // connect_timeout_ms, so give that room.
+    // io_timeout_ms, so give that room.
     let o = rdmablk_initiator::ConnectOptions {
-        connect_timeout_ms: 30_000,
         io_timeout_ms: 60_000,
         ..opts(1, 0)
     };
@@ -217,9 +216,9 @@ fn cluster_lost_while_serving_is_a_path_error_and_io_recovers() {
     let dir = tmp_dir("rbd-lost");
     let backend = img.backend_with(", op_timeout_s = 3");
     let target = TargetProc::spawn(&dir, &config_text(free_port(), 1, &backend), 0);
-    // The initiator times commands by connect_timeout_ms: longer than the op timeout.
+    // The initiator times I/O commands by io_timeout_ms: longer than the op timeout.
     let o = rdmablk_initiator::ConnectOptions {
-        connect_timeout_ms: 20_000,
+        io_timeout_ms: 20_000,
         ..opts(1, 0)
     };
     let ctrl = connect(&target.url(), o);
