@@ -62,8 +62,8 @@ fn over_file(faults: &str, img: &Path) -> String {
     )
 }
 
-fn initiator(addr: SocketAddr) -> Controller {
-    let opts = ConnectOptions {
+fn initiator_opts() -> ConnectOptions {
+    ConnectOptions {
         hostnqn: HOSTNQN.into(),
         hostid: HOSTID,
         io_queues: 1,
@@ -74,8 +74,15 @@ fn initiator(addr: SocketAddr) -> Controller {
         reconnect_attempts: 3,
         reconnect_delay_ms: 50,
         ..ConnectOptions::default()
-    };
+    }
+}
+
+fn initiator_with(addr: SocketAddr, opts: ConnectOptions) -> Controller {
     Controller::connect_with(&format!("soft://{addr}/{SUBNQN}"), opts).expect("initiator connects")
+}
+
+fn initiator(addr: SocketAddr) -> Controller {
+    initiator_with(addr, initiator_opts())
 }
 
 /// A raw admin + I/O queue pair (the controller lives while the admin queue does).
@@ -335,18 +342,11 @@ fn nth_sticky_and_rate_faults_are_deterministic() {
 fn io_commands_wait_io_timeout_not_connect_timeout() {
     let (t, addr) = start_with(&over_ram("latency_us = 2500000"), 0);
     let opts = ConnectOptions {
-        hostnqn: HOSTNQN.into(),
-        hostid: HOSTID,
-        io_queues: 1,
-        queue_size: DEPTH as u16,
-        kato_ms: 0,
-        io_timeout_ms: 10_000,
         connect_timeout_ms: 1_000,
         reconnect_attempts: 0,
-        ..ConnectOptions::default()
+        ..initiator_opts()
     };
-    let ctrl = Controller::connect_with(&format!("soft://{addr}/{SUBNQN}"), opts)
-        .expect("initiator connects");
+    let ctrl = initiator_with(addr, opts);
     let ns = ctrl.namespace(1).unwrap();
     let data = pattern(21, 4096);
     ns.write_at(8192, &data)
