@@ -796,15 +796,16 @@ impl Worker {
                 let _ = self.cq.wait(Some(IDLE_WAIT));
                 return;
             };
-            // Clear, then look: a message sent after the look signals again.
-            w.clear();
-            if !self.rx.is_empty() {
-                return;
-            }
+            // The fd is cleared only when the wait found it readable (no syscall per idle
+            // entry): a message sent since this pass's take_new left it readable, so the
+            // wait returns at once, and the next pass takes the message.
             let wait = IDLE_WAIT
                 .saturating_mul(1 << self.idle_streak.min(5))
                 .min(IDLE_WAIT_MAX);
             let ready = w.wait_with(self.cq.fd(), wait);
+            if ready.backend {
+                w.clear();
+            }
             if ready.other {
                 // Consume the armed CQ's event; the next pass polls the CQ.
                 let _ = self.cq.wait(Some(Duration::ZERO));
