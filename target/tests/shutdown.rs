@@ -12,7 +12,7 @@
 
 mod process;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -55,7 +55,18 @@ impl Load {
     /// Keeps QD requests in flight (3 writes to 1 read of an idle block) until `writes`
     /// writes were sent, or, with `until_error`, until the first failed request; then lets
     /// everything in flight finish. Failures must be clean ones.
-    fn run(&mut self, writes: Option<u64>, until_error: bool, done_ctr: &AtomicU64) -> Outcome {
+    ///
+    /// Once `sigterm` is set, new requests go only while others are in flight: the draining
+    /// target closes the queue the moment it has answered everything, and a submit after that
+    /// would start the reconnect policy against a target that is gone (its attempts would run
+    /// out before phase 2 brings a new one up).
+    fn run(
+        &mut self,
+        writes: Option<u64>,
+        until_error: bool,
+        sigterm: &AtomicBool,
+        done_ctr: &AtomicU64,
+    ) -> Outcome {
         let (base, len) = self.region();
         let mut inflight: Vec<Option<Req>> = (0..QD).map(|_| None).collect();
         let mut busy = vec![false; len as usize];
@@ -65,6 +76,10 @@ impl Load {
         let mut done = Vec::new();
         loop {
             while !stop && writes.map_or(true, |w| sent < w) {
+                if sigterm.load(Ordering::SeqCst) && self.q.in_flight() == 0 {
+                    stop = true;
+                    break;
+                }
                 let Some(tag) = inflight.iter().position(Option::is_none) else {
                     break;
                 };
@@ -94,7 +109,15 @@ impl Load {
                     Req::Write { .. } => Op::Write,
                 };
                 let off = first * BLOCK as u64;
-                submit_retrying(&mut self.q, op, off, bytes as u32, buf, tag as u64);
+                if let Err(e) = submit_retrying(&mut self.q, op, off, bytes as u32, buf, tag as u64)
+                {
+                    // The queue failed with requests still in flight (they fail too). A write
+                    // never sent stays "maybe written" in the model, which any content passes.
+                    assert!(until_error, "submit {op:?} at {off}: {e}");
+                    classify(&e, &mut out);
+                    stop = true;
+                    break;
+                }
                 for b in first..first + n {
                     busy[(b - base) as usize] = true;
                 }
@@ -155,7 +178,8 @@ impl Load {
             let bytes = (chunk as usize * BLOCK) as u32;
             loop {
                 let buf = self.ctrl.alloc(bytes as usize).unwrap();
-                submit_retrying(&mut self.q, Op::Read, first * BLOCK as u64, bytes, buf, 0);
+                submit_retrying(&mut self.q, Op::Read, first * BLOCK as u64, bytes, buf, 0)
+                    .unwrap_or_else(|e| panic!("read after the restart: {e}"));
                 self.q.wait(&mut done, 1).unwrap();
                 let c = done.pop().expect("one completion");
                 match c.result {
@@ -172,13 +196,19 @@ impl Load {
     }
 }
 
-/// Submits, retrying while the queue is full (cannot be with a free tag) and failing on any
-/// other refusal (a reconnect that gave up).
-fn submit_retrying(q: &mut IoQueue, op: Op, off: u64, len: u32, buf: IoBuf, tag: u64) {
+/// Submits; a full queue cannot be (there is a free tag); any other refusal is returned.
+fn submit_retrying(
+    q: &mut IoQueue,
+    op: Op,
+    off: u64,
+    len: u32,
+    buf: IoBuf,
+    tag: u64,
+) -> Result<(), Error> {
     match q.submit(op, off, len, buf, tag) {
-        Ok(()) => {}
+        Ok(()) => Ok(()),
         Err(SubmitError::QueueFull(_)) => panic!("queue full with a free tag"),
-        Err(SubmitError::Failed(e, _)) => panic!("submit {op:?} at {off}: {e}"),
+        Err(SubmitError::Failed(e, _)) => Err(e),
     }
 }
 
@@ -204,9 +234,11 @@ fn sigterm_under_load_drains_flushes_exits_zero_and_the_host_reconnects() {
     assert_eq!(ctrl.info().io_queues, 2, "{:?}", ctrl.info());
 
     let completions = Arc::new(AtomicU64::new(0));
+    let sigterm = Arc::new(AtomicBool::new(false));
     let spawn_load = |i: u64, load: Option<Load>, phase: u8| {
         let ctrl = ctrl.clone();
         let ctr = Arc::clone(&completions);
+        let sigterm = Arc::clone(&sigterm);
         std::thread::spawn(move || {
             let mut load = load.unwrap_or_else(|| Load {
                 q: ctrl.io_queue(1).unwrap(),
@@ -216,10 +248,10 @@ fn sigterm_under_load_drains_flushes_exits_zero_and_the_host_reconnects() {
                 next_gen: 1,
             });
             let out = if phase == 0 {
-                load.run(None, true, &ctr)
+                load.run(None, true, &sigterm, &ctr)
             } else {
                 let resent = load.verify_region();
-                let out = load.run(Some(64), false, &ctr);
+                let out = load.run(Some(64), false, &sigterm, &ctr);
                 assert_eq!(
                     load.verify_region(),
                     0,
@@ -242,14 +274,17 @@ fn sigterm_under_load_drains_flushes_exits_zero_and_the_host_reconnects() {
         );
     }
     target.signal(libc::SIGTERM);
+    sigterm.store(true, Ordering::SeqCst);
     let mut loads = Vec::new();
     for t in threads {
+        // The load ends by a transport failure (the queue closed under requests in flight)
+        // or by its last requests answered before the close: both are clean.
         let (load, out) = t.join().expect("load thread");
         eprintln!("before/at SIGTERM: {out:?}");
         assert!(out.writes_ok > 0, "{out:?}");
-        assert!(out.transport > 0, "the load ends only by a failure");
         loads.push(load);
     }
+    sigterm.store(false, Ordering::SeqCst);
     let st = target.wait_exit(Duration::from_secs(30));
     let log = target.log_text();
     assert!(st.success(), "exit {st:?}:\n{log}");
@@ -308,7 +343,8 @@ fn shutdown_drains_io_in_flight_before_closing_the_admin_queue() {
     for i in 0..WRITES {
         let mut b = ctrl.alloc(BLOCK).unwrap();
         block_content(i, 1, b.as_mut_slice());
-        submit_retrying(&mut q, Op::Write, i * BLOCK as u64, BLOCK as u32, b, i);
+        submit_retrying(&mut q, Op::Write, i * BLOCK as u64, BLOCK as u32, b, i)
+            .unwrap_or_else(|e| panic!("submit write {i}: {e}"));
     }
     // The writes reach the target at once and sit in the backend for 400 ms; stop the
     // target while they do.

@@ -31,7 +31,7 @@ use super::wire::{CmBody, Header, Opcode, CM_FIXED_LEN, HEADER_LEN};
 
 /// A write that makes no progress for this long means the peer is gone (like RC's transport
 /// retry timeout).
-const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(super) const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest CM frame body.
 pub(super) const CM_BODY_MAX: usize = CM_FIXED_LEN + 196;
 

@@ -85,6 +85,8 @@ impl Cq {
     }
 
     pub fn wait(&self, timeout: Option<Duration>) -> Result<bool> {
+        // What this thread posted inside a send batch leaves before it waits for completions.
+        super::tx::batch_flush();
         if !self.0.efd.wait(timeout)? {
             return Ok(false);
         }

@@ -32,5 +32,15 @@ pub use device::{Device, Pd, DEVICE_NAME};
 pub use mr::{Mr, Mw};
 pub use qp::Qp;
 
+/// See [`crate::fabric::SendBatch`].
+pub(crate) fn batch_begin() {
+    tx::batch_begin();
+}
+
+/// See [`crate::fabric::SendBatch`].
+pub(crate) fn batch_end() {
+    tx::batch_end();
+}
+
 #[cfg(test)]
 mod tests;

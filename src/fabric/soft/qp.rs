@@ -44,13 +44,17 @@ pub(super) struct QpShared {
     pub caps: QpCaps,
     pub peer: SocketAddr,
     pub stream: TcpStream,
+    /// The connection's sending side; lock it before `sq`.
+    pub wire: Mutex<tx::Wire>,
     pub sq: Mutex<SendQueue>,
-    /// Wakes the transmit thread.
+    /// Wakes the transmit thread (after setting `SendQueue::tx_kick`).
     pub sq_cv: Condvar,
     pub rq: Mutex<super::queue::RecvQueue>,
     pub cm: EventQueue<CmEvent>,
     /// Fast-path copy of "the QP is in the error state".
     pub error: AtomicBool,
+    /// Posted to inside a send batch that has not ended yet (listed in it once).
+    pub in_batch: AtomicBool,
     pub state: Mutex<ConnState>,
     pub initiator_depth: AtomicU8,
     pub responder_resources: AtomicU8,
@@ -179,11 +183,13 @@ impl Qp {
             caps,
             peer,
             stream,
+            wire: Mutex::new(tx::Wire::new(caps.max_send_sge as usize)),
             sq: Mutex::new(sq),
             sq_cv: Condvar::new(),
             rq: Mutex::new(rq),
             cm: EventQueue::new()?,
             error: AtomicBool::new(false),
+            in_batch: AtomicBool::new(false),
             state: Mutex::new(state),
             initiator_depth: AtomicU8::new(0),
             responder_resources: AtomicU8::new(0),
@@ -221,7 +227,7 @@ impl Qp {
         }
         *self.sh.state.lock().unwrap() = ConnState::Connected;
         let clone = |s: &TcpStream| s.try_clone().map_err(|e| FabricError::os("dup socket", e));
-        let (rs, ts) = (clone(&self.sh.stream)?, clone(&self.sh.stream)?);
+        let rs = clone(&self.sh.stream)?;
         let (a, b) = (self.sh.clone(), self.sh.clone());
         let name = |k: &str| format!("soft-{k}-{}", self.sh.qpn);
         let spawn_err = |e| FabricError::os("spawn soft QP thread", e);
@@ -235,7 +241,7 @@ impl Qp {
         th.push(
             std::thread::Builder::new()
                 .name(name("tx"))
-                .spawn(move || tx::run(b, ts))
+                .spawn(move || tx::run(b))
                 .map_err(spawn_err)?,
         );
         Ok(())
@@ -302,7 +308,9 @@ impl Qp {
             );
         }
         drop(sq);
-        self.sh.sq_cv.notify_one();
+        // Run to completion: this thread writes what it posted (now, or when its send batch
+        // ends).
+        tx::post_done(&self.sh);
         result
     }
 
@@ -458,7 +466,7 @@ impl Qp {
                 self.sh.fail(&mut sq);
                 sq.disconnect = true;
                 drop(sq);
-                self.sh.sq_cv.notify_all();
+                tx::pump(&self.sh);
                 Ok(())
             }
         }

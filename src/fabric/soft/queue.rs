@@ -151,6 +151,8 @@ pub(super) struct SendQueue {
     pub disconnect: bool,
     /// The QP is being dropped: the transmit thread exits.
     pub stop: bool,
+    /// A pump left work for the transmit thread (a full socket, an RNR timer).
+    pub tx_kick: bool,
 }
 
 /// Delay before a request refused with RNR NAK is sent again (the RNR timer).
@@ -192,6 +194,7 @@ impl SendQueue {
             responses_max: 0,
             disconnect: false,
             stop: false,
+            tx_kick: false,
         }
     }
 

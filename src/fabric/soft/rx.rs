@@ -16,6 +16,7 @@ use crate::fabric::{Access, CmEvent, Sge, WcStatus};
 use super::mr::{invalidate, resolve_local, resolve_remote, MrAccess};
 use super::qp::QpShared;
 use super::queue::{Resp, RespKind, TxKindOf};
+use super::tx;
 use super::wire::{Header, Opcode, Syndrome, HEADER_LEN};
 
 /// Socket read buffer (large reads bypass it).
@@ -35,6 +36,9 @@ struct Rx {
     sges: Vec<Sge>,
     accs: Vec<MrAccess>,
     scratch: Vec<u8>,
+    /// Something to send was queued (an answer) or may have been freed to go (a completion
+    /// ended a fence or made room among READs): pump before the next read that may block.
+    dirty: bool,
 }
 
 pub(super) fn run(sh: Arc<QpShared>, stream: TcpStream) {
@@ -46,6 +50,7 @@ pub(super) fn run(sh: Arc<QpShared>, stream: TcpStream) {
         sges: Vec::with_capacity(n),
         accs: Vec::with_capacity(n),
         scratch: vec![0; SCRATCH],
+        dirty: false,
     };
     let why = rx.run_loop();
     rx.accs.clear();
@@ -59,6 +64,12 @@ fn io(e: std::io::Error) -> Closed {
 impl Rx {
     fn run_loop(&mut self) -> Closed {
         loop {
+            // Answers go out once everything the last socket read brought is handled: one
+            // write for a burst of requests, and none while more frames wait in the buffer.
+            if self.dirty && self.rd.buffer().is_empty() {
+                self.dirty = false;
+                tx::pump(&self.sh);
+            }
             let mut hb = [0u8; HEADER_LEN];
             if let Err(e) = self.rd.read_exact(&mut hb) {
                 return io(e);
@@ -128,14 +139,13 @@ impl Rx {
         Ok(total)
     }
 
-    fn respond(&self, psn: u32, kind: RespKind) -> Result<(), Closed> {
+    fn respond(&mut self, psn: u32, kind: RespKind) -> Result<(), Closed> {
         let mut sq = self.sh.lock_sq();
         if sq.responses.len() >= sq.responses_max {
             return Err("peer exceeded its send queue depth (too many requests in flight)".into());
         }
         sq.responses.push_back(Resp { psn, kind });
-        drop(sq);
-        self.sh.sq_cv.notify_one();
+        self.dirty = true;
         Ok(())
     }
 
@@ -145,7 +155,7 @@ impl Rx {
     /// flushes this QP's receives, and a disconnect the application starts on seeing such a
     /// flush then goes out after the NAK instead of overtaking it, so the requester learns the
     /// real cause (e.g. REMOTE_ACCESS_ERROR) rather than a flush.
-    fn responder_error(&self, psn: u32, syn: Syndrome) -> Result<(), Closed> {
+    fn responder_error(&mut self, psn: u32, syn: Syndrome) -> Result<(), Closed> {
         let r = self.respond(psn, RespKind::Nak(syn));
         let mut sq = self.sh.lock_sq();
         self.sh.fail(&mut sq);
@@ -305,8 +315,7 @@ impl Rx {
             (Opcode::Nak, Syndrome::Rnr, TxKindOf::AckedOp) => {
                 sq.rnr_rewind(idx);
                 self.sh.sync_error(&sq);
-                drop(sq);
-                self.sh.sq_cv.notify_one();
+                self.dirty = true;
                 return Ok(());
             }
             (Opcode::Nak, Syndrome::RemoteAccess, _) => WcStatus::RemAccessErr,
@@ -322,8 +331,7 @@ impl Rx {
         };
         sq.complete(idx, status, 0);
         self.sh.sync_error(&sq);
-        drop(sq);
-        self.sh.sq_cv.notify_one();
+        self.dirty = true;
         Ok(())
     }
 
@@ -366,8 +374,7 @@ impl Rx {
         let mut sq = self.sh.lock_sq();
         sq.complete(idx, status, len);
         self.sh.sync_error(&sq);
-        drop(sq);
-        self.sh.sq_cv.notify_one();
+        self.dirty = true;
         Ok(())
     }
 }

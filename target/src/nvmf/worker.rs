@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use rdmablk::fabric::{
-    Access, CmEvent, ConnParam, Cq, Mr, Pd, Qp, SendFlags, SendWr, Wc, WcStatus, WrOp,
+    Access, CmEvent, ConnParam, Cq, Mr, Pd, Qp, SendBatch, SendFlags, SendWr, Wc, WcStatus, WrOp,
 };
 use rdmablk::nvme::{CmAccept, PushAnswer, PushRequest, PushWindow, Sqe, Status, SQE_LEN};
 
@@ -225,12 +225,16 @@ impl Worker {
         tracing::debug!(worker = self.index, "worker started");
         let counters = Arc::clone(&self.shared.counters_by_worker[self.index]);
         loop {
+            // Everything this pass posts leaves together at its end (one write per connection
+            // on the soft provider), before the worker can sleep.
+            let batch = SendBatch::begin();
             let mut busy = self.take_new();
             busy |= self.poll_cq();
             busy |= self.poll_backends();
             if !self.backlog.is_empty() {
                 self.resume_backlog();
             }
+            drop(batch);
             if self.last_tick.elapsed() >= TICK {
                 self.last_tick = Instant::now();
                 self.housekeeping();

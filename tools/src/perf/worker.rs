@@ -219,6 +219,9 @@ impl<'a> Worker<'a> {
             let now = Instant::now();
             let stop = exhausted || deadline.is_some_and(|d| now >= d);
             if !stop {
+                // A burst of submissions leaves together (one write per queue on the soft
+                // provider) before the poll below waits for any of it.
+                let _batch = rdmablk::fabric::SendBatch::begin();
                 while let Some(&slot) = self.free.last() {
                     let Some(spec) = pending.take().or_else(|| source.next()) else {
                         exhausted = true;
