@@ -202,6 +202,11 @@ impl SendQueue {
         self.tail - self.head >= self.p.depth as u64
     }
 
+    /// Posted WRs not yet transmitted (or executed, for local ones).
+    pub fn has_unsent(&self) -> bool {
+        self.next < self.tail && !self.error
+    }
+
     fn slot(&self, idx: u64) -> &SqSlot {
         &self.slots[(idx % self.p.depth as u64) as usize]
     }

@@ -8,8 +8,10 @@
 
 use std::io::{BufReader, Read};
 use std::net::TcpStream;
+use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::fabric::{Access, CmEvent, Sge, WcStatus};
 
@@ -39,7 +41,18 @@ struct Rx {
     /// Something to send was queued (an answer) or may have been freed to go (a completion
     /// ended a fence or made room among READs): pump before the next read that may block.
     dirty: bool,
+    /// What is queued must go now (a NAK, a READ response, a request a completion let go);
+    /// plain ACKs alone may wait [`ACK_DELAY`] for a frame of the application to ride with.
+    urgent: bool,
+    /// Since when plain ACKs wait.
+    acks_since: Option<Instant>,
 }
+
+/// How long plain ACKs may wait to leave with the application's next frame (its answer to the
+/// SEND just received, or its next request): one write and one wake-up of the peer instead of
+/// two. READ responses and NAKs never wait; a requester's completion comes this much later at
+/// most, when its peer's application stays silent.
+const ACK_DELAY: Duration = Duration::from_micros(500);
 
 pub(super) fn run(sh: Arc<QpShared>, stream: TcpStream) {
     let n = sh.caps.max_recv_sge.max(sh.caps.max_send_sge) as usize;
@@ -51,6 +64,8 @@ pub(super) fn run(sh: Arc<QpShared>, stream: TcpStream) {
         accs: Vec::with_capacity(n),
         scratch: vec![0; SCRATCH],
         dirty: false,
+        urgent: false,
+        acks_since: None,
     };
     let why = rx.run_loop();
     rx.accs.clear();
@@ -66,8 +81,10 @@ impl Rx {
         loop {
             // Answers go out once everything the last socket read brought is handled: one
             // write for a burst of requests, and none while more frames wait in the buffer.
-            if self.dirty && self.rd.buffer().is_empty() {
+            if self.dirty && self.rd.buffer().is_empty() && !self.hold_acks() {
                 self.dirty = false;
+                self.urgent = false;
+                self.acks_since = None;
                 tx::pump(&self.sh);
             }
             let mut hb = [0u8; HEADER_LEN];
@@ -101,6 +118,31 @@ impl Rx {
                 return why;
             }
         }
+    }
+
+    /// Whether queued plain ACKs keep waiting: true if more frames arrive before their
+    /// [`ACK_DELAY`] is up (they are read first; an application's post sends the ACKs).
+    fn hold_acks(&mut self) -> bool {
+        if self.urgent {
+            return false;
+        }
+        let since = *self.acks_since.get_or_insert_with(Instant::now);
+        let left = ACK_DELAY.saturating_sub(since.elapsed());
+        if left.is_zero() {
+            return false;
+        }
+        let mut p = libc::pollfd {
+            fd: self.rd.get_ref().as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: left.as_nanos() as libc::c_long,
+        };
+        // SAFETY: one live pollfd for our own socket descriptor, a live timespec, no mask.
+        let n = unsafe { libc::ppoll(&mut p, 1, &ts, std::ptr::null()) };
+        n > 0
     }
 
     fn discard(&mut self, mut len: usize) -> Result<(), Closed> {
@@ -144,6 +186,7 @@ impl Rx {
         if sq.responses.len() >= sq.responses_max {
             return Err("peer exceeded its send queue depth (too many requests in flight)".into());
         }
+        self.urgent |= !matches!(kind, RespKind::Ack);
         sq.responses.push_back(Resp { psn, kind });
         self.dirty = true;
         Ok(())
@@ -316,6 +359,7 @@ impl Rx {
                 sq.rnr_rewind(idx);
                 self.sh.sync_error(&sq);
                 self.dirty = true;
+                self.urgent = true;
                 return Ok(());
             }
             (Opcode::Nak, Syndrome::RemoteAccess, _) => WcStatus::RemAccessErr,
@@ -332,6 +376,8 @@ impl Rx {
         sq.complete(idx, status, 0);
         self.sh.sync_error(&sq);
         self.dirty = true;
+        // A completion may have let queued requests go (a fence, the READ window).
+        self.urgent |= sq.has_unsent();
         Ok(())
     }
 
@@ -375,6 +421,7 @@ impl Rx {
         sq.complete(idx, status, len);
         self.sh.sync_error(&sq);
         self.dirty = true;
+        self.urgent |= sq.has_unsent();
         Ok(())
     }
 }
