@@ -11,7 +11,8 @@
  * ride in the URL's query (?io_queues=2&push=0 ...).
  *
  * Each job connects its own controller (in the job's process or thread) and takes one I/O
- * queue for reads, writes and flushes (submitted at once, reaped by getevents); trims run
+ * queue for reads, writes and flushes (queued in a send batch that commit transmits, one
+ * write per batch on the soft provider; reaped by getevents); trims run
  * as synchronous Dataset Management on the controller's other queue. The I/O memory fio
  * carves into io_u buffers is one registered buffer allocated by the iomem_alloc hook and
  * split into per-io_u pieces (zero copy); when the pieces would not be 4 KiB aligned (a
@@ -74,7 +75,23 @@ struct rb_data {
 	rdmablk_completion *done;
 	struct io_u **events;
 	unsigned int depth;
+	int batch_open;         /* rdmablk_batch_begin'd by queue, ended by commit */
 };
+
+/* Transmits what the open send batch holds (fio's commit, and before any wait). */
+static void end_batch(struct rb_data *d)
+{
+	if (d->batch_open) {
+		rdmablk_batch_end();
+		d->batch_open = 0;
+	}
+}
+
+static int rb_commit(struct thread_data *td)
+{
+	end_batch(td->io_ops_data);
+	return 0;
+}
 
 /* Splits "URL[/NSID][?query]" into the controller URL and the namespace ID. */
 static int parse_target(struct thread_data *td, const char *name, char *url, size_t cap,
@@ -321,11 +338,15 @@ static enum fio_q_status rb_queue(struct thread_data *td, struct io_u *io_u)
 		}
 		if (!d->zero_copy && op == RDMABLK_OP_WRITE)
 			memcpy(rdmablk_buf_data(b), io_u->xfer_buf, io_u->xfer_buflen);
+		if (!d->batch_open)
+			d->batch_open = rdmablk_batch_begin() == 0;
 		rc = rdmablk_queue_submit(d->q, op, io_u->offset, (uint32_t)io_u->xfer_buflen, b,
 					  (uintptr_t)io_u);
 		break;
 	case DDIR_SYNC:
 	case DDIR_DATASYNC:
+		if (!d->batch_open)
+			d->batch_open = rdmablk_batch_begin() == 0;
 		rc = rdmablk_queue_submit(d->q, RDMABLK_OP_FLUSH, 0, 0, b, (uintptr_t)io_u);
 		break;
 	case DDIR_TRIM:
@@ -356,6 +377,7 @@ static int rb_getevents(struct thread_data *td, unsigned int min, unsigned int m
 	int n;
 
 	(void)t; /* waits are bounded by the controller's I/O timeout */
+	end_batch(d);
 	if (max > d->depth)
 		max = d->depth;
 	n = rdmablk_queue_wait(d->q, d->done, max, min);
@@ -410,6 +432,7 @@ static void rb_cleanup(struct thread_data *td)
 
 	if (!d)
 		return;
+	end_batch(d);
 	rdmablk_queue_free(d->q); /* waits for requests in flight, first */
 	free_buffers(d);
 	rdmablk_ns_free(d->ns);
@@ -458,6 +481,7 @@ struct ioengine_ops ioengine = {
 	.init = rb_init,
 	.post_init = rb_post_init,
 	.queue = rb_queue,
+	.commit = rb_commit,
 	.getevents = rb_getevents,
 	.event = rb_event,
 	.cleanup = rb_cleanup,

@@ -264,8 +264,19 @@ uint32_t rdmablk_queue_depth(const struct rdmablk_queue *q);
 // `q` is NULL or a live queue.
 uint32_t rdmablk_queue_in_flight(const struct rdmablk_queue *q);
 
+// Opens a send batch on the calling thread: the requests it submits (on any queue) until the
+// batch ends are transmitted together at `rdmablk_batch_end` (on the soft provider one write
+// per queue instead of one per request; the verbs provider posts each at once either way).
+// Batches nest; the outermost end transmits. A wait (`rdmablk_queue_wait`) inside a batch
+// first transmits what the batch holds. Returns 0.
+int rdmablk_batch_begin(void);
+
+// Ends the innermost send batch the calling thread opened (the outermost one transmits what
+// was submitted in it). Returns 0; -EINVAL when the thread has no batch open.
+int rdmablk_batch_end(void);
+
 // Queues `op` of `len` bytes at byte `offset` from/into `buf[0..len)`, identified by `tag`,
-// and posts it at once. Returns 0; -EAGAIN when the queue is full (poll, then retry; no
+// and posts it at once (inside a send batch: transmitted when the batch ends). Returns 0; -EAGAIN when the queue is full (poll, then retry; no
 // message is recorded for this one); -EBUSY when `buf` is already in flight; -EINVAL for a
 // bad request (alignment, range, `len` over `max_transfer_bytes`, over the buffer).
 //
@@ -468,8 +479,19 @@ uint32_t rdmablk_queue_depth(const struct rdmablk_queue *q);
 // `q` is NULL or a live queue.
 uint32_t rdmablk_queue_in_flight(const struct rdmablk_queue *q);
 
+// Opens a send batch on the calling thread: the requests it submits (on any queue) until the
+// batch ends are transmitted together at `rdmablk_batch_end` (on the soft provider one write
+// per queue instead of one per request; the verbs provider posts each at once either way).
+// Batches nest; the outermost end transmits. A wait (`rdmablk_queue_wait`) inside a batch
+// first transmits what the batch holds. Returns 0.
+int rdmablk_batch_begin(void);
+
+// Ends the innermost send batch the calling thread opened (the outermost one transmits what
+// was submitted in it). Returns 0; -EINVAL when the thread has no batch open.
+int rdmablk_batch_end(void);
+
 // Queues `op` of `len` bytes at byte `offset` from/into `buf[0..len)`, identified by `tag`,
-// and posts it at once. Returns 0; -EAGAIN when the queue is full (poll, then retry; no
+// and posts it at once (inside a send batch: transmitted when the batch ends). Returns 0; -EAGAIN when the queue is full (poll, then retry; no
 // message is recorded for this one); -EBUSY when `buf` is already in flight; -EINVAL for a
 // bad request (alignment, range, `len` over `max_transfer_bytes`, over the buffer).
 //

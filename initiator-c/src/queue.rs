@@ -2,7 +2,10 @@
 //! submit / poll / wait and the caller's tags. Nothing is allocated per I/O: a request
 //! carries a registered buffer handle, and the completion table is sized at open.
 
+use std::cell::RefCell;
 use std::ffi::c_int;
+
+use rdmablk::fabric::SendBatch;
 
 use rdmablk_initiator::{Completion, IoQueue, Op, SubmitError};
 
@@ -99,8 +102,40 @@ pub unsafe extern "C" fn rdmablk_queue_in_flight(q: *const rdmablk_queue) -> u32
     })
 }
 
+thread_local! {
+    /// The send batches this thread opened with `rdmablk_batch_begin`, innermost last.
+    static BATCHES: RefCell<Vec<SendBatch>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Opens a send batch on the calling thread: the requests it submits (on any queue) until the
+/// batch ends are transmitted together at `rdmablk_batch_end` (on the soft provider one write
+/// per queue instead of one per request; the verbs provider posts each at once either way).
+/// Batches nest; the outermost end transmits. A wait (`rdmablk_queue_wait`) inside a batch
+/// first transmits what the batch holds. Returns 0.
+#[no_mangle]
+pub extern "C" fn rdmablk_batch_begin() -> c_int {
+    guard(|| {
+        BATCHES.with(|b| b.borrow_mut().push(SendBatch::begin()));
+        0
+    })
+}
+
+/// Ends the innermost send batch the calling thread opened (the outermost one transmits what
+/// was submitted in it). Returns 0; -EINVAL when the thread has no batch open.
+#[no_mangle]
+pub extern "C" fn rdmablk_batch_end() -> c_int {
+    guard(|| match BATCHES.with(|b| b.borrow_mut().pop()) {
+        // Dropped outside the borrow: its end may run provider code.
+        Some(batch) => {
+            drop(batch);
+            0
+        }
+        None => invalid("rdmablk_batch_end: this thread has no batch open"),
+    })
+}
+
 /// Queues `op` of `len` bytes at byte `offset` from/into `buf[0..len)`, identified by `tag`,
-/// and posts it at once. Returns 0; -EAGAIN when the queue is full (poll, then retry; no
+/// and posts it at once (inside a send batch: transmitted when the batch ends). Returns 0; -EAGAIN when the queue is full (poll, then retry; no
 /// message is recorded for this one); -EBUSY when `buf` is already in flight; -EINVAL for a
 /// bad request (alignment, range, `len` over `max_transfer_bytes`, over the buffer).
 ///
