@@ -53,8 +53,6 @@ pub(super) struct QpShared {
     pub cm: EventQueue<CmEvent>,
     /// Fast-path copy of "the QP is in the error state".
     pub error: AtomicBool,
-    /// Posted to inside a send batch that has not ended yet (listed in it once).
-    pub in_batch: AtomicBool,
     pub state: Mutex<ConnState>,
     pub initiator_depth: AtomicU8,
     pub responder_resources: AtomicU8,
@@ -189,7 +187,6 @@ impl Qp {
             rq: Mutex::new(rq),
             cm: EventQueue::new()?,
             error: AtomicBool::new(false),
-            in_batch: AtomicBool::new(false),
             state: Mutex::new(state),
             initiator_depth: AtomicU8::new(0),
             responder_resources: AtomicU8::new(0),

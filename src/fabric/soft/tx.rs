@@ -17,7 +17,6 @@ use std::cell::RefCell;
 use std::io;
 use std::net::Shutdown;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -406,7 +405,6 @@ fn pump_batched() {
         return;
     }
     for sh in &qps {
-        sh.in_batch.store(false, Ordering::SeqCst);
         pump(sh);
     }
     qps.clear();
@@ -426,7 +424,9 @@ pub(super) fn post_done(sh: &Arc<QpShared>) {
         if b.depth == 0 {
             return false;
         }
-        if !sh.in_batch.swap(true, Ordering::SeqCst) {
+        // Listed once per batch (a short list: the QPs one pass posted to). Each thread
+        // keeps its own list, so another thread's open batch never holds this post back.
+        if !b.qps.iter().any(|q| Arc::ptr_eq(q, sh)) {
             b.qps.push(Arc::clone(sh));
         }
         true

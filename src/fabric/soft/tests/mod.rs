@@ -669,4 +669,5 @@ mod lifecycle;
 mod malformed;
 mod silent_peers;
 mod throughput;
+mod transmit;
 mod windows;
