@@ -95,6 +95,23 @@ pub(super) fn wait_readable(fds: &[RawFd], timeout: Option<Duration>) -> Result<
     }
 }
 
+/// Waits up to `timeout` (microsecond precision: `ppoll`) until `fd` has one of `events`
+/// (`libc::POLLIN`, `libc::POLLOUT`); true if it does. An interrupted or failed wait counts as
+/// not ready: the callers look again.
+pub(super) fn wait_fd(fd: RawFd, events: libc::c_short, timeout: Duration) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    };
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: one live pollfd and a live timespec; no signal mask.
+    unsafe { libc::ppoll(&mut p, 1, &ts, std::ptr::null()) > 0 }
+}
+
 /// A queue of events with a descriptor that is readable while the queue is not empty.
 #[derive(Debug)]
 pub(super) struct EventQueue<T> {

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use crate::fabric::{Access, CmEvent, Sge, WcStatus};
 
+use super::event::wait_fd;
 use super::mr::{invalidate, resolve_local, resolve_remote, MrAccess};
 use super::qp::QpShared;
 use super::queue::{Resp, RespKind, TxKindOf};
@@ -131,18 +132,7 @@ impl Rx {
         if left.is_zero() {
             return false;
         }
-        let mut p = libc::pollfd {
-            fd: self.rd.get_ref().as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: left.as_nanos() as libc::c_long,
-        };
-        // SAFETY: one live pollfd for our own socket descriptor, a live timespec, no mask.
-        let n = unsafe { libc::ppoll(&mut p, 1, &ts, std::ptr::null()) };
-        n > 0
+        wait_fd(self.rd.get_ref().as_raw_fd(), libc::POLLIN, left)
     }
 
     fn discard(&mut self, mut len: usize) -> Result<(), Closed> {

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use crate::fabric::{Sge, WcStatus};
 
 use super::cm::WRITE_TIMEOUT;
+use super::event::wait_fd;
 use super::mr::{resolve_local, MrAccess};
 use super::qp::QpShared;
 use super::queue::{Next, Resp, RespKind, SendQueue, TxKind, TxReq};
@@ -62,8 +63,6 @@ pub(super) struct Pumped {
     pub stalled: bool,
     /// A request waits for its RNR timer, until then.
     pub deadline: Option<Instant>,
-    /// The QP is being dropped.
-    pub stop: bool,
 }
 
 impl Pumped {
@@ -157,13 +156,11 @@ impl Wire {
                 self.closing = true;
             }
         }
-        let stop = sq.stop;
         drop(sq);
         self.send(sh, fd, &[]);
         Pumped {
             stalled: self.stalled(),
             deadline,
-            stop,
         }
     }
 
@@ -400,10 +397,11 @@ pub(super) fn batch_flush() {
 
 /// Pumps the QPs the open (or just ended) batch holds back, and empties its list.
 fn pump_batched() {
-    let mut qps = BATCH.with(|b| std::mem::take(&mut b.borrow_mut().qps));
-    if qps.is_empty() {
+    // Most passes post nothing: look before taking, or the list's capacity would go with it.
+    if BATCH.with(|b| b.borrow().qps.is_empty()) {
         return;
     }
+    let mut qps = BATCH.with(|b| std::mem::take(&mut b.borrow_mut().qps));
     for sh in &qps {
         pump(sh);
     }
@@ -457,7 +455,7 @@ pub(super) fn run(sh: Arc<QpShared>) {
             w.check_stall(&sh);
             w.pump(&sh)
         };
-        let stop = p.stop || sh.lock_sq().stop;
+        let stop = sh.lock_sq().stop;
         if p.stalled {
             if stop {
                 stop_tries += 1;
@@ -466,7 +464,7 @@ pub(super) fn run(sh: Arc<QpShared>) {
                     return;
                 }
             }
-            wait_writable(fd, DRAIN_POLL);
+            wait_fd(fd, libc::POLLOUT, DRAIN_POLL);
             continue;
         }
         if stop {
@@ -487,15 +485,4 @@ pub(super) fn run(sh: Arc<QpShared>) {
         }
         sq.tx_kick = false;
     }
-}
-
-/// Waits until the socket can take more bytes (or `timeout` passes, or it failed).
-fn wait_writable(fd: RawFd, timeout: Duration) {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLOUT,
-        revents: 0,
-    };
-    // SAFETY: one live pollfd for our own socket descriptor.
-    unsafe { libc::poll(&mut p, 1, timeout.as_millis() as libc::c_int) };
 }
