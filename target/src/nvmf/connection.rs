@@ -44,6 +44,7 @@ use rdmablk::nvme::{Cqe, PushWindow, Sgl};
 
 use super::controller::Controller;
 use super::request::{DataDir, ReqState, Request, WrId, WrKind};
+use super::Shared;
 use crate::arena::Window;
 
 /// How long a closing queue waits for its flushed work completions before destroying the QP.
@@ -340,4 +341,36 @@ impl Connection {
             .filter(|r| !matches!(r.state, ReqState::Free | ReqState::Held))
             .count()
     }
+}
+
+/// Starts tearing a connection down (idempotent).
+pub(super) fn begin_close(conn: &mut Connection, reason: &'static str, shared: &Shared) {
+    if conn.is_closing() {
+        return;
+    }
+    conn.close_reason = reason;
+    tracing::info!(peer = %conn.peer, qid = conn.qid,
+        cntlid = conn.ctrl.as_ref().map(|c| c.cntlid), reason, "queue closing");
+    if let Some(ctrl) = &conn.ctrl {
+        if conn.qid == 0 {
+            // The controller goes with its admin queue; its I/O queues follow.
+            shared.controllers.remove(ctrl.cntlid);
+        }
+    }
+    if conn.phase == Phase::Live && conn.post_invalidate() {
+        conn.phase = Phase::Invalidating {
+            since: Instant::now(),
+        };
+        return;
+    }
+    disconnect(conn);
+}
+
+pub(super) fn disconnect(conn: &mut Connection) {
+    if let Err(e) = conn.qp.disconnect() {
+        tracing::debug!(peer = %conn.peer, error = %e, "disconnect");
+    }
+    conn.phase = Phase::Draining {
+        since: Instant::now(),
+    };
 }

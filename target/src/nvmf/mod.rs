@@ -36,6 +36,7 @@ pub mod ns_queues;
 pub mod ns_table;
 pub mod reload;
 pub mod request;
+pub mod request_flow;
 pub mod subsystem;
 pub mod worker;
 

@@ -1,0 +1,264 @@
+//! The request flow: what the worker does with a command from the moment its capsule
+//! arrives to the completion of its response SEND, as transitions of the state machine in
+//! [`super::request`]: check it (`command::prepare`), fetch its data from the host (RDMA READ,
+//! bounded by the queue's read credits), run it on the backend ([`super::io`]), post its
+//! response (any RDMA WRITE of data first), and free the context or hand it the next capsule
+//! waiting for one.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Instant;
+
+use rdmablk::nvme::{Sqe, Status, SQE_LEN};
+
+use super::command::{self, Next};
+use super::connection::{begin_close, Connection};
+use super::ns_queues::NsQueues;
+use super::request::{Action, ReqState, Request};
+use super::{auth, fabrics, io, Shared};
+use crate::metrics::{NsCounters, OpKind};
+
+/// What request handlers need besides their connection.
+pub(super) struct Ctx<'a> {
+    pub shared: &'a Shared,
+    /// This worker's metrics counters, by namespace slot.
+    pub counters: &'a [Option<Arc<NsCounters>>],
+    pub nsq: &'a mut NsQueues,
+    pub backlog: &'a mut VecDeque<u64>,
+}
+
+impl Ctx<'_> {
+    fn counter(&self, slot: usize) -> Option<&NsCounters> {
+        self.counters.get(slot).and_then(|c| c.as_deref())
+    }
+}
+
+/// A command capsule of `len` bytes arrived in receive slot `recv`.
+pub(super) fn on_capsule(conn: &mut Connection, recv: u32, len: u32, ctx: &mut Ctx<'_>) {
+    if (len as usize) < SQE_LEN {
+        tracing::warn!(peer = %conn.peer, qid = conn.qid, len,
+            "command capsule shorter than an SQE: fatal for the queue");
+        begin_close(conn, "short command capsule", ctx.shared);
+        return;
+    }
+    match conn.free_reqs.pop() {
+        Some(slot) => start_request(conn, slot, recv, len, ctx),
+        // Every context waits for its response SEND's completion (the host already has those
+        // responses): the capsule waits in its receive buffer for the next one to free up.
+        None => conn.pending_capsules.push_back((recv, len)),
+    }
+}
+
+/// Starts request context `slot` on the capsule in receive slot `recv`, and gives the receive
+/// back as soon as the capsule is consumed.
+fn start_request(conn: &mut Connection, slot: u32, recv: u32, len: u32, ctx: &mut Ctx<'_>) {
+    debug_assert_eq!(conn.reqs[slot as usize].state, ReqState::Free);
+    let mut b = [0u8; SQE_LEN];
+    if conn.mr().read_at(conn.recv_offset(recv), &mut b).is_err() {
+        begin_close(conn, "receive slot unreadable", ctx.shared);
+        return;
+    }
+    let sqe = Sqe::decode(&b);
+    conn.sq_head = ((u32::from(conn.sq_head) + 1) % conn.depth) as u16;
+    let data_slot = match &conn.push {
+        Some(_) => u32::from(sqe.cid) % conn.depth,
+        None => slot,
+    };
+    let (qid, push) = (conn.qid, conn.push.is_some());
+    let r = &mut conn.reqs[slot as usize];
+    r.reset(sqe, len, recv, data_slot);
+    if ctx.shared.cfg.target.io_statistics {
+        r.received = Some(Instant::now());
+    }
+    r.enter(ReqState::New, qid, slot);
+    let next = if push && conn.push_busy[data_slot as usize] {
+        conn.reqs[slot as usize].fail(Status::CID_CONFLICT.with_dnr());
+        Next::Respond
+    } else {
+        if push {
+            conn.push_busy[data_slot as usize] = true;
+            conn.reqs[slot as usize].holds_push_slot = true;
+        }
+        command::prepare(conn, slot, ctx.shared)
+    };
+    // The capsule is consumed (SQE decoded, in-capsule data copied): repost its receive
+    // before any response can reach the host.
+    if conn.is_live() {
+        if let Err(e) = conn.post_recv(recv) {
+            tracing::warn!(peer = %conn.peer, error = %e, "receive not reposted");
+            begin_close(conn, "receive not reposted", ctx.shared);
+        }
+    }
+    proceed(conn, slot, next, ctx);
+}
+
+fn proceed(conn: &mut Connection, slot: u32, next: Next, ctx: &mut Ctx<'_>) {
+    let qid = conn.qid;
+    match next {
+        Next::Respond => respond(conn, slot, ctx),
+        Next::Execute => execute(conn, slot, ctx),
+        Next::Hold => conn.reqs[slot as usize].enter(ReqState::Held, qid, slot),
+        Next::Abandon => {
+            tracing::debug!(
+                qid,
+                cid = conn.reqs[slot as usize].sqe.cid,
+                "command dropped at shutdown: the host retries it after reconnecting"
+            );
+            conn.reqs[slot as usize].enter(ReqState::Responding, qid, slot);
+            free(conn, slot);
+        }
+        Next::Fetch => {
+            conn.reqs[slot as usize].enter(ReqState::NeedData, qid, slot);
+            conn.read_wait.push_back(slot);
+            start_reads(conn, ctx.shared);
+        }
+    }
+}
+
+/// Posts queued RDMA READs while read credits last.
+pub(super) fn start_reads(conn: &mut Connection, shared: &Shared) {
+    while conn.is_live() && conn.reads_in_flight < conn.read_depth {
+        let Some(slot) = conn.read_wait.pop_front() else {
+            break;
+        };
+        let qid = conn.qid;
+        conn.reqs[slot as usize].enter(ReqState::ReadingFromHost, qid, slot);
+        if let Err(e) = conn.post_read(slot) {
+            tracing::warn!(peer = %conn.peer, error = %e, "RDMA READ not posted");
+            begin_close(conn, "RDMA READ not posted", shared);
+            return;
+        }
+    }
+}
+
+/// The request's data is in place: run it.
+pub(super) fn execute(conn: &mut Connection, slot: u32, ctx: &mut Ctx<'_>) {
+    let r = conn.reqs[slot as usize];
+    match r.action {
+        Action::Connect => {
+            fabrics::execute_connect(conn, slot, ctx.shared);
+            respond(conn, slot, ctx);
+        }
+        Action::Respond => respond(conn, slot, ctx),
+        Action::Auth => {
+            if r.status.is_success() && conn.is_live() {
+                auth::execute(conn, slot);
+                // FFDHE takes this thread seconds in a debug build under TCG (ffdhe8192):
+                // time the controller spends on its own side is not the host's silence.
+                if let Some(ctrl) = &conn.ctrl {
+                    ctrl.touch(ctx.shared.now_ms());
+                }
+            }
+            respond(conn, slot, ctx);
+        }
+        _ if !r.status.is_success() || !conn.is_live() => respond(conn, slot, ctx),
+        _ => {
+            if !io::plan(conn, slot, ctx.shared) {
+                respond(conn, slot, ctx);
+                return;
+            }
+            let qid = conn.qid;
+            if let Some(c) =
+                io_metric(&conn.reqs[slot as usize]).and_then(|(ns, _)| ctx.counter(ns))
+            {
+                c.started();
+                conn.reqs[slot as usize].counted = true;
+            }
+            conn.reqs[slot as usize].enter(ReqState::Executing, qid, slot);
+            io::submit(conn, slot, ctx.nsq, ctx.backlog);
+            let r = &conn.reqs[slot as usize];
+            if r.ops_in_flight == 0 && r.ops_next >= r.ops_total {
+                respond(conn, slot, ctx);
+            }
+        }
+    }
+}
+
+/// Completes request `slot`: posts its response (and data), or on a closing connection
+/// just frees it.
+pub(super) fn respond(conn: &mut Connection, slot: u32, ctx: &mut Ctx<'_>) {
+    let qid = conn.qid;
+    conn.reqs[slot as usize].enter(ReqState::Responding, qid, slot);
+    if qid != 0 {
+        record(&conn.reqs[slot as usize], ctx);
+    }
+    if !conn.is_live() {
+        free(conn, slot);
+        return;
+    }
+    let r = &conn.reqs[slot as usize];
+    if !r.status.is_success() {
+        tracing::debug!(qid, cid = r.sqe.cid, opcode = r.sqe.opcode, status = %r.status, "command failed");
+    }
+    if let Err(e) = conn.post_response(slot) {
+        tracing::warn!(peer = %conn.peer, error = %e, "response not posted");
+        begin_close(conn, "response not posted", ctx.shared);
+        return;
+    }
+    // The data phase is over once the response is posted: RC ordering delivers any RDMA
+    // WRITE of the data slot before the response, so a host that has seen the response may
+    // reuse the command ID, and push into its slot, before the SEND's completion reaches us.
+    release_push_slot(conn, slot);
+}
+
+/// The namespace slot and operation of an I/O request, for its metrics.
+fn io_metric(r: &Request) -> Option<(usize, OpKind)> {
+    Some(match r.action {
+        Action::ReadWrite { ns, write, .. } => {
+            (ns, if write { OpKind::Write } else { OpKind::Read })
+        }
+        Action::Flush { ns: Some(ns) } => (ns, OpKind::Flush),
+        Action::WriteZeroes { ns, .. } => (ns, OpKind::WriteZeroes),
+        Action::Deallocate { ns, .. } => (ns, OpKind::Discard),
+        _ => return None,
+    })
+}
+
+/// Counts a finished I/O command in its namespace's metrics.
+fn record(r: &Request, ctx: &Ctx<'_>) {
+    let Some((ns, op)) = io_metric(r) else {
+        return;
+    };
+    if let (Some(c), Some(t)) = (ctx.counter(ns), r.received) {
+        c.done(op, r.data_len, r.status, t.elapsed(), r.counted);
+    }
+}
+
+fn free(conn: &mut Connection, slot: u32) {
+    let qid = conn.qid;
+    conn.reqs[slot as usize].enter(ReqState::Free, qid, slot);
+    release_push_slot(conn, slot);
+    debug_assert!(
+        !conn.free_reqs.contains(&slot),
+        "request {slot} freed twice"
+    );
+    conn.free_reqs.push(slot);
+}
+
+/// Gives back request `slot`'s push data slot, if it holds one.
+fn release_push_slot(conn: &mut Connection, slot: u32) {
+    let r = &mut conn.reqs[slot as usize];
+    if r.holds_push_slot {
+        r.holds_push_slot = false;
+        let ds = r.data_slot as usize;
+        if let Some(b) = conn.push_busy.get_mut(ds) {
+            *b = false;
+        }
+    }
+}
+
+/// The response SEND completed: the request is free, and serves a waiting capsule if any.
+pub(super) fn on_sent(conn: &mut Connection, slot: u32, ctx: &mut Ctx<'_>) {
+    let close = conn.reqs[slot as usize].close_after;
+    free(conn, slot);
+    if let Some(why) = close {
+        begin_close(conn, why, ctx.shared);
+        return;
+    }
+    if conn.is_live() {
+        if let Some((recv, len)) = conn.pending_capsules.pop_front() {
+            let slot = conn.free_reqs.pop().expect("a request was just freed");
+            start_request(conn, slot, recv, len, ctx);
+        }
+    }
+}

@@ -1,0 +1,239 @@
+//! A new connection on a worker: its request contexts and receives, the push window the host
+//! asked for (a memory window bound over exactly its data area, or a region where the device
+//! has no windows), the accept, and the bind right after it.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Instant;
+
+use rdmablk::fabric::{Access, ConnParam, Mr, Pd, SendFlags, SendWr, WrOp};
+use rdmablk::nvme::{CmAccept, PushAnswer, PushRequest, PushWindow};
+
+use super::{PendingConn, Worker};
+use crate::nvmf::connection::{begin_close, Connection, Phase, RemoteKey, MAX_HELD_AERS};
+use crate::nvmf::request::{Request, WrId, WrKind};
+
+impl Worker {
+    pub(super) fn add(&mut self, p: PendingConn) {
+        let i = match self.conns.iter().position(Option::is_none) {
+            Some(i) => i,
+            None => {
+                self.conns.push(None);
+                self.gens.push(0);
+                self.conns.len() - 1
+            }
+        };
+        let key = i as u32 | u32::from(self.gens[i]) << 16;
+        let shared = Arc::clone(&self.shared);
+        let lkey = shared.arena.lkey().expect("the arena is registered");
+        let icd_bytes = if p.qid == 0 {
+            0
+        } else {
+            shared.cfg.limits.in_capsule_data_size
+        };
+        let mut conn = Connection {
+            qp: p.qp,
+            remote_key: None,
+            window: p.window,
+            key,
+            qid: p.qid,
+            depth: p.depth,
+            lkey,
+            peer: p.peer,
+            listener: p.listener,
+            provider: p.provider,
+            phase: Phase::Binding,
+            reqs: vec![Request::new(); p.depth as usize].into_boxed_slice(),
+            free_reqs: (0..p.depth).rev().collect(),
+            pending_capsules: VecDeque::with_capacity(p.depth as usize),
+            read_depth: p.read_depth,
+            reads_in_flight: 0,
+            read_wait: VecDeque::with_capacity(p.depth as usize),
+            sq_head: 0,
+            sqhd_disabled: false,
+            ctrl: None,
+            sends_out: 0,
+            send_completions: 0,
+            send_watch: (0, Instant::now()),
+            recvs_out: 0,
+            backend_ops: 0,
+            push: None,
+            push_busy: Box::new([]),
+            accept: None,
+            icd_bytes,
+            aers: Vec::with_capacity(MAX_HELD_AERS),
+            cqes: p.cqes,
+            close_reason: "",
+            created: Instant::now(),
+            auth: None,
+        };
+        for slot in 0..p.depth {
+            if let Err(e) = conn.post_recv(slot) {
+                tracing::warn!(peer = %p.peer, error = %e, "cannot post receives; dropping");
+                drop(conn);
+                self.release(p.cqes);
+                return;
+            }
+        }
+        let answer = self.setup_push(&mut conn, p.push, p.push_asked);
+        let param = ConnParam {
+            private_data: CmAccept {
+                crqsize: p.depth as u16,
+                push: answer,
+            }
+            .encode()
+            .to_vec(),
+            responder_resources: p.responder_resources,
+            initiator_depth: p.read_depth.min(255) as u8,
+            retry_count: 7,
+            rnr_retry_count: 7,
+        };
+        conn.accept = Some(param);
+        self.conns[i] = Some(conn);
+        self.accept(key);
+    }
+
+    /// Sets up the push window if the host asked for one and it can be had (the memory
+    /// window's bind is posted right after the accept, by `bind_push_window`).
+    fn setup_push(
+        &mut self,
+        conn: &mut Connection,
+        req: Option<PushRequest>,
+        asked: bool,
+    ) -> PushAnswer {
+        let Some(_want) = req else {
+            return if asked {
+                PushAnswer::Declined
+            } else {
+                PushAnswer::Absent
+            };
+        };
+        let area = conn.window.data_area();
+        let layout = *conn.window.layout();
+        let slots = layout.queue_depth.min(u32::from(u16::MAX)) as u16;
+        let Some(key) = self.push_key(conn) else {
+            return PushAnswer::Declined;
+        };
+        // A window's key changes at its bind, which can only be posted once the QP is
+        // accepted: offer the key the bind will give it (ibv_inc_rkey, both providers).
+        let rkey = match &key {
+            RemoteKey::Window { mw, .. } => next_rkey(mw.rkey()),
+            RemoteKey::Region(mr) => mr.rkey(),
+        };
+        let Some(grant) = PushWindow::new(area.addr, rkey, slots, layout.data_slot_bytes as u32)
+        else {
+            return PushAnswer::Declined;
+        };
+        conn.remote_key = Some(key);
+        conn.push = Some(grant);
+        conn.push_busy = vec![false; usize::from(slots)].into_boxed_slice();
+        PushAnswer::Granted(grant)
+    }
+
+    /// The remote key of a push connection's data area: a memory window plus the region it
+    /// will be bound over (covering only the data area, no remote access of its own), or where
+    /// the device has no windows a region over the data area with remote write. None (the
+    /// push is declined) if the device refuses either.
+    fn push_key(&self, conn: &Connection) -> Option<RemoteKey> {
+        let pd = &self.shared.pd;
+        if !self.shared.has_mw {
+            let mr = register_data_area(conn, pd, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+            tracing::debug!(peer = %conn.peer, "push window through a per-connection memory region");
+            return Some(RemoteKey::Region(mr));
+        }
+        let mw = match pd.alloc_mw() {
+            Ok(mw) => mw,
+            Err(e) => {
+                tracing::warn!(peer = %conn.peer, error = %e, "no memory window for a push connection");
+                return None;
+            }
+        };
+        // The window is bound over this region, not over the arena's: see the `connection`
+        // module documentation (devices that bound a window by its region's range).
+        let mr = register_data_area(conn, pd, Access::LOCAL_WRITE | Access::MW_BIND)?;
+        Some(RemoteKey::Window { mw, mr })
+    }
+
+    fn accept(&mut self, key: u32) {
+        let Some((conn, ctx)) = self.ctx_and_conn(key) else {
+            return;
+        };
+        let Some(param) = conn.accept.take() else {
+            return;
+        };
+        match conn.qp.accept(&param) {
+            Ok(()) => {
+                conn.phase = Phase::Live;
+                if !bind_push_window(conn) {
+                    begin_close(conn, "memory window bind failed", ctx.shared);
+                    return;
+                }
+                tracing::info!(peer = %conn.peer, qid = conn.qid, depth = conn.depth,
+                    read_depth = conn.read_depth, push = conn.push.is_some(),
+                    window_bytes = conn.window.len(), "queue connected");
+                ctx.shared.log_arena("queue connected");
+            }
+            Err(e) => {
+                tracing::warn!(peer = %conn.peer, error = %e, "accept failed");
+                begin_close(conn, "accept failed", ctx.shared);
+            }
+        }
+    }
+}
+
+/// Registers a memory region over exactly `conn`'s data area.
+fn register_data_area(conn: &Connection, pd: &Pd, access: Access) -> Option<Mr> {
+    let area = conn.window.data_area();
+    // SAFETY: the region covers this connection's data area, inside its window, which stays
+    // mapped while the connection lives; the connection drops the region (field `remote_key`)
+    // before its window, once its QP is in the error state and drained, so no work request or
+    // peer access through it can outlive the memory. The data area is only touched through
+    // raw pointers and the arena's region, never through Rust references.
+    let mr = unsafe { pd.register_raw(area.as_ptr(), area.len, access) };
+    match mr {
+        Ok(mr) => Some(mr),
+        Err(e) => {
+            tracing::warn!(peer = %conn.peer, error = %e, len = area.len,
+                "cannot register a push connection's data area");
+            None
+        }
+    }
+}
+
+/// The key a type-2 window gets at its next bind (`ibv_inc_rkey`: same index, tag + 1).
+fn next_rkey(rkey: u32) -> u32 {
+    (rkey & 0xFFFF_FF00) | (rkey.wrapping_add(1) & 0xFF)
+}
+
+/// Posts the bind of the push memory window over the data area, right after the accept.
+/// The send queue executes in order, so the bind is done before the response to the
+/// queue's Connect: a host pushes only after that response. True if nothing was to be bound.
+fn bind_push_window(conn: &mut Connection) -> bool {
+    let Some(RemoteKey::Window { mw, mr }) = &conn.remote_key else {
+        return true;
+    };
+    let area = conn.window.data_area();
+    let expected = conn.push.map(|p| p.rkey);
+    let wr = SendWr {
+        wr_id: WrId::new(conn.key, WrKind::Bind, 0).encode(),
+        op: WrOp::BindMw {
+            mw,
+            mr,
+            addr: area.addr,
+            length: area.len as u64,
+            access: Access::REMOTE_WRITE,
+        },
+        sgl: &[],
+        flags: SendFlags::SIGNALED,
+    };
+    if let Err(e) = conn.qp.post_send(&[wr]) {
+        tracing::warn!(peer = %conn.peer, error = %e, "memory window bind not posted");
+        return false;
+    }
+    conn.sends_out += 1;
+    if expected != Some(mw.rkey()) {
+        tracing::error!(offered = ?expected, bound = mw.rkey(), "push window key mismatch");
+        return false;
+    }
+    true
+}
