@@ -5,6 +5,14 @@
 //! back to buffered I/O and says so once per process. The file is registered with the ring,
 //! and so is the buffer region when the kernel allows it (then reads and writes are
 //! `READ_FIXED`/`WRITE_FIXED`); otherwise plain `READ`/`WRITE` with the same buffers.
+//!
+//! The ring is set up the way fio's io_uring engine sets up its own (kernel 6.1 and later):
+//! single issuer with deferred task work, so completions are posted when the job's thread asks
+//! for them (in its `io_uring_enter`) instead of interrupting it as they finish, and the thread
+//! sleeps only when nothing it waits for is done. A ring has one issuer, the job's thread, but
+//! the engine is opened (and its file and buffers registered) on the main thread: the ring is
+//! created disabled and enabled by the job's first poll, which makes that thread the issuer.
+//! Older kernels (EINVAL) get a plain ring.
 
 use std::fs::{File, OpenOptions as FsOpenOptions};
 use std::io;
@@ -51,6 +59,8 @@ pub struct LocalEngine {
     /// In-flight requests, indexed by the SQE's user_data.
     slots: Vec<Option<InFlight>>,
     free_slots: Vec<u32>,
+    /// False until the disabled ring is enabled by its issuing thread ([`Self::enable`]).
+    enabled: bool,
 }
 
 impl std::fmt::Debug for LocalEngine {
@@ -88,10 +98,26 @@ impl LocalEngine {
                 capacity = min;
             }
         }
-        let ring = IoUring::builder()
-            .setup_cqsize(opts.queue_depth.saturating_mul(2))
+        let cq_size = opts.queue_depth.saturating_mul(2);
+        let (ring, enabled) = match IoUring::builder()
+            .setup_cqsize(cq_size)
+            .setup_coop_taskrun()
+            .setup_single_issuer()
+            .setup_defer_taskrun()
+            .setup_r_disabled()
             .build(opts.queue_depth)
-            .map_err(|err| EngineError::Ring { op: "setup", err })?;
+        {
+            Ok(ring) => (ring, false),
+            // Before 6.1: no deferred task work; the ring the kernel has.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => (
+                IoUring::builder()
+                    .setup_cqsize(cq_size)
+                    .build(opts.queue_depth)
+                    .map_err(|err| EngineError::Ring { op: "setup", err })?,
+                true,
+            ),
+            Err(err) => return Err(EngineError::Ring { op: "setup", err }),
+        };
         ring.submitter()
             .register_files(&[file.as_raw_fd()])
             .map_err(|err| EngineError::Ring {
@@ -113,7 +139,17 @@ impl LocalEngine {
             fixed: None,
             slots: (0..depth).map(|_| None).collect(),
             free_slots: (0..depth).rev().collect(),
+            enabled,
         })
+    }
+
+    /// Enables a ring created disabled: the calling thread becomes its only issuer.
+    fn enable(&mut self) -> io::Result<()> {
+        if !self.enabled {
+            self.ring.submitter().register_enable_rings()?;
+            self.enabled = true;
+        }
+        Ok(())
     }
 
     fn in_flight(&self) -> usize {
@@ -156,7 +192,10 @@ impl Drop for LocalEngine {
     /// the kernel may still be filling them. If that fails, the buffers are leaked, loudly.
     fn drop(&mut self) {
         while self.in_flight() > 0 {
-            if let Err(e) = self.ring.submit_and_wait(self.in_flight()) {
+            if let Err(e) = self
+                .enable()
+                .and_then(|()| self.ring.submit_and_wait(self.in_flight()))
+            {
                 if e.raw_os_error() == Some(libc::EINTR) {
                     continue;
                 }
@@ -321,7 +360,7 @@ impl Engine for LocalEngine {
         // The SQ has `depth` entries and at most `depth` requests are queued or in flight, but
         // entries are only reclaimed by a submit, so make room if the SQ is still full.
         if self.ring.submission().is_full() {
-            if let Err(e) = self.ring.submit() {
+            if let Err(e) = self.enable().and_then(|()| self.ring.submit()) {
                 tracing::debug!("io_uring submit to make room: {e}");
             }
         }
@@ -357,6 +396,8 @@ impl Engine for LocalEngine {
         min_complete: usize,
     ) -> Result<usize, EngineError> {
         let want = min_complete.min(self.in_flight());
+        self.enable()
+            .map_err(|err| EngineError::Ring { op: "enable", err })?;
         loop {
             match self.ring.submit_and_wait(want) {
                 Ok(_) => break,
