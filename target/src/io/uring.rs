@@ -77,7 +77,18 @@ impl Ring {
     /// writes.
     pub fn new(entries: u32, arena: Option<Arc<Arena>>) -> Result<Ring, BackendError> {
         let entries = entries.clamp(8, 4096);
-        let uring = IoUring::new(entries).map_err(|source| match source.raw_os_error() {
+        // Cooperative task work: a completion does not interrupt the worker (no IPI); it is
+        // run at the worker's next system call, and `reap` makes one when the kernel flags
+        // pending work. Kernels before 5.19 (EINVAL) get a plain ring.
+        let uring = match IoUring::builder()
+            .setup_coop_taskrun()
+            .setup_taskrun_flag()
+            .build(entries)
+        {
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => IoUring::new(entries),
+            r => r,
+        };
+        let uring = uring.map_err(|source| match source.raw_os_error() {
             Some(libc::EPERM | libc::ENOSYS | libc::EACCES) => {
                 BackendError::UringUnavailable { source }
             }
@@ -217,6 +228,13 @@ impl Ring {
 
     /// Moves finished operations to their queues' lists.
     pub fn reap(&mut self) {
+        if self.uring.submission().taskrun() {
+            // Completions wait as task work: one enter runs it (and submits what is queued).
+            match self.uring.submit_and_wait(0) {
+                Ok(n) => self.unsubmitted = self.unsubmitted.saturating_sub(n as u32),
+                Err(e) => tracing::debug!(error = %e, "io_uring enter to run task work"),
+            }
+        }
         let mut cq = self.uring.completion();
         cq.sync();
         for cqe in &mut cq {
