@@ -75,7 +75,9 @@ struct rb_data {
 	rdmablk_completion *done;
 	struct io_u **events;
 	unsigned int depth;
-	int batch_open;         /* rdmablk_batch_begin'd by queue, ended by commit */
+	int batch_open;         /* rdmablk_batch_begin'd by queue; see rb_commit */
+	unsigned int in_flight; /* submitted, not yet returned by getevents */
+	int busy_open;          /* requests were in flight when the open batch began */
 };
 
 /* Transmits what the open send batch holds (fio's commit, and before any wait). */
@@ -87,10 +89,33 @@ static void end_batch(struct rb_data *d)
 	}
 }
 
+/*
+ * When the open batch is sent. fio's defaults commit after every io_u and reap one
+ * completion per getevents, so sending at each commit is one socket write (and one wake-up
+ * of the target, on the soft provider) per I/O. Instead:
+ * - a batch opened on an idle queue goes at its commit: the request's latency is its own;
+ * - a batch opened while requests are in flight stays open across commits; getevents
+ *   returns what has already finished without sending it, and sends it before it would
+ *   wait (or return nothing). The io_us fio queues while it reaps a burst of completions
+ *   therefore leave in one write, and nothing waits on a request that was not sent: fio
+ *   reaps (getevents) before it can wait on anything else, and the batch also goes at
+ *   cleanup.
+ */
 static int rb_commit(struct thread_data *td)
 {
-	end_batch(td->io_ops_data);
+	struct rb_data *d = td->io_ops_data;
+
+	if (!d->busy_open)
+		end_batch(d);
 	return 0;
+}
+
+static void begin_batch(struct rb_data *d)
+{
+	if (!d->batch_open) {
+		d->batch_open = rdmablk_batch_begin() == 0;
+		d->busy_open = d->in_flight > 0;
+	}
 }
 
 /* Splits "URL[/NSID][?query]" into the controller URL and the namespace ID. */
@@ -338,15 +363,13 @@ static enum fio_q_status rb_queue(struct thread_data *td, struct io_u *io_u)
 		}
 		if (!d->zero_copy && op == RDMABLK_OP_WRITE)
 			memcpy(rdmablk_buf_data(b), io_u->xfer_buf, io_u->xfer_buflen);
-		if (!d->batch_open)
-			d->batch_open = rdmablk_batch_begin() == 0;
+		begin_batch(d);
 		rc = rdmablk_queue_submit(d->q, op, io_u->offset, (uint32_t)io_u->xfer_buflen, b,
 					  (uintptr_t)io_u);
 		break;
 	case DDIR_SYNC:
 	case DDIR_DATASYNC:
-		if (!d->batch_open)
-			d->batch_open = rdmablk_batch_begin() == 0;
+		begin_batch(d);
 		rc = rdmablk_queue_submit(d->q, RDMABLK_OP_FLUSH, 0, 0, b, (uintptr_t)io_u);
 		break;
 	case DDIR_TRIM:
@@ -367,6 +390,7 @@ static enum fio_q_status rb_queue(struct thread_data *td, struct io_u *io_u)
 		td_verror(td, io_u->error, rdmablk_errmsg());
 		return FIO_Q_COMPLETED;
 	}
+	d->in_flight++;
 	return FIO_Q_QUEUED;
 }
 
@@ -374,17 +398,39 @@ static int rb_getevents(struct thread_data *td, unsigned int min, unsigned int m
 			const struct timespec *t)
 {
 	struct rb_data *d = td->io_ops_data;
-	int n;
+	int n, m;
 
 	(void)t; /* waits are bounded by the controller's I/O timeout */
-	end_batch(d);
 	if (max > d->depth)
 		max = d->depth;
-	n = rdmablk_queue_wait(d->q, d->done, max, min);
-	if (n < 0) {
-		td_verror(td, -n, rdmablk_errmsg());
-		return n;
+	n = 0;
+	if (d->batch_open) {
+		/* What has finished goes back without sending the batch (see rb_commit). */
+		n = rdmablk_queue_poll(d->q, d->done, max);
+		if (n < 0) {
+			td_verror(td, -n, rdmablk_errmsg());
+			return n;
+		}
+		if (n > 0 && (unsigned int)n >= min) {
+			d->in_flight -= (unsigned int)n;
+			goto deliver;
+		}
+		end_batch(d);
 	}
+	m = 0;
+	if ((unsigned int)n < max)
+		m = rdmablk_queue_wait(d->q, d->done + n, max - (unsigned int)n,
+				       min > (unsigned int)n ? min - (unsigned int)n : 0);
+	if (m < 0) {
+		if (n == 0) {
+			td_verror(td, -m, rdmablk_errmsg());
+			return m;
+		}
+		m = 0; /* deliver what was polled; the error comes back at the next call */
+	}
+	n += m;
+	d->in_flight -= (unsigned int)n;
+deliver:
 	for (int i = 0; i < n; i++) {
 		rdmablk_completion *c = &d->done[i];
 		struct io_u *io_u = (struct io_u *)(uintptr_t)c->tag;
