@@ -373,6 +373,8 @@ static enum fio_q_status rb_queue(struct thread_data *td, struct io_u *io_u)
 		rc = rdmablk_queue_submit(d->q, RDMABLK_OP_FLUSH, 0, 0, b, (uintptr_t)io_u);
 		break;
 	case DDIR_TRIM:
+		/* Synchronous, on its own command: what the batch holds goes first. */
+		end_batch(d);
 		rc = rdmablk_ns_discard(d->ns, io_u->offset, io_u->xfer_buflen);
 		if (rc) {
 			io_u->error = -rc;

@@ -102,6 +102,9 @@ impl LocalEngine {
         let (ring, enabled) = match IoUring::builder()
             .setup_cqsize(cq_size)
             .setup_coop_taskrun()
+            // The kernel flags pending task work, so a poll that does not wait (min 0) still
+            // enters with GETEVENTS and runs it (the io-uring crate looks at the flag).
+            .setup_taskrun_flag()
             .setup_single_issuer()
             .setup_defer_taskrun()
             .setup_r_disabled()
@@ -143,7 +146,10 @@ impl LocalEngine {
         })
     }
 
-    /// Enables a ring created disabled: the calling thread becomes its only issuer.
+    /// Enables a ring created disabled: the calling thread becomes its only issuer. From
+    /// then on every submit, wait and registration must come from that thread (the kernel
+    /// answers EEXIST otherwise, and `Drop` would leak the buffers in flight): a job's engine
+    /// is enabled, used and dropped on the job's thread (`Worker::run`).
     fn enable(&mut self) -> io::Result<()> {
         if !self.enabled {
             self.ring.submitter().register_enable_rings()?;
