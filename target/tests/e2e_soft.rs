@@ -115,21 +115,7 @@ fn write_read_verify_every_size_and_data_path() {
     let (_admin, cntlid) = admin_queue(addr, 0);
     let mut q = io_queue(addr, 1, cntlid);
 
-    let mut lba = 0u64;
-    let mut blocks = 1u32;
-    while blocks * BLOCK <= MAX_IO {
-        let len = (blocks * BLOCK) as usize;
-        let data = pattern(lba + 1, len);
-        q.write_data(0, &data);
-        let c = q.rw(true, 1, lba, blocks);
-        assert!(c.status.is_success(), "write {len}: {}", c.status);
-        q.write_data(0, &vec![0u8; len]);
-        let c = q.rw(false, 1, lba, blocks);
-        assert!(c.status.is_success(), "read {len}: {}", c.status);
-        assert_eq!(q.read_data(0, len), data, "data of {len} bytes");
-        lba += u64::from(blocks);
-        blocks *= 2;
-    }
+    write_read_each_size(&mut q, "every size");
 
     // In-capsule write (SGL 0x01), read back.
     let data = pattern(99, 4096);

@@ -57,25 +57,8 @@ fn write_read_verify(poll: &str) {
     let (t, addr) = start(poll, &dir.join("ns1.img"));
     let (admin, cntlid) = admin_queue(addr, 0);
     let mut q = io_queue(addr, 1, cntlid);
-    let mut lba = 0u64;
-    let mut blocks = 1u32;
-    let mut first = None;
-    while blocks * BLOCK <= MAX_IO {
-        let len = (blocks * BLOCK) as usize;
-        let data = pattern(lba + 7, len);
-        q.write_data(0, &data);
-        let c = q.rw(true, 1, lba, blocks);
-        assert!(c.status.is_success(), "{poll}: write {len}: {}", c.status);
-        q.write_data(0, &vec![0u8; len]);
-        let c = q.rw(false, 1, lba, blocks);
-        assert!(c.status.is_success(), "{poll}: read {len}: {}", c.status);
-        assert_eq!(q.read_data(0, len), data, "{poll}: data of {len} bytes");
-        first.get_or_insert((lba, data));
-        lba += u64::from(blocks);
-        blocks *= 2;
-    }
+    let (lba, data) = write_read_each_size(&mut q, poll);
     std::thread::sleep(std::time::Duration::from_millis(50));
-    let (lba, data) = first.expect("at least one size");
     q.write_data(0, &vec![0u8; data.len()]);
     let c = q.rw(false, 1, lba, data.len() as u32 / BLOCK);
     assert!(

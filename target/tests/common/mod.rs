@@ -403,6 +403,29 @@ impl Host {
     }
 }
 
+/// Writes a pattern at every power-of-two size up to the largest I/O (consecutive LBAs from
+/// 0, through data slot 0), reads each back and compares; returns the first (LBA, data).
+pub fn write_read_each_size(q: &mut Host, what: &str) -> (u64, Vec<u8>) {
+    let mut first = None;
+    let mut lba = 0u64;
+    let mut blocks = 1u32;
+    while blocks * BLOCK <= MAX_IO {
+        let len = (blocks * BLOCK) as usize;
+        let data = pattern(lba + 1, len);
+        q.write_data(0, &data);
+        let c = q.rw(true, 1, lba, blocks);
+        assert!(c.status.is_success(), "{what}: write {len}: {}", c.status);
+        q.write_data(0, &vec![0u8; len]);
+        let c = q.rw(false, 1, lba, blocks);
+        assert!(c.status.is_success(), "{what}: read {len}: {}", c.status);
+        assert_eq!(q.read_data(0, len), data, "{what}: data of {len} bytes");
+        first.get_or_insert((lba, data));
+        lba += u64::from(blocks);
+        blocks *= 2;
+    }
+    first.expect("MAX_IO holds at least one block")
+}
+
 pub fn rw_sqe(write: bool, nsid: u32, lba: u64, blocks: u32, sgl: &Sgl) -> Sqe {
     let op = if write { io::WRITE } else { io::READ };
     let mut sqe = ReadWrite {
