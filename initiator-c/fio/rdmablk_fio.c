@@ -413,26 +413,21 @@ static int rb_getevents(struct thread_data *td, unsigned int min, unsigned int m
 			td_verror(td, -n, rdmablk_errmsg());
 			return n;
 		}
-		if (n > 0 && (unsigned int)n >= min) {
-			d->in_flight -= (unsigned int)n;
-			goto deliver;
-		}
+	}
+	if (n == 0 || (unsigned int)n < min) {
 		end_batch(d);
-	}
-	m = 0;
-	if ((unsigned int)n < max)
 		m = rdmablk_queue_wait(d->q, d->done + n, max - (unsigned int)n,
-				       min > (unsigned int)n ? min - (unsigned int)n : 0);
-	if (m < 0) {
-		if (n == 0) {
-			td_verror(td, -m, rdmablk_errmsg());
-			return m;
+				       min - (unsigned int)n);
+		if (m < 0) {
+			if (n == 0) {
+				td_verror(td, -m, rdmablk_errmsg());
+				return m;
+			}
+			m = 0; /* deliver what was polled; the error comes back at the next call */
 		}
-		m = 0; /* deliver what was polled; the error comes back at the next call */
+		n += m;
 	}
-	n += m;
 	d->in_flight -= (unsigned int)n;
-deliver:
 	for (int i = 0; i < n; i++) {
 		rdmablk_completion *c = &d->done[i];
 		struct io_u *io_u = (struct io_u *)(uintptr_t)c->tag;
