@@ -12,7 +12,7 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -21,9 +21,6 @@ use rdmablk::nvme::{Sct, Status};
 use rdmablk_initiator::{ConnectOptions, Controller, ErrorKind, Op};
 use rdmablk_target::config::Config;
 use rdmablk_target::Target;
-
-/// The namespace line of `common::config_text`, replaced by each test's backend.
-const RAM_BACKEND: &str = r#"backend = { kind = "ram", size = "16MiB" }"#;
 
 /// Starts an in-process target whose namespace 1 (512-byte blocks) is `backend`, on `port`
 /// (0: a free one).
@@ -45,13 +42,6 @@ fn start_with(backend: &str, port: u16) -> (Target, SocketAddr) {
 /// An error backend over 16 MiB of RAM with the given fault keys.
 fn over_ram(faults: &str) -> String {
     format!(r#"{{ kind = "error", {faults}, inner = {{ kind = "ram", size = "16MiB" }} }}"#)
-}
-
-fn tmp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("rdmablk-faults-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
 }
 
 /// An error backend over a file (survives a restart of the target).
@@ -202,7 +192,7 @@ fn write_fault_is_write_fault_and_changes_nothing() {
 
 #[test]
 fn failed_flush_fences_writes_until_restart_reads_still_work() {
-    let dir = tmp_dir("fence");
+    let dir = tmp_dir("faults-fence");
     let img = dir.join("ns.img");
     let backend = over_file("fail_flushes = { nth = 1 }", &img);
     let (t, addr) = start_with(&backend, 0);

@@ -13,21 +13,11 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use common::*;
 use rdmablk_target::config::Config;
 use rdmablk_target::Target;
-
-/// The namespace line of `common::config_text`, replaced by the file backend.
-const RAM_BACKEND: &str = r#"backend = { kind = "ram", size = "16MiB" }"#;
-
-fn tmp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("rdmablk-poll-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
 
 fn start(poll: &str, img: &Path) -> (Target, SocketAddr) {
     init_tracing();
@@ -53,7 +43,7 @@ fn start(poll: &str, img: &Path) -> (Target, SocketAddr) {
 /// Writes, reads back and compares every power-of-two size up to the largest I/O, then
 /// reads the first block again (after the worker has been idle between commands).
 fn write_read_verify(poll: &str) {
-    let dir = tmp_dir(poll);
+    let dir = tmp_dir(&format!("poll-{poll}"));
     let (t, addr) = start(poll, &dir.join("ns1.img"));
     let (admin, cntlid) = admin_queue(addr, 0);
     let mut q = io_queue(addr, 1, cntlid);

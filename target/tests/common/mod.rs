@@ -64,6 +64,17 @@ pub fn free_port() -> u16 {
         .expect("a free port")
 }
 
+/// The namespace line of [`config_text`]; a test that needs another backend replaces it.
+pub const RAM_BACKEND: &str = r#"backend = { kind = "ram", size = "16MiB" }"#;
+
+/// A fresh temporary directory for one test.
+pub fn tmp_dir(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("rdmablk-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
 /// A target configuration text on `port` with `arena` bytes.
 pub fn config_text(port: u16, arena: &str, extra_target: &str) -> String {
     let (kind, address) = e2e_fabric();
@@ -102,7 +113,7 @@ hosts = ["{HOSTNQN}"]
 [[subsystem.namespace]]
 nsid = 1
 block_size = {BLOCK}
-backend = {{ kind = "ram", size = "16MiB" }}
+{RAM_BACKEND}
 "#
     )
 }
