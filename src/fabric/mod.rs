@@ -389,11 +389,32 @@ impl Cq {
         dispatch!(&self.0, c => c.wait(timeout))
     }
 
+    /// Waits until the armed CQ has its event or `other` (an eventfd of the caller's: a ring's,
+    /// a message queue's) is readable, or `timeout` passes. The CQ's event is not taken: call
+    /// [`Cq::wait`] with a zero timeout. `other` must stay open as long as the CQ is waited on
+    /// with it.
+    ///
+    /// Prefer this to polling [`Cq::fd`] together with `other`: on the soft provider the
+    /// waiting thread parses arriving frames itself, instead of being woken by a provider
+    /// thread that parsed them.
+    pub fn wait_with(&self, other: RawFd, timeout: Duration) -> Result<CqReady> {
+        dispatch!(&self.0, c => c.wait_with(other, timeout))
+    }
+
     /// A file descriptor that becomes readable when an armed CQ gets a completion (for epoll);
     /// call [`Cq::wait`] with a zero timeout to consume the event.
     pub fn fd(&self) -> RawFd {
         dispatch!(&self.0, c => c.fd())
     }
+}
+
+/// What [`Cq::wait_with`] found ready.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CqReady {
+    /// The CQ's event (or, on the soft provider, frames this thread parsed).
+    pub cq: bool,
+    /// The caller's other descriptor.
+    pub other: bool,
 }
 
 /// What a QP is created with.

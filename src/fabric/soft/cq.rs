@@ -1,16 +1,29 @@
 //! Completion queues: a bounded ring of work completions shared by any number of QPs, with an
 //! eventfd that an armed CQ signals on its next completion.
+//!
+//! A thread that waits on a CQ ([`Cq::wait`], [`Cq::wait_with`]) waits in the CQ's epoll set,
+//! which holds the eventfd and the sockets of the QPs that receive into this CQ. When frames
+//! arrive while it waits, the kernel wakes it and not the QP's receive thread, and it parses
+//! them itself (`rx.rs` explains the order of the two sets): at QD1 a completion reaches the
+//! application without a hop through another thread. [`Cq::fd`] stays the plain eventfd: a
+//! caller that polls it in its own loop gets its completions from the receive threads.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
-use crate::fabric::{FabricError, Result, Wc};
+use crate::fabric::{CqReady, FabricError, Result, Wc};
 
 use super::device::MAX_CQE;
-use super::event::EventFd;
+use super::event::{Epoll, EventFd};
+use super::rx::RxShared;
+
+/// Epoll data of the eventfd; QP sockets get tokens from 1, other descriptors of
+/// [`Cq::wait_with`] are `OTHER | fd`.
+const EVENTFD: u64 = 0;
+const OTHER: u64 = 1 << 63;
 
 pub(super) struct CqInner {
     ring: Mutex<VecDeque<Wc>>,
@@ -19,6 +32,13 @@ pub(super) struct CqInner {
     overrun: AtomicBool,
     armed: AtomicBool,
     efd: EventFd,
+    ep: Epoll,
+    /// The receive sides whose sockets are in `ep`, by token.
+    rxs: Mutex<HashMap<u64, Weak<RxShared>>>,
+    next_token: AtomicU64,
+    /// Descriptors [`Cq::wait_with`] added (edge-triggered), and whether one was seen ready by
+    /// a wait that did not ask for it (it is reported to the next that does).
+    others: Mutex<Vec<(RawFd, bool)>>,
 }
 
 impl CqInner {
@@ -38,6 +58,86 @@ impl CqInner {
             self.efd.notify();
         }
     }
+
+    /// Adds a QP's socket to the waiters' epoll set; returns its token. Call before the QP's
+    /// receive thread registers the socket in its own set.
+    pub fn register(&self, rx: &Arc<RxShared>) -> Result<u64> {
+        let token = self.next_token.fetch_add(1, Ordering::Relaxed);
+        self.rxs.lock().unwrap().insert(token, Arc::downgrade(rx));
+        let ev = libc::EPOLLIN | libc::EPOLLET | libc::EPOLLEXCLUSIVE;
+        if let Err(e) = self.ep.add(rx.fd(), ev, token) {
+            self.rxs.lock().unwrap().remove(&token);
+            return Err(e);
+        }
+        Ok(token)
+    }
+
+    /// Takes a QP's socket out of the set (before the socket is closed).
+    pub fn unregister(&self, token: u64, fd: RawFd) {
+        self.ep.remove(fd);
+        self.rxs.lock().unwrap().remove(&token);
+    }
+
+    /// Waits in the epoll set; parses frames of sockets that became readable.
+    fn wait_ready(&self, other: Option<RawFd>, timeout: Option<Duration>) -> Result<CqReady> {
+        // What this thread posted inside a send batch leaves before it waits for completions.
+        super::tx::batch_flush();
+        let mut ready = CqReady::default();
+        if let Some(fd) = other {
+            let mut others = self.others.lock().unwrap();
+            match others.iter_mut().find(|(f, _)| *f == fd) {
+                Some((_, seen)) => ready.other = std::mem::take(seen),
+                None => {
+                    self.ep
+                        .add(fd, libc::EPOLLIN | libc::EPOLLET, OTHER | fd as u64)?;
+                    others.push((fd, false));
+                }
+            }
+        }
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 16];
+        loop {
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            let wait = if ready.cq || ready.other {
+                Some(Duration::ZERO)
+            } else {
+                left
+            };
+            let n = self.ep.wait(&mut evs, wait)?;
+            for ev in &evs[..n] {
+                // A copy: epoll_event is packed.
+                let data = ev.u64;
+                match data {
+                    EVENTFD => ready.cq = true,
+                    t if t & OTHER != 0 => {
+                        let fd = (t & !OTHER) as RawFd;
+                        if other == Some(fd) {
+                            ready.other = true;
+                        } else if let Some(o) = self
+                            .others
+                            .lock()
+                            .unwrap()
+                            .iter_mut()
+                            .find(|(f, _)| *f == fd)
+                        {
+                            o.1 = true;
+                        }
+                    }
+                    token => {
+                        let rx = self.rxs.lock().unwrap().get(&token).and_then(Weak::upgrade);
+                        if let Some(rx) = rx {
+                            ready.cq |= rx.drive_inline();
+                        }
+                    }
+                }
+            }
+            // Frames that only moved a partial payload or ACKs along are no reason to return;
+            // nor is an interrupted wait.
+            if ready.cq || ready.other || deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(ready);
+            }
+        }
+    }
 }
 
 /// A completion queue. Cheap to clone.
@@ -51,12 +151,19 @@ impl Cq {
                 what: format!("CQ depth {depth} (the soft device allows 1..={MAX_CQE})"),
             });
         }
+        let efd = EventFd::new(false)?;
+        let ep = Epoll::new()?;
+        ep.add(efd.fd(), libc::EPOLLIN, EVENTFD)?;
         Ok(Cq(Arc::new(CqInner {
             ring: Mutex::new(VecDeque::with_capacity(depth as usize)),
             depth: depth as usize,
             overrun: AtomicBool::new(false),
             armed: AtomicBool::new(false),
-            efd: EventFd::new(false)?,
+            efd,
+            ep,
+            rxs: Mutex::new(HashMap::new()),
+            next_token: AtomicU64::new(EVENTFD + 1),
+            others: Mutex::new(Vec::new()),
         })))
     }
 
@@ -84,18 +191,25 @@ impl Cq {
         Ok(())
     }
 
+    /// Waits for the armed CQ's event and takes it. True may also mean that this thread parsed
+    /// frames of the CQ's QPs while it waited (the caller polls, and may find nothing new).
     pub fn wait(&self, timeout: Option<Duration>) -> Result<bool> {
-        // What this thread posted inside a send batch leaves before it waits for completions.
-        super::tx::batch_flush();
         if timeout == Some(Duration::ZERO) {
+            super::tx::batch_flush();
             // A look, not a wait: one read of the non-blocking eventfd instead of poll + read.
             return Ok(self.0.efd.consume());
         }
-        if !self.0.efd.wait(timeout)? {
-            return Ok(false);
+        let ready = self.0.wait_ready(None, timeout)?;
+        if ready.cq {
+            self.0.efd.consume();
         }
-        self.0.efd.consume();
-        Ok(true)
+        Ok(ready.cq)
+    }
+
+    /// Waits for the armed CQ's event or for `other` to become readable. The CQ's event is not
+    /// taken: [`Cq::wait`] with a zero timeout does that.
+    pub fn wait_with(&self, other: RawFd, timeout: Duration) -> Result<CqReady> {
+        self.0.wait_ready(Some(other), Some(timeout))
     }
 
     pub fn fd(&self) -> RawFd {

@@ -1,5 +1,6 @@
-//! Event file descriptors: what makes `Cq::fd`, `Qp::cm_fd` and `Listener::fd` readable, and
-//! the small queue of pending events (connection requests, CM events) behind the latter two.
+//! Event file descriptors: what makes `Cq::fd`, `Qp::cm_fd` and `Listener::fd` readable, the
+//! small queue of pending events (connection requests, CM events) behind the latter two, and
+//! the timerfd and epoll sets of the receive side (`rx.rs`, `cq.rs`).
 
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -110,6 +111,114 @@ pub(super) fn wait_fd(fd: RawFd, events: libc::c_short, timeout: Duration) -> bo
     };
     // SAFETY: one live pollfd and a live timespec; no signal mask.
     unsafe { libc::ppoll(&mut p, 1, &ts, std::ptr::null()) > 0 }
+}
+
+/// A non-blocking `CLOCK_MONOTONIC` timerfd (the receive side's held-ACK deadline).
+#[derive(Debug)]
+pub(super) struct TimerFd(OwnedFd);
+
+impl TimerFd {
+    pub fn new() -> Result<TimerFd> {
+        // SAFETY: timerfd_create has no memory-safety preconditions; the result is checked.
+        let fd = unsafe {
+            libc::timerfd_create(
+                libc::CLOCK_MONOTONIC,
+                libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(FabricError::last_os("timerfd_create"));
+        }
+        // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+        Ok(TimerFd(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    pub fn fd(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+
+    /// Fires once, `after` from now (a pending expiry is replaced).
+    pub fn arm(&self, after: Duration) {
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            it_value: libc::timespec {
+                tv_sec: after.as_secs() as libc::time_t,
+                // A zero it_value would disarm: at least 1 ns.
+                tv_nsec: (after.subsec_nanos().max(1)) as libc::c_long,
+            },
+        };
+        // SAFETY: a live itimerspec and our own descriptor; no old value is asked for.
+        let r = unsafe { libc::timerfd_settime(self.fd(), 0, &spec, std::ptr::null_mut()) };
+        debug_assert!(r == 0, "timerfd_settime failed");
+    }
+
+    /// Takes the expiry count; false if the timer had not fired.
+    pub fn consume(&self) -> bool {
+        let mut v: u64 = 0;
+        // SAFETY: reads 8 bytes into a live u64 from our own non-blocking descriptor.
+        let r = unsafe { libc::read(self.fd(), (&mut v as *mut u64).cast(), 8) };
+        r == 8
+    }
+}
+
+/// An epoll set. Readiness is reported as the `u64` each descriptor was added with.
+#[derive(Debug)]
+pub(super) struct Epoll(OwnedFd);
+
+impl Epoll {
+    pub fn new() -> Result<Epoll> {
+        // SAFETY: epoll_create1 has no memory-safety preconditions; the result is checked.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(FabricError::last_os("epoll_create1"));
+        }
+        // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+        Ok(Epoll(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// Adds `fd` for `events` (`libc::EPOLLIN`, possibly with `EPOLLET` / `EPOLLEXCLUSIVE`).
+    pub fn add(&self, fd: RawFd, events: i32, data: u64) -> Result<()> {
+        let mut ev = libc::epoll_event {
+            events: events as u32,
+            u64: data,
+        };
+        // SAFETY: a live epoll_event; both descriptors are the caller's live ones.
+        let r = unsafe { libc::epoll_ctl(self.0.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) };
+        if r < 0 {
+            return Err(FabricError::last_os("epoll_ctl(ADD)"));
+        }
+        Ok(())
+    }
+
+    /// Removes `fd` (before it is closed: a duplicate of it keeps the registration alive).
+    pub fn remove(&self, fd: RawFd) {
+        let mut ev = libc::epoll_event { events: 0, u64: 0 };
+        // SAFETY: as in `add`; a descriptor that is not in the set only gives ENOENT.
+        unsafe { libc::epoll_ctl(self.0.as_raw_fd(), libc::EPOLL_CTL_DEL, fd, &mut ev) };
+    }
+
+    /// Waits up to `timeout` (`None`: forever; rounded up to whole milliseconds) and returns
+    /// how many entries of `out` are filled. An interrupted wait returns 0.
+    pub fn wait(&self, out: &mut [libc::epoll_event], timeout: Option<Duration>) -> Result<usize> {
+        let ms: libc::c_int = match timeout {
+            None => -1,
+            Some(t) => t.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int,
+        };
+        let cap = out.len().min(i32::MAX as usize) as libc::c_int;
+        // SAFETY: `out` is a live, writable array of `cap` epoll_event entries.
+        let n = unsafe { libc::epoll_wait(self.0.as_raw_fd(), out.as_mut_ptr(), cap, ms) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                return Ok(0);
+            }
+            return Err(FabricError::os("epoll_wait", e));
+        }
+        Ok(n as usize)
+    }
 }
 
 /// A queue of events with a descriptor that is readable while the queue is not empty.

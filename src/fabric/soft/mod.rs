@@ -10,9 +10,9 @@
 //!
 //! Layout: [`device`] (the `soft0` device, PDs, key table), [`mr`] (regions, windows, access
 //! checks), [`cq`], [`queue`] (send / receive queue rings), [`qp`], [`tx`] and [`rx`] (a QP's
-//! transmit and receive threads), [`cm`] (listen / connect / accept / reject), [`handshake`]
+//! transmit and receive sides; [`rxbuf`] the receive buffer), [`cm`] (listen / connect / accept / reject), [`handshake`]
 //! (the listener thread: connect requests read without one peer blocking another), [`event`]
-//! (eventfds).
+//! (eventfds, timerfds, epoll sets).
 
 mod cm;
 mod cq;
@@ -23,6 +23,7 @@ mod mr;
 mod qp;
 mod queue;
 mod rx;
+mod rxbuf;
 mod tx;
 pub mod wire;
 

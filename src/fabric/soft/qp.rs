@@ -58,7 +58,8 @@ pub(super) struct QpShared {
     pub responder_resources: AtomicU8,
     /// Parents kept alive while the QP lives.
     _pd: Pd,
-    _cqs: [Arc<CqInner>; 2],
+    /// The send CQ and the receive CQ (whose waiters may drive the receive side).
+    pub cqs: [Arc<CqInner>; 2],
 }
 
 impl QpShared {
@@ -191,7 +192,7 @@ impl Qp {
             initiator_depth: AtomicU8::new(0),
             responder_resources: AtomicU8::new(0),
             _pd: pd.clone(),
-            _cqs: [scq.0.clone(), rcq.0.clone()],
+            cqs: [scq.0.clone(), rcq.0.clone()],
         };
         Ok(Qp {
             sh: Arc::new(sh),
@@ -224,15 +225,18 @@ impl Qp {
         }
         *self.sh.state.lock().unwrap() = ConnState::Connected;
         let clone = |s: &TcpStream| s.try_clone().map_err(|e| FabricError::os("dup socket", e));
-        let rs = clone(&self.sh.stream)?;
-        let (a, b) = (self.sh.clone(), self.sh.clone());
+        let rx = rx::RxShared::new(self.sh.clone(), clone(&self.sh.stream)?)?;
+        // The CQ's waiters are registered before the receive thread: see `rx.rs`.
+        let rcq = self.sh.cqs[1].clone();
+        let token = rcq.register(&rx)?;
+        let b = self.sh.clone();
         let name = |k: &str| format!("soft-{k}-{}", self.sh.qpn);
         let spawn_err = |e| FabricError::os("spawn soft QP thread", e);
         let mut th = self.threads.lock().unwrap();
         th.push(
             std::thread::Builder::new()
                 .name(name("rx"))
-                .spawn(move || rx::run(a, rs))
+                .spawn(move || rx::run(rx, rcq, token))
                 .map_err(spawn_err)?,
         );
         th.push(

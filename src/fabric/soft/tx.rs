@@ -449,6 +449,14 @@ pub(super) fn pump(sh: &QpShared) {
 pub(super) fn run(sh: Arc<QpShared>) {
     let fd = sh.stream.as_raw_fd();
     let mut stop_tries = 0;
+    {
+        // Posts pump from their own thread; the first pass here waits to be needed. A pass
+        // that ran at start would send what a thread's open send batch still holds.
+        let mut sq = sh.lock_sq();
+        while !sq.tx_kick && !sq.stop {
+            sq = sh.sq_cv.wait(sq).unwrap();
+        }
+    }
     loop {
         let p = {
             let mut w = sh.wire.lock().unwrap();

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::device::Device;
 use super::{errno, errno_err, fd, rc_err, sys};
-use crate::fabric::{FabricError, Result, Wc, WcOpcode, WcStatus};
+use crate::fabric::{CqReady, FabricError, Result, Wc, WcOpcode, WcStatus};
 
 /// Completions converted per `ibv_poll_cq` call (a stack array: polling does not allocate).
 const POLL_BATCH: usize = 32;
@@ -159,6 +159,28 @@ impl Cq {
             unsafe { sys::ibv_ack_cq_events(cq, 1) };
             return Ok(true);
         }
+    }
+
+    pub fn wait_with(&self, other: RawFd, timeout: Duration) -> Result<CqReady> {
+        let mut fds = [self.fd(), other].map(|fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int;
+        // SAFETY: `fds` is a live array of two pollfds and its length is passed with it.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                return Ok(CqReady::default());
+            }
+            return Err(FabricError::os("poll(completion channel)", e));
+        }
+        Ok(CqReady {
+            cq: fds[0].revents != 0,
+            other: fds[1].revents != 0,
+        })
     }
 
     pub fn fd(&self) -> RawFd {

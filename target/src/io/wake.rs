@@ -1,25 +1,15 @@
 //! The worker's backend wake-up: an eventfd its io_uring signals on every completion, and that
 //! backends completing on threads of their own (RBD: librbd's callbacks) signal with
 //! [`BackendWake::signal`], so an interrupt-mode worker with backend I/O in flight sleeps on
-//! its CQ's channel and this fd together instead of spinning until the I/O finishes.
+//! its CQ's channel and this fd together (`Cq::wait_with`) instead of spinning until the I/O finishes.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::time::Duration;
 
 /// An eventfd; [`crate::io::WorkerIo`] registers it with the worker's ring.
 #[derive(Debug)]
 pub struct BackendWake {
     fd: OwnedFd,
-}
-
-/// What [`BackendWake::wait_with`] saw ready.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Ready {
-    /// The other fd (the CQ's completion channel) is readable.
-    pub other: bool,
-    /// The ring posted a completion.
-    pub backend: bool,
 }
 
 impl BackendWake {
@@ -65,35 +55,5 @@ impl BackendWake {
                 std::mem::size_of::<u64>(),
             )
         };
-    }
-
-    /// Sleeps until `other` or this fd is readable, or `timeout` passes (EINTR counts as a
-    /// wake-up: the caller polls again anyway).
-    pub fn wait_with(&self, other: RawFd, timeout: Duration) -> Ready {
-        let mut fds = [
-            libc::pollfd {
-                fd: other,
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: self.fd.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: `fds` is a live array of two pollfds and its length is passed with it.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
-        if n <= 0 {
-            return Ready {
-                other: false,
-                backend: n < 0,
-            };
-        }
-        Ready {
-            other: fds[0].revents != 0,
-            backend: fds[1].revents != 0,
-        }
     }
 }

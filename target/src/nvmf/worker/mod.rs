@@ -501,14 +501,14 @@ impl Worker {
             let wait = IDLE_WAIT
                 .saturating_mul(1 << self.idle_streak.min(5))
                 .min(IDLE_WAIT_MAX);
-            let ready = w.wait_with(self.cq.fd(), wait);
-            if ready.backend {
+            let ready = self.cq.wait_with(w.raw_fd(), wait).unwrap_or_default();
+            if ready.other {
                 w.clear();
             }
-            if ready.other {
+            if ready.cq {
                 // Consume the armed CQ's event; the next pass polls the CQ.
                 let _ = self.cq.wait(Some(Duration::ZERO));
-            } else if !ready.backend {
+            } else if !ready.other {
                 self.idle_streak = self.idle_streak.saturating_add(1);
             }
             return;
@@ -519,8 +519,8 @@ impl Worker {
         let Some(w) = &self.backend_wake else {
             return;
         };
-        let ready = w.wait_with(self.cq.fd(), IDLE_WAIT);
-        if ready.other {
+        let ready = self.cq.wait_with(w.raw_fd(), IDLE_WAIT).unwrap_or_default();
+        if ready.cq {
             // Consume the armed CQ's event; the next pass polls the CQ.
             let _ = self.cq.wait(Some(Duration::ZERO));
         }

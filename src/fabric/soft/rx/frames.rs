@@ -1,138 +1,44 @@
-//! The receive thread of a QP: reads frames from the TCP connection and acts on them, as the
-//! responder (SEND, WRITE, READ requests: memory checks, copies straight between the socket and
-//! registered memory, ACK/NAK) and as the requester (ACK, NAK, READ responses: completions).
-//!
-//! It runs whether or not the application polls, so one-sided operations make progress on
-//! their own. Any malformed or out-of-protocol frame ends the connection: the QP goes to the
-//! error state and both sides see a disconnect.
+//! What each received frame does: the responder's side of SEND, WRITE and READ requests
+//! (checks against keys, ranges and posted receives; payloads copied straight between the
+//! socket buffer and registered memory; the ACK or NAK queued), and the requester's side of
+//! ACK, NAK and READ responses (completions). `mod.rs` decides who reads and when.
 
-use std::io::{BufReader, Read};
-use std::net::TcpStream;
-use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
 
-use crate::fabric::{Access, CmEvent, Sge, WcStatus};
+use crate::fabric::{Access, CmEvent, WcStatus};
 
-use super::event::wait_fd;
-use super::mr::{invalidate, resolve_local, resolve_remote, MrAccess};
-use super::qp::QpShared;
-use super::queue::{Resp, RespKind, TxKindOf};
-use super::tx;
-use super::wire::{Header, Opcode, Syndrome, HEADER_LEN};
-
-/// Socket read buffer (large reads bypass it).
-const RX_BUF: usize = 128 * 1024;
-/// Sink for payloads that are refused or not needed.
-const SCRATCH: usize = 64 * 1024;
-
-/// Why the connection ended (a message for the log).
-type Closed = String;
-
-struct Rx {
-    sh: Arc<QpShared>,
-    rd: BufReader<TcpStream>,
-    /// PSN of the next request the responder executes (go-back-N after an RNR NAK: anything
-    /// else is discarded until the requester sends this one again).
-    expected_psn: u32,
-    sges: Vec<Sge>,
-    accs: Vec<MrAccess>,
-    scratch: Vec<u8>,
-    /// Something to send was queued (an answer) or may have been freed to go (a completion
-    /// ended a fence or made room among READs): pump before the next read that may block.
-    dirty: bool,
-    /// What is queued must go now (a NAK, a READ response, a request a completion let go);
-    /// plain ACKs alone may wait [`ACK_DELAY`] for a frame of the application to ride with.
-    urgent: bool,
-    /// Since when plain ACKs wait.
-    acks_since: Option<Instant>,
-}
-
-/// How long plain ACKs may wait to leave with the application's next frame (its answer to the
-/// SEND just received, or its next request): one write and one wake-up of the peer instead of
-/// two. READ responses and NAKs never wait; a requester's completion comes this much later at
-/// most, when its peer's application stays silent.
-const ACK_DELAY: Duration = Duration::from_micros(500);
-
-pub(super) fn run(sh: Arc<QpShared>, stream: TcpStream) {
-    let n = sh.caps.max_recv_sge.max(sh.caps.max_send_sge) as usize;
-    let mut rx = Rx {
-        sh,
-        rd: BufReader::with_capacity(RX_BUF, stream),
-        expected_psn: 0,
-        sges: Vec::with_capacity(n),
-        accs: Vec::with_capacity(n),
-        scratch: vec![0; SCRATCH],
-        dirty: false,
-        urgent: false,
-        acks_since: None,
-    };
-    let why = rx.run_loop();
-    rx.accs.clear();
-    rx.sh.connection_lost(&why);
-}
-
-fn io(e: std::io::Error) -> Closed {
-    format!("connection closed: {e}")
-}
+use super::super::mr::{invalidate, resolve_local, resolve_remote};
+use super::super::queue::{Resp, RespKind, TxKindOf};
+use super::super::wire::{Header, Opcode, Syndrome, HEADER_LEN};
+use super::{io, Closed, Rx};
 
 impl Rx {
-    fn run_loop(&mut self) -> Closed {
-        loop {
-            // Answers go out once everything the last socket read brought is handled: one
-            // write for a burst of requests, and none while more frames wait in the buffer.
-            if self.dirty && self.rd.buffer().is_empty() && !self.hold_acks() {
-                self.dirty = false;
-                self.urgent = false;
-                self.acks_since = None;
-                tx::pump(&self.sh);
+    /// Reads and handles one frame.
+    pub(super) fn frame(&mut self) -> std::result::Result<(), Closed> {
+        let mut hb = [0u8; HEADER_LEN];
+        self.rd.read_exact(&mut hb).map_err(io)?;
+        let h = match Header::decode(&hb) {
+            Ok(h) => h,
+            Err(e) => {
+                tracing::warn!(qpn = self.sh.qpn, error = %e, "soft QP: malformed frame");
+                return Err(format!("malformed frame: {e}"));
             }
-            let mut hb = [0u8; HEADER_LEN];
-            if let Err(e) = self.rd.read_exact(&mut hb) {
-                return io(e);
+        };
+        match h.op {
+            Opcode::Send | Opcode::SendInv => self.on_send(&h),
+            Opcode::Write => self.on_write(&h),
+            Opcode::ReadReq => self.on_read_req(&h),
+            Opcode::Ack | Opcode::Nak => self.on_ack(&h),
+            Opcode::ReadResp => self.on_read_resp(&h),
+            Opcode::Rtu => {
+                self.sh.cm.push(CmEvent::Established);
+                Ok(())
             }
-            let h = match Header::decode(&hb) {
-                Ok(h) => h,
-                Err(e) => {
-                    tracing::warn!(qpn = self.sh.qpn, error = %e, "soft QP: malformed frame");
-                    return format!("malformed frame: {e}");
-                }
-            };
-            let r = match h.op {
-                Opcode::Send | Opcode::SendInv => self.on_send(&h),
-                Opcode::Write => self.on_write(&h),
-                Opcode::ReadReq => self.on_read_req(&h),
-                Opcode::Ack | Opcode::Nak => self.on_ack(&h),
-                Opcode::ReadResp => self.on_read_resp(&h),
-                Opcode::Rtu => {
-                    self.sh.cm.push(CmEvent::Established);
-                    Ok(())
-                }
-                Opcode::Disconnect => return "peer disconnected".into(),
-                Opcode::ConnectReq | Opcode::Accept | Opcode::Reject => {
-                    Err(format!("unexpected {:?} on a connected QP", h.op))
-                }
-            };
-            if let Err(why) = r {
-                tracing::debug!(qpn = self.sh.qpn, why, "soft QP receive side stops");
-                return why;
+            Opcode::Disconnect => Err("peer disconnected".into()),
+            Opcode::ConnectReq | Opcode::Accept | Opcode::Reject => {
+                Err(format!("unexpected {:?} on a connected QP", h.op))
             }
         }
-    }
-
-    /// Whether queued plain ACKs keep waiting: true if more frames arrive before their
-    /// [`ACK_DELAY`] is up (they are read first; an application's post sends the ACKs).
-    fn hold_acks(&mut self) -> bool {
-        if self.urgent {
-            return false;
-        }
-        let since = *self.acks_since.get_or_insert_with(Instant::now);
-        let left = ACK_DELAY.saturating_sub(since.elapsed());
-        if left.is_zero() {
-            return false;
-        }
-        wait_fd(self.rd.get_ref().as_raw_fd(), libc::POLLIN, left)
     }
 
     fn discard(&mut self, mut len: usize) -> Result<(), Closed> {
@@ -175,6 +81,10 @@ impl Rx {
         let mut sq = self.sh.lock_sq();
         if sq.responses.len() >= sq.responses_max {
             return Err("peer exceeded its send queue depth (too many requests in flight)".into());
+        }
+        if sq.responses.is_empty() {
+            // What was held before went out (with a frame of the application): a new hold.
+            self.acks_since = None;
         }
         self.urgent |= !matches!(kind, RespKind::Ack);
         sq.responses.push_back(Resp { psn, kind });
