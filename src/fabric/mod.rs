@@ -391,8 +391,9 @@ impl Cq {
 
     /// Waits until the armed CQ has its event or `other` (an eventfd of the caller's: a ring's,
     /// a message queue's) is readable, or `timeout` passes. The CQ's event is not taken: call
-    /// [`Cq::wait`] with a zero timeout. `other` must stay open as long as the CQ is waited on
-    /// with it.
+    /// [`Cq::wait`] with a zero timeout. `other` must stay open as long as the CQ lives, and
+    /// one thread at a time waits on a CQ with other descriptors (the soft provider keeps
+    /// `other` in the CQ's epoll set).
     ///
     /// Prefer this to polling [`Cq::fd`] together with `other`: on the soft provider the
     /// waiting thread parses arriving frames itself, instead of being woken by a provider

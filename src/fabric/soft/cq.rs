@@ -32,6 +32,8 @@ pub(super) struct CqInner {
     overrun: AtomicBool,
     armed: AtomicBool,
     efd: EventFd,
+    /// Completions pushed so far (tells a waiter that parsed frames whether any completed).
+    pushes: AtomicU64,
     ep: Epoll,
     /// The receive sides whose sockets are in `ep`, by token.
     rxs: Mutex<HashMap<u64, Weak<RxShared>>>,
@@ -44,6 +46,7 @@ pub(super) struct CqInner {
 impl CqInner {
     /// Adds a completion (from a provider thread or a post). Never blocks.
     pub fn push(&self, wc: Wc) {
+        self.pushes.fetch_add(1, Ordering::SeqCst);
         {
             let mut ring = self.ring.lock().unwrap();
             if ring.len() >= self.depth {
@@ -94,16 +97,22 @@ impl CqInner {
                 }
             }
         }
-        let deadline = timeout.map(|t| Instant::now() + t);
+        // Far-off timeouts (`Duration::MAX`) wait forever.
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        let pushes = self.pushes.load(Ordering::SeqCst);
         let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 16];
+        let mut more = false;
         loop {
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            let wait = if ready.cq || ready.other {
+            let wait = if ready.cq || ready.other || more {
                 Some(Duration::ZERO)
             } else {
                 left
             };
             let n = self.ep.wait(&mut evs, wait)?;
+            // A full batch: more may be ready, and a socket's wake-up, once taken, is ours
+            // alone (its receive thread was not woken): look again before returning.
+            more = n == evs.len();
             for ev in &evs[..n] {
                 // A copy: epoll_event is packed.
                 let data = ev.u64;
@@ -126,13 +135,18 @@ impl CqInner {
                     token => {
                         let rx = self.rxs.lock().unwrap().get(&token).and_then(Weak::upgrade);
                         if let Some(rx) = rx {
-                            ready.cq |= rx.drive_inline();
+                            rx.drive_inline();
                         }
                     }
                 }
             }
-            // Frames that only moved a partial payload or ACKs along are no reason to return;
-            // nor is an interrupted wait.
+            // Completions, not frames, are what the caller waits for (an unarmed CQ's too).
+            ready.cq |= self.pushes.load(Ordering::SeqCst) != pushes;
+            if more {
+                continue;
+            }
+            // Frames that only moved a payload along or carried ACKs of unsignalled WRs are no
+            // reason to return; nor is an interrupted wait.
             if ready.cq || ready.other || deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(ready);
             }
@@ -160,6 +174,7 @@ impl Cq {
             overrun: AtomicBool::new(false),
             armed: AtomicBool::new(false),
             efd,
+            pushes: AtomicU64::new(0),
             ep,
             rxs: Mutex::new(HashMap::new()),
             next_token: AtomicU64::new(EVENTFD + 1),
@@ -191,8 +206,8 @@ impl Cq {
         Ok(())
     }
 
-    /// Waits for the armed CQ's event and takes it. True may also mean that this thread parsed
-    /// frames of the CQ's QPs while it waited (the caller polls, and may find nothing new).
+    /// Waits for the armed CQ's event and takes it. Frames of the CQ's QPs that arrive
+    /// meanwhile are parsed by this thread; true if a completion was added.
     pub fn wait(&self, timeout: Option<Duration>) -> Result<bool> {
         if timeout == Some(Duration::ZERO) {
             super::tx::batch_flush();
@@ -208,6 +223,10 @@ impl Cq {
 
     /// Waits for the armed CQ's event or for `other` to become readable. The CQ's event is not
     /// taken: [`Cq::wait`] with a zero timeout does that.
+    ///
+    /// `other` joins the CQ's epoll set, edge-triggered, for good: it must stay open as long
+    /// as the CQ lives, and only one thread may wait on the CQ with other descriptors (an
+    /// event taken by one waiter is only remembered for the descriptor, not handed over).
     pub fn wait_with(&self, other: RawFd, timeout: Duration) -> Result<CqReady> {
         self.0.wait_ready(Some(other), Some(timeout))
     }

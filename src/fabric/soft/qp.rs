@@ -233,12 +233,18 @@ impl Qp {
         let name = |k: &str| format!("soft-{k}-{}", self.sh.qpn);
         let spawn_err = |e| FabricError::os("spawn soft QP thread", e);
         let mut th = self.threads.lock().unwrap();
-        th.push(
-            std::thread::Builder::new()
-                .name(name("rx"))
-                .spawn(move || rx::run(rx, rcq, token))
-                .map_err(spawn_err)?,
-        );
+        let fd = rx.fd();
+        let unregister = rcq.clone();
+        let spawned = std::thread::Builder::new()
+            .name(name("rx"))
+            .spawn(move || rx::run(rx, rcq, token));
+        match spawned {
+            Ok(t) => th.push(t),
+            Err(e) => {
+                unregister.unregister(token, fd);
+                return Err(spawn_err(e));
+            }
+        }
         th.push(
             std::thread::Builder::new()
                 .name(name("tx"))

@@ -7,7 +7,8 @@
 //!   frames arrive while the application sleeps in `Cq::wait`, it parses the frames that are
 //!   whole in the buffer itself, so a completion costs no hop through another thread;
 //! - the QP's receive thread ([`run`]), which wakes when nobody waits on the CQ, and for what a
-//!   waiter leaves: frames larger than the buffer, a partial frame, held ACKs whose time is up.
+//!   waiter leaves: a large frame not all arrived, the rest of a long burst, bytes that came
+//!   while the receive thread held the lock, held ACKs whose time is up.
 //!   It runs whether or not the application polls, so one-sided operations make progress on
 //!   their own.
 //!
@@ -21,7 +22,8 @@
 
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::fabric::{Result, Sge};
@@ -53,6 +55,8 @@ pub(super) struct RxShared {
     state: Mutex<Rx>,
     /// A CQ waiter left work to the receive thread (see [`Rx::kicked`]).
     kick: EventFd,
+    /// A CQ waiter found the receive thread at work: it makes one more pass before it sleeps.
+    again: AtomicBool,
     /// Held ACKs are due (armed when a hold begins).
     timer: Arc<TimerFd>,
     /// The socket descriptor in the epoll sets.
@@ -121,6 +125,7 @@ impl RxShared {
         Ok(Arc::new(RxShared {
             state: Mutex::new(rx),
             kick: EventFd::new(false)?,
+            again: AtomicBool::new(false),
             timer,
             fd,
         }))
@@ -131,30 +136,32 @@ impl RxShared {
     }
 
     /// Called by a thread woken in `Cq::wait` because this QP's socket has data: parses what is
-    /// whole in the buffer, without blocking. True if it parsed a frame (a completion may have
-    /// been added). If the receive thread is at work, it is kicked instead: the wake-up that
-    /// brought us here went to us alone, and the data may have come after its last read.
-    pub fn drive_inline(&self) -> bool {
-        let Ok(mut rx) = self.state.try_lock() else {
-            self.kick.notify();
-            return false;
+    /// whole in the buffer, without blocking. If the receive thread is at work, it is told to
+    /// make one more pass instead: the wake-up that brought us here went to us alone, and the
+    /// data may have come after its last read.
+    pub fn drive_inline(&self) {
+        self.again.store(true, Ordering::SeqCst);
+        // Orders the store before the look at the lock; the receive thread's fence orders its
+        // unlock before its look at `again` (so one of the two sees the other).
+        fence(Ordering::SeqCst);
+        let mut rx = match self.state.try_lock() {
+            Ok(rx) => rx,
+            // A panic under the lock: the receive thread reports the connection lost.
+            Err(_) => return,
         };
+        self.again.store(false, Ordering::SeqCst);
         if rx.closed || rx.kicked {
-            return false;
+            return;
         }
         match rx.drive(true) {
-            Ok((n, handoff)) => {
+            Ok(handoff) => {
                 rx.answer(false);
                 if handoff {
                     rx.kicked = true;
                     self.kick.notify();
                 }
-                n > 0
             }
-            Err(why) => {
-                rx.close(&why);
-                true
-            }
+            Err(why) => rx.close(&why),
         }
     }
 
@@ -163,10 +170,7 @@ impl RxShared {
         let ep = match self.thread_epoll() {
             Ok(ep) => ep,
             Err(e) => {
-                self.state
-                    .lock()
-                    .unwrap()
-                    .close(&format!("receive thread setup: {e}"));
+                self.lock().close(&format!("receive thread setup: {e}"));
                 return;
             }
         };
@@ -175,7 +179,7 @@ impl RxShared {
             let n = match ep.wait(&mut evs, None) {
                 Ok(n) => n,
                 Err(e) => {
-                    self.state.lock().unwrap().close(&e.to_string());
+                    self.lock().close(&e.to_string());
                     return;
                 }
             };
@@ -191,17 +195,37 @@ impl RxShared {
                     _ => {}
                 }
             }
-            let mut rx = self.state.lock().unwrap();
-            if rx.closed {
-                return;
+            loop {
+                let mut rx = self.lock();
+                if rx.closed {
+                    return;
+                }
+                rx.kicked = false;
+                // Due ACKs go before a partial frame a waiter left is read to its end.
+                rx.answer(due);
+                due = false;
+                if let Err(why) = rx.drive(false) {
+                    rx.close(&why);
+                    return;
+                }
+                rx.answer(false);
+                drop(rx);
+                fence(Ordering::SeqCst);
+                if !self.again.swap(false, Ordering::SeqCst) {
+                    break;
+                }
             }
-            rx.kicked = false;
-            if let Err(why) = rx.drive(false) {
-                rx.close(&why);
-                return;
-            }
-            rx.answer(due);
         }
+    }
+
+    /// The receive state, for the receive thread. A panic under the lock (a bug) ends the
+    /// connection instead of the thread.
+    fn lock(&self) -> MutexGuard<'_, Rx> {
+        self.state.lock().unwrap_or_else(|poisoned| {
+            let mut rx = poisoned.into_inner();
+            rx.close("soft QP receive side panicked");
+            rx
+        })
     }
 
     fn thread_epoll(&self) -> Result<Epoll> {
@@ -242,25 +266,25 @@ impl Rx {
     }
 
     /// Parses frames until the socket has nothing more. `inline` (a CQ waiter): only frames
-    /// whole in the buffer, never blocking; returns how many, and whether the rest is left to
-    /// the receive thread. Otherwise (the receive thread) every frame that has begun is read to
+    /// whole in the buffer, never blocking; returns whether the rest is left to the receive
+    /// thread. Otherwise (the receive thread) every frame that has begun is read to
     /// its end, blocking.
-    fn drive(&mut self, inline: bool) -> std::result::Result<(usize, bool), Closed> {
+    fn drive(&mut self, inline: bool) -> std::result::Result<bool, Closed> {
         let mut frames = 0;
         loop {
             if inline {
                 if frames == INLINE_BUDGET {
-                    return Ok((frames, true));
+                    return Ok(true);
                 }
                 match self.ahead() {
                     Ahead::Whole => {}
                     // The payload goes straight from the socket to memory, so it may be read
                     // here if all of it has arrived; otherwise the receive thread waits for it.
                     Ahead::TooLarge(need) if self.rd.in_socket() >= need => {}
-                    Ahead::TooLarge(_) => return Ok((frames, true)),
+                    Ahead::TooLarge(_) => return Ok(true),
                     Ahead::Partial => {
                         if !self.fill()? {
-                            return Ok((frames, false));
+                            return Ok(false);
                         }
                         continue;
                     }
@@ -270,7 +294,7 @@ impl Rx {
                 // burst of requests.
                 self.answer(false);
                 if !self.fill()? {
-                    return Ok((frames, false));
+                    return Ok(false);
                 }
             }
             self.rd.blocking = !inline;
@@ -319,13 +343,23 @@ impl Rx {
             return;
         }
         if !self.urgent && !due {
-            let now = Instant::now();
-            match self.acks_since {
-                None => {
-                    self.acks_since = Some(now);
-                    self.timer.arm(ACK_DELAY);
+            {
+                let sq = self.sh.lock_sq();
+                if sq.responses.is_empty() && !sq.has_unsent() {
+                    // Nothing to hold (a post took the ACKs along, or an ACK freed nothing).
+                    self.dirty = false;
+                    self.acks_since = None;
                     return;
                 }
+            }
+            let now = Instant::now();
+            match self.acks_since {
+                // Without a timer, nothing would send them if no frame and no post comes.
+                None if self.timer.arm(ACK_DELAY) => {
+                    self.acks_since = Some(now);
+                    return;
+                }
+                None => {}
                 Some(t) if now.duration_since(t) < ACK_DELAY => return,
                 Some(_) => {}
             }

@@ -501,7 +501,10 @@ impl Worker {
             let wait = IDLE_WAIT
                 .saturating_mul(1 << self.idle_streak.min(5))
                 .min(IDLE_WAIT_MAX);
-            let ready = self.cq.wait_with(w.raw_fd(), wait).unwrap_or_default();
+            let Ok(ready) = self.cq.wait_with(w.raw_fd(), wait) else {
+                std::thread::sleep(Duration::from_micros(200));
+                return;
+            };
             if ready.other {
                 w.clear();
             }
@@ -519,7 +522,10 @@ impl Worker {
         let Some(w) = &self.backend_wake else {
             return;
         };
-        let ready = self.cq.wait_with(w.raw_fd(), IDLE_WAIT).unwrap_or_default();
+        let Ok(ready) = self.cq.wait_with(w.raw_fd(), IDLE_WAIT) else {
+            std::thread::sleep(Duration::from_micros(200));
+            return;
+        };
         if ready.cq {
             // Consume the armed CQ's event; the next pass polls the CQ.
             let _ = self.cq.wait(Some(Duration::ZERO));
