@@ -8,7 +8,7 @@
 
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -53,6 +53,8 @@ pub(super) struct QpShared {
     pub cm: EventQueue<CmEvent>,
     /// Fast-path copy of "the QP is in the error state".
     pub error: AtomicBool,
+    /// Frames parsed by a thread waiting on the receive CQ rather than the receive thread.
+    pub frames_inline: AtomicU64,
     pub state: Mutex<ConnState>,
     pub initiator_depth: AtomicU8,
     pub responder_resources: AtomicU8,
@@ -188,6 +190,7 @@ impl Qp {
             rq: Mutex::new(rq),
             cm: EventQueue::new()?,
             error: AtomicBool::new(false),
+            frames_inline: AtomicU64::new(0),
             state: Mutex::new(state),
             initiator_depth: AtomicU8::new(0),
             responder_resources: AtomicU8::new(0),
@@ -256,6 +259,11 @@ impl Qp {
 
     pub fn qp_num(&self) -> u32 {
         self.sh.qpn
+    }
+    /// How many frames threads waiting on the receive CQ parsed themselves.
+    #[cfg(test)]
+    pub(crate) fn frames_parsed_by_waiters(&self) -> u64 {
+        self.sh.frames_inline.load(Ordering::Relaxed)
     }
     pub(super) fn stream(&self) -> &TcpStream {
         &self.sh.stream

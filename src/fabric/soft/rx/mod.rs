@@ -302,6 +302,9 @@ impl Rx {
             self.rd.blocking = false;
             r?;
             frames += 1;
+            if inline {
+                self.sh.frames_inline.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 

@@ -119,6 +119,15 @@ fn sw<'a>(wr_id: u64, op: WrOp<'a>, sgl: &'a [Sge]) -> SendWr<'a> {
     }
 }
 
+fn post_recv(side: &Side, mr: &Mr, id: u64, len: u32) {
+    side.qp
+        .post_recv(&[RecvWr {
+            wr_id: id,
+            sgl: &[mr.sge(0, len)],
+        }])
+        .unwrap();
+}
+
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
@@ -667,6 +676,7 @@ fn sixty_four_qps_share_cqs() {
 
 mod lifecycle;
 mod malformed;
+mod receive;
 mod silent_peers;
 mod throughput;
 mod transmit;

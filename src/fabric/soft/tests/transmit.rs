@@ -5,15 +5,6 @@
 use super::*;
 use crate::fabric::SendBatch;
 
-fn post_recv(side: &Side, mr: &Mr, id: u64, len: u32) {
-    side.qp
-        .post_recv(&[RecvWr {
-            wr_id: id,
-            sgl: &[mr.sge(0, len)],
-        }])
-        .unwrap();
-}
-
 #[test]
 fn a_send_batch_holds_posts_until_it_ends() {
     let (a, p) = pair();
