@@ -18,6 +18,10 @@ pub(super) struct RxBuf {
     /// Reads wait for data (the receive thread inside a frame); otherwise they fail with
     /// `WouldBlock`.
     pub blocking: bool,
+    /// The last fill got less than it had room for: the socket had nothing more then. Data
+    /// that comes later makes the socket readable again, which wakes a reader; so a reader
+    /// that sees this may stop without one more `recv` that would only say `EAGAIN`.
+    pub drained: bool,
 }
 
 impl RxBuf {
@@ -28,6 +32,7 @@ impl RxBuf {
             start: 0,
             end: 0,
             blocking: false,
+            drained: false,
         }
     }
 
@@ -71,7 +76,15 @@ impl RxBuf {
             // Full of one unparsed frame: the caller reads it with `read_exact`.
             return Err(io::Error::other("receive buffer full"));
         }
-        let n = recv(&self.stream, self.blocking, &mut self.buf[self.end..])?;
+        let room = self.buf.len() - self.end;
+        let n = match recv(&self.stream, self.blocking, &mut self.buf[self.end..]) {
+            Ok(n) => n,
+            Err(e) => {
+                self.drained = e.kind() == io::ErrorKind::WouldBlock;
+                return Err(e);
+            }
+        };
+        self.drained = n < room;
         self.end += n;
         Ok(n)
     }

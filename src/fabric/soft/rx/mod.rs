@@ -146,7 +146,8 @@ impl RxShared {
         fence(Ordering::SeqCst);
         let mut rx = match self.state.try_lock() {
             Ok(rx) => rx,
-            // A panic under the lock: the receive thread reports the connection lost.
+            // The receive thread holds it: `again` makes it look once more. (Poisoned: a
+            // panic under the lock, and the receive thread reports the connection lost.)
             Err(_) => return,
         };
         self.again.store(false, Ordering::SeqCst);
@@ -271,6 +272,8 @@ impl Rx {
     /// its end, blocking.
     fn drive(&mut self, inline: bool) -> std::result::Result<bool, Closed> {
         let mut frames = 0;
+        // Whoever calls was woken for new bytes: read at least once.
+        self.rd.drained = false;
         loop {
             if inline {
                 if frames == INLINE_BUDGET {
@@ -283,7 +286,7 @@ impl Rx {
                     Ahead::TooLarge(need) if self.rd.in_socket() >= need => {}
                     Ahead::TooLarge(_) => return Ok(true),
                     Ahead::Partial => {
-                        if !self.fill()? {
+                        if self.rd.drained || !self.fill()? {
                             return Ok(false);
                         }
                         continue;
@@ -293,7 +296,7 @@ impl Rx {
                 // Answers go out once everything the socket held is handled: one write for a
                 // burst of requests.
                 self.answer(false);
-                if !self.fill()? {
+                if self.rd.drained || !self.fill()? {
                     return Ok(false);
                 }
             }
