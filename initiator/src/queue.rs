@@ -107,7 +107,14 @@ struct Req {
     push_slot: Option<u16>,
     /// `None` for a command the controller holds on purpose (Asynchronous Event Request).
     deadline: Option<Instant>,
+    /// Reads at least [`LARGE_READ`] bytes: see [`Queue::wait`].
+    large: bool,
 }
+
+/// Reads from this size up arrive as payloads larger than what a thread waiting on the CQ
+/// parses itself on the soft provider; [`Queue::wait`] leaves them to the provider's receive
+/// thread, which copies them while this thread goes on.
+const LARGE_READ: u32 = 64 * 1024;
 
 struct Push {
     window: PushWindow,
@@ -136,6 +143,8 @@ pub(crate) struct Queue {
     reqs: Vec<Req>,
     free: Vec<u16>,
     posted: usize,
+    /// Posted requests that are large reads.
+    large_posted: usize,
     in_capsule_bytes: u32,
     push: Option<Push>,
     cmd_timeout: Duration,
@@ -236,10 +245,12 @@ impl Queue {
                     cqe: None,
                     push_slot: None,
                     deadline: None,
+                    large: false,
                 })
                 .collect(),
             free: (0..p.entries).rev().collect(),
             posted: 0,
+            large_posted: 0,
             in_capsule_bytes: p.in_capsule_bytes,
             push,
             cmd_timeout: p.cmd_timeout,
@@ -430,6 +441,7 @@ impl Queue {
             self.fail(e.to_string());
             return Err(SubmitError::Failed(e, buf));
         }
+        let large = matches!(dir, Dir::ToHost(s) if s.len >= LARGE_READ);
         let r = &mut self.reqs[usize::from(cid)];
         debug_assert_eq!(r.state, ReqState::Free);
         *r = Req {
@@ -440,8 +452,10 @@ impl Queue {
             cqe: None,
             push_slot,
             deadline,
+            large,
         };
         self.posted += 1;
+        self.large_posted += usize::from(large);
         tracing::trace!(
             qid = self.qid,
             cid,
@@ -568,6 +582,7 @@ impl Queue {
         debug_assert!(slot.map_or(true, |s| s == cid));
         self.free.push(cid);
         self.posted -= 1;
+        self.large_posted -= usize::from(std::mem::take(&mut r.large));
         tracing::trace!(qid = self.qid, cid, status = %cqe.status, "request Posted -> Free");
         out.push(Done {
             tag,
@@ -633,6 +648,7 @@ impl Queue {
                 buf: r.buf.take(),
             });
             self.posted -= 1;
+            self.large_posted -= usize::from(std::mem::take(&mut r.large));
         }
         // Slots and command IDs are not reused on a failed queue.
     }
@@ -664,7 +680,13 @@ impl Queue {
                 return n;
             }
             let slice = (deadline - now).min(HOUSEKEEPING);
-            let _ = self.cq.wait(Some(slice));
+            // Small answers this thread parses as they arrive (soft provider: no hop through
+            // the receive thread); large read payloads the receive thread copies meanwhile.
+            let _ = if self.large_posted > 0 {
+                self.cq.wait_passive(Some(slice))
+            } else {
+                self.cq.wait(Some(slice))
+            };
         }
     }
 

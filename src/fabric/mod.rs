@@ -389,6 +389,14 @@ impl Cq {
         dispatch!(&self.0, c => c.wait(timeout))
     }
 
+    /// [`Cq::wait`], except that on the soft provider this thread does not parse arriving
+    /// frames itself: the QPs' receive threads do, in parallel with it. For a waiter whose
+    /// completions bring large payloads (reads of 64 KiB and more), which a receive thread
+    /// copies while the application goes on.
+    pub fn wait_passive(&self, timeout: Option<Duration>) -> Result<bool> {
+        dispatch!(&self.0, c => c.wait_passive(timeout))
+    }
+
     /// Waits until the armed CQ has its event or `other` (an eventfd of the caller's: a ring's,
     /// a message queue's) is readable, or `timeout` passes. The CQ's event is not taken: call
     /// [`Cq::wait`] with a zero timeout. `other` must stay open as long as the CQ lives, and

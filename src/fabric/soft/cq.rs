@@ -221,6 +221,16 @@ impl Cq {
         Ok(ready.cq)
     }
 
+    /// Waits for the armed CQ's event on its eventfd alone: the receive threads parse what
+    /// arrives (the epoll set has no waiter, so the kernel wakes them).
+    pub fn wait_passive(&self, timeout: Option<Duration>) -> Result<bool> {
+        super::tx::batch_flush();
+        if !self.0.efd.wait(timeout)? {
+            return Ok(false);
+        }
+        Ok(self.0.efd.consume())
+    }
+
     /// Waits for the armed CQ's event or for `other` to become readable. The CQ's event is not
     /// taken: [`Cq::wait`] with a zero timeout does that.
     ///

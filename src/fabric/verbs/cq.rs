@@ -161,6 +161,10 @@ impl Cq {
         }
     }
 
+    pub fn wait_passive(&self, timeout: Option<Duration>) -> Result<bool> {
+        self.wait(timeout)
+    }
+
     pub fn wait_with(&self, other: RawFd, timeout: Duration) -> Result<CqReady> {
         let mut fds = [self.fd(), other].map(|fd| libc::pollfd {
             fd,
