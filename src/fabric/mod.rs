@@ -420,7 +420,8 @@ impl Cq {
 /// What [`Cq::wait_with`] found ready.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CqReady {
-    /// The CQ's event (or, on the soft provider, frames this thread parsed).
+    /// The CQ's event (on the soft provider also: a completion was added while this thread
+    /// waited, possibly by frames it parsed itself).
     pub cq: bool,
     /// The caller's other descriptor.
     pub other: bool,

@@ -8,7 +8,9 @@
 
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+#[cfg(test)]
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -53,7 +55,9 @@ pub(super) struct QpShared {
     pub cm: EventQueue<CmEvent>,
     /// Fast-path copy of "the QP is in the error state".
     pub error: AtomicBool,
-    /// Frames parsed by a thread waiting on the receive CQ rather than the receive thread.
+    /// Frames parsed by a thread waiting on the receive CQ rather than the receive thread
+    /// (counted for the tests only: no atomic per frame in release builds).
+    #[cfg(test)]
     pub frames_inline: AtomicU64,
     pub state: Mutex<ConnState>,
     pub initiator_depth: AtomicU8,
@@ -190,6 +194,7 @@ impl Qp {
             rq: Mutex::new(rq),
             cm: EventQueue::new()?,
             error: AtomicBool::new(false),
+            #[cfg(test)]
             frames_inline: AtomicU64::new(0),
             state: Mutex::new(state),
             initiator_depth: AtomicU8::new(0),

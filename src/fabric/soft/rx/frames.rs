@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use crate::fabric::{Access, CmEvent, WcStatus};
 
-use super::super::mr::{invalidate, resolve_local, resolve_remote};
+use super::super::mr::{invalidate, resolve_local, resolve_remote, MrAccess};
 use super::super::queue::{Resp, RespKind, TxKindOf};
 use super::super::wire::{Header, Opcode, Syndrome, HEADER_LEN};
 use super::{io, Closed, Rx};
@@ -120,22 +120,28 @@ impl Rx {
         Ok(true)
     }
 
+    /// The memory a one-sided request `h` names, if its rkey, range and `access` check out
+    /// against this QP's PD (and, for a window, this QP).
+    fn remote(&self, h: &Header, access: Access) -> Option<MrAccess> {
+        let sh = &self.sh;
+        let len = h.length as u64;
+        resolve_remote(
+            &sh.dev,
+            h.rkey,
+            h.remote_addr,
+            len,
+            access,
+            sh.pd_id,
+            sh.qpn,
+        )
+    }
+
     fn on_write(&mut self, h: &Header) -> Result<(), Closed> {
         if !self.gate(h)? {
             return Ok(());
         }
         if h.length > 0 {
-            let (dev, pd, qpn) = (&self.sh.dev, self.sh.pd_id, self.sh.qpn);
-            let len = h.length as u64;
-            match resolve_remote(
-                dev,
-                h.rkey,
-                h.remote_addr,
-                len,
-                Access::REMOTE_WRITE,
-                pd,
-                qpn,
-            ) {
+            match self.remote(h, Access::REMOTE_WRITE) {
                 Some(acc) => {
                     let dst = acc.slice_mut(h.remote_addr, h.length as usize);
                     self.rd.read_exact(dst).map_err(io)?;
@@ -155,17 +161,7 @@ impl Rx {
             return Ok(());
         }
         let acc = if h.length > 0 {
-            let (dev, pd, qpn) = (&self.sh.dev, self.sh.pd_id, self.sh.qpn);
-            let len = h.length as u64;
-            match resolve_remote(
-                dev,
-                h.rkey,
-                h.remote_addr,
-                len,
-                Access::REMOTE_READ,
-                pd,
-                qpn,
-            ) {
+            match self.remote(h, Access::REMOTE_READ) {
                 Some(acc) => Some(acc),
                 None => return self.responder_error(h.psn, Syndrome::RemoteAccess),
             }

@@ -38,8 +38,9 @@ use super::rxbuf::RxBuf;
 use super::tx;
 use super::wire::{Header, HEADER_LEN};
 
-/// Socket read buffer. Frames up to this size can be parsed by a CQ waiter; larger payloads
-/// are read by the receive thread straight into registered memory.
+/// Socket read buffer. A CQ waiter parses frames up to this size once they are whole in it, and
+/// larger ones only if all their bytes have arrived; large payloads are read straight into
+/// registered memory.
 const RX_BUF: usize = 128 * 1024;
 /// Sink for payloads that are refused or not needed.
 const SCRATCH: usize = 64 * 1024;
@@ -305,6 +306,7 @@ impl Rx {
             self.rd.blocking = false;
             r?;
             frames += 1;
+            #[cfg(test)]
             if inline {
                 self.sh.frames_inline.fetch_add(1, Ordering::Relaxed);
             }
