@@ -361,8 +361,8 @@ impl Arena {
     pub fn unpinned(bytes: usize) -> Result<Arena, ArenaError> {
         Arena::map(&ArenaConfig {
             bytes: ByteSize(bytes as u64),
-            hugepages: false,
             lock: false,
+            ..ArenaConfig::default()
         })
     }
 

@@ -107,7 +107,9 @@ pub struct Config {
     /// `[target]`: threads and polling.
     #[serde(default)]
     pub target: TargetConfig,
-    /// `[arena]`: the pinned buffer all connections' windows are carved from.
+    /// `[arena]`: the pinned buffer all connections' windows are carved from. Optional: without
+    /// `bytes` it is sized from the limits ([`ArenaConfig::bytes_for`]).
+    #[serde(default)]
     pub arena: ArenaConfig,
     /// `[limits]`: per-connection and per-controller limits advertised to hosts.
     #[serde(default)]
@@ -279,7 +281,9 @@ pub enum PollMode {
 #[serde(deny_unknown_fields)]
 pub struct ArenaConfig {
     /// Total bytes, pinned at start. Must hold at least one connection's window at
-    /// `limits.max_queue_depth`; each connection takes one window.
+    /// `limits.max_queue_depth`; each connection takes one window. Absent (or 0): sized from
+    /// the limits when the file is read ([`ArenaConfig::bytes_for`]).
+    #[serde(default)]
     pub bytes: ByteSize,
     /// Back the arena with 2 MiB huge pages (reserve them first in /proc/sys/vm/nr_hugepages).
     #[serde(default)]
@@ -288,6 +292,42 @@ pub struct ArenaConfig {
     /// RLIMIT_MEMLOCK fail at start with the limit named, not at the first connection).
     #[serde(default = "yes")]
     pub lock: bool,
+    /// `bytes` was not given and [`ArenaConfig::bytes_for`] chose it (said in the log).
+    #[serde(skip)]
+    pub sized_from_limits: bool,
+}
+
+impl Default for ArenaConfig {
+    fn default() -> Self {
+        ArenaConfig {
+            bytes: ByteSize(0),
+            hugepages: false,
+            lock: true,
+            sized_from_limits: false,
+        }
+    }
+}
+
+impl ArenaConfig {
+    /// Connections a default arena holds at `limits.max_queue_depth` (fewer if
+    /// `limits.max_connections` is lower): an admin queue and the I/O queues the Linux host
+    /// opens on a 15-CPU machine, or several smaller hosts.
+    pub const DEFAULT_CONNECTIONS: u32 = 16;
+
+    /// The arena an absent `bytes` means: [`Self::DEFAULT_CONNECTIONS`] windows at the
+    /// largest queue depth, rounded up to 2 MiB (a huge page). `None` if the limits are out of
+    /// range (validation names them).
+    pub fn bytes_for(limits: &Limits) -> Option<u64> {
+        if !(MIN_QUEUE_DEPTH..=MAX_QUEUE_DEPTH).contains(&limits.max_queue_depth)
+            || limits.max_io_size == 0
+            || limits.max_io_size > MAX_IO_SIZE
+        {
+            return None;
+        }
+        let window = limits.window_layout(limits.max_queue_depth).total_bytes as u64;
+        let n = u64::from(limits.max_connections.clamp(1, Self::DEFAULT_CONNECTIONS));
+        Some((window * n).next_multiple_of(2 << 20))
+    }
 }
 
 fn yes() -> bool {
@@ -622,6 +662,13 @@ impl Config {
                 message: e.message().to_owned(),
             }
         })?;
+        let mut cfg = cfg;
+        if cfg.arena.bytes.bytes() == 0 {
+            if let Some(bytes) = ArenaConfig::bytes_for(&cfg.limits) {
+                cfg.arena.bytes = ByteSize(bytes);
+                cfg.arena.sized_from_limits = true;
+            }
+        }
         let problems = cfg.problems();
         if problems.is_empty() {
             Ok(cfg)

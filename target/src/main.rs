@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
-use rdmablk_target::config::Config;
+use rdmablk_target::config::{ArenaConfig, Config};
 use rdmablk_target::control::ControlServer;
 use rdmablk_target::metrics::MetricsServer;
 use rdmablk_target::{systemd, Target};
@@ -25,8 +25,35 @@ struct Args {
     check: bool,
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
     let args = Args::parse();
+    match run(args) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rdmablk-target: error: {}", one_line(&e));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// The error and its causes on one line, each cause once: our errors already carry their
+/// source's text in their own message, so a cause that the line already says is left out.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
+fn run(args: Args) -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -36,6 +63,18 @@ fn main() -> anyhow::Result<()> {
         .with_ansi(std::io::stderr().is_terminal())
         .init();
     let cfg = Config::from_file(&args.config)?;
+    if cfg.arena.sized_from_limits {
+        tracing::info!(
+            "[arena] bytes not set: sized {} for {} connections at limits.max_queue_depth {} \
+             and limits.max_io_size {} (set [arena] bytes to choose)",
+            cfg.arena.bytes,
+            cfg.limits
+                .max_connections
+                .min(ArenaConfig::DEFAULT_CONNECTIONS),
+            cfg.limits.max_queue_depth,
+            cfg.limits.max_io_size,
+        );
+    }
     if args.check {
         println!("{}: configuration is valid", args.config.display());
         return Ok(());
@@ -44,10 +83,6 @@ fn main() -> anyhow::Result<()> {
     // main thread alone receives them through sigwait.
     let signals = block_signals().context("blocking SIGINT/SIGTERM")?;
     let target = Target::start(cfg).context("starting the target")?;
-    for addr in target.local_addrs() {
-        // One machine-readable line per listener, for scripts and tests.
-        println!("listening {addr}");
-    }
     let handle = target.handle();
     handle.set_config_path(args.config.clone());
     let socket = handle.control_socket();
@@ -62,7 +97,15 @@ fn main() -> anyhow::Result<()> {
         ),
         None => None,
     };
+    // Every listener, the control socket and the metrics endpoint are bound and listening
+    // (each `start` returns after listen(2)), so a connection made from now on is accepted.
+    // One machine-readable line per listener, then `ready`: the line scripts and tests wait
+    // for (docs/target.md), printed when systemd is told READY=1, never before.
+    for addr in target.local_addrs() {
+        println!("listening {addr}");
+    }
     systemd::notify("READY=1");
+    println!("ready");
     let sig = loop {
         let sig = wait_signal(&signals).context("waiting for a signal")?;
         if sig != libc::SIGHUP {

@@ -64,6 +64,37 @@ fn verify(ctrl: &rdmablk_initiator::Controller, nsid: u32, seed: u8) -> Result<(
         .ok_or_else(|| "data differs".into())
 }
 
+/// Regression (a fresh CI machine lost this race): `ready` on stdout means the control socket
+/// and the metrics endpoint accept too, not just the listeners. Each start is tried the moment
+/// the line arrives, as an operator's script would.
+#[test]
+fn ready_means_the_control_socket_and_metrics_accept() {
+    let dir = tmp_dir("control-ready");
+    for n in 0..8 {
+        let sock = dir.join(format!("ctl-{n}.sock"));
+        let metrics = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let cfg = config_text(free_port(), 2, r#"{ kind = "null", size = "16MiB" }"#).replace(
+            "socket = \"\"   # parallel tests: no shared default socket",
+            &format!(
+                "socket = \"{}\"\n[metrics]\naddress = \"{metrics}\"",
+                sock.display()
+            ),
+        );
+        let mut t = TargetProc::spawn(&dir, &cfg, n);
+        let control = UnixStream::connect(&sock);
+        let http = std::net::TcpStream::connect(metrics);
+        assert!(control.is_ok(), "start {n}: control socket: {control:?}");
+        assert!(
+            http.is_ok(),
+            "start {n}: metrics endpoint {metrics}: {http:?}"
+        );
+        drop((control, http));
+        t.signal(libc::SIGTERM);
+        assert!(t.wait_exit(Duration::from_secs(30)).success(), "start {n}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn changes_through_the_socket_land_in_the_file_and_the_target() {
     let dir = tmp_dir("control");

@@ -23,10 +23,9 @@ fn serves_then_exits_zero_on_sigterm() {
         .stderr(Stdio::inherit())
         .spawn()
         .expect("start rdmablk-target");
+    let mut out = BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    out.read_line(&mut line).unwrap();
     assert!(
         line.starts_with("listening 127.0.0.1:"),
         "first line: {line:?}"
@@ -37,6 +36,10 @@ fn serves_then_exits_zero_on_sigterm() {
         .unwrap()
         .parse()
         .unwrap();
+    // The readiness line comes last, once the listener and the control socket accept.
+    let mut ready = String::new();
+    out.read_line(&mut ready).unwrap();
+    assert_eq!(ready, "ready\n", "second line");
 
     let (admin, cntlid) = admin_queue(addr, 0);
     let mut q = io_queue(addr, 1, cntlid);
@@ -74,5 +77,42 @@ fn bad_config_names_the_key() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("limits.max_io_size"), "stderr: {err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A namespace whose file cannot be opened is one line on stderr that names the namespace, the
+/// path, the cause and the fix, each once (it was three `Caused by:` lines repeating each
+/// other).
+#[test]
+fn an_unopenable_namespace_is_one_line_naming_it() {
+    let dir = std::env::temp_dir().join(format!("rdmablk-nsopen-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("target.toml");
+    let missing = dir.join("no-such-dir/ns1.img");
+    let backend = format!(r#"{{ kind = "file", path = "{}" }}"#, missing.display());
+    let text =
+        config_text(free_port(), "32MiB", "").replace(RAM_BACKEND, &format!("backend = {backend}"));
+    assert!(text.contains(&backend), "config_text changed: {text}");
+    std::fs::write(&cfg, text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_rdmablk-target"))
+        .arg("--config")
+        .arg(&cfg)
+        .env("RUST_LOG", "off")
+        .env_remove("RUST_BACKTRACE")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "stderr: {err}");
+    let path = missing.display().to_string();
+    assert_eq!(lines[0].matches(&path).count(), 1, "stderr: {err}");
+    assert_eq!(lines[0].matches("No such file").count(), 1, "stderr: {err}");
+    assert!(
+        lines[0].starts_with("rdmablk-target: error: ")
+            && lines[0].contains("namespace 1")
+            && lines[0].contains("check the path"),
+        "stderr: {err}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

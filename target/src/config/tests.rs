@@ -433,3 +433,32 @@ fn rbd_backend_gets_its_defaults_and_bad_keys_are_named() {
     let err = Config::from_str(&rbd(r#"{ kind = "rbd", pool = "rbd" }"#)).unwrap_err();
     assert!(err.to_string().contains("image"), "{err}");
 }
+
+/// A newcomer's first file (a listener, a subsystem, a RAM namespace) needs no `[arena]`: the
+/// arena is sized from the limits, 16 windows at the largest queue depth, and says so.
+#[test]
+fn a_config_without_arena_gets_one_sized_from_the_limits() {
+    let text = MINIMAL.replace("[arena]\nbytes = \"64MiB\"\n", "");
+    let c = Config::from_str(&text).unwrap();
+    let window = c.max_window_layout().total_bytes as u64;
+    assert!(c.arena.sized_from_limits && c.arena.lock && !c.arena.hugepages);
+    assert_eq!(
+        c.arena.bytes.bytes(),
+        (16 * window).next_multiple_of(2 << 20)
+    );
+    // Fewer connections allowed, fewer windows; a table without `bytes` is sized the same way.
+    let few = text.replace(
+        "[[listener]]",
+        "[limits]\nmax_connections = 3\n[[listener]]",
+    );
+    let few =
+        Config::from_str(&few.replace("[[subsystem]]", "[arena]\nlock = false\n[[subsystem]]"))
+            .unwrap();
+    assert!(few.arena.sized_from_limits && !few.arena.lock);
+    assert_eq!(
+        few.arena.bytes.bytes(),
+        (3 * window).next_multiple_of(2 << 20)
+    );
+    // A size given is kept as given.
+    assert!(!Config::from_str(MINIMAL).unwrap().arena.sized_from_limits);
+}

@@ -103,7 +103,8 @@ pub struct TargetProc {
 
 impl TargetProc {
     /// Starts the binary on `cfg` (written to `dir/target.toml`); stderr goes to
-    /// `dir/target-N.log`. Returns once it prints its listening address.
+    /// `dir/target-N.log`. Returns once it prints `ready` (its first
+    /// listener's address is `addr`).
     pub fn spawn(dir: &Path, cfg: &str, n: u32) -> TargetProc {
         let cfg_path = dir.join("target.toml");
         std::fs::write(&cfg_path, cfg).unwrap();
@@ -120,18 +121,32 @@ impl TargetProc {
             .spawn()
             .expect("start rdmablk-target");
         let mut out = BufReader::new(child.stdout.take().unwrap());
+        // `listening ADDR` per listener, then `ready` once everything accepts (docs/target.md).
+        let mut addr = None;
         let mut line = String::new();
-        out.read_line(&mut line).unwrap();
-        let Some(addr) = line.trim().strip_prefix("listening ") else {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "target did not start: stdout {line:?}\n{}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-        };
+        loop {
+            line.clear();
+            let n = out.read_line(&mut line).unwrap_or(0);
+            let l = line.trim();
+            if n > 0 && l == "ready" && addr.is_some() {
+                break;
+            }
+            match l.strip_prefix("listening ") {
+                Some(a) if n > 0 && addr.is_none() => addr = Some(a.parse().unwrap()),
+                Some(_) if n > 0 => {}
+                _ => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!(
+                        "target did not start: stdout {line:?}\n{}",
+                        std::fs::read_to_string(&log).unwrap_or_default()
+                    );
+                }
+            }
+        }
+        let addr: SocketAddr = addr.unwrap();
         TargetProc {
-            addr: addr.parse().unwrap(),
+            addr,
             child,
             log,
             _stdout: out,
