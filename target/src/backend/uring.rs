@@ -56,6 +56,30 @@ struct FileState {
     /// Deallocate (PUNCH_HOLE) leaves zeroes: regular files, and block devices that have
     /// WRITE ZEROES (the kernel punches with a zeroing unmap, never a plain discard).
     deallocate_zeroes: bool,
+    /// The power-cut test's negative control ([`ignore_durability_for_tests`]).
+    ignore_durability: bool,
+}
+
+/// The variable that makes a debug build lie about durability; see
+/// [`ignore_durability_for_tests`].
+pub const IGNORE_DURABILITY_ENV: &str = "RDMABLK_TEST_IGNORE_FUA_AND_FLUSH";
+
+/// The negative control of the power-cut test (`POWERCUT_NEGATIVE_CONTROL=1 tools/powercut`,
+/// docs/reliability.md): with `RDMABLK_TEST_IGNORE_FUA_AND_FLUSH=1` in its environment, a
+/// *debug* build turns FUA writes into plain writes and Flush into a no-op, so that the test
+/// shows it catches a target that acknowledges durability it does not have. Release builds
+/// have no such switch (`cfg!(debug_assertions)` is false there and the branch is gone).
+fn ignore_durability_for_tests(path: &Path) -> bool {
+    let on = cfg!(debug_assertions)
+        && std::env::var_os(IGNORE_DURABILITY_ENV).is_some_and(|v| v == "1");
+    if on {
+        tracing::warn!(
+            path = %path.display(),
+            "{IGNORE_DURABILITY_ENV}=1: FUA and Flush are IGNORED (test-only negative control; \
+             acknowledged writes can be lost)"
+        );
+    }
+    on
 }
 
 fn open_error(path: &Path, read_only: bool, source: std::io::Error) -> BackendError {
@@ -274,6 +298,7 @@ impl UringFile {
             mem_align,
             zero_range: AtomicBool::new(true),
             deallocate_zeroes: true,
+            ignore_durability: ignore_durability_for_tests(path),
         })))
     }
 
@@ -378,7 +403,11 @@ impl UringQueue {
                 if !aligned(buf.as_ptr()) {
                     return Err(IoError::new(IoErrorKind::InvalidRequest));
                 }
-                let flags = if fua { libc::RWF_DSYNC } else { 0 };
+                let flags = if fua && !f.ignore_durability {
+                    libc::RWF_DSYNC
+                } else {
+                    0
+                };
                 let e = match ring.fixed_index(buf.as_ptr(), buf.len() as usize) {
                     Some(i) => opcode::WriteFixed::new(fd, buf.as_ptr(), buf.len(), i)
                         .offset(off(lba))
@@ -391,6 +420,7 @@ impl UringQueue {
                 };
                 (e, 0)
             }
+            IoOp::Flush if f.ignore_durability => (opcode::Nop::new().build(), 0),
             IoOp::Flush => (
                 opcode::Fsync::new(fd)
                     .flags(types::FsyncFlags::DATASYNC)
