@@ -158,7 +158,9 @@ fn conformance_soft_two_processes() {
 fn conformance_verbs() {
     let devices = match Device::list(ProviderKind::Verbs) {
         Ok(d) if !d.is_empty() => d,
-        Ok(_) => panic!("no RDMA device (Device::list(Verbs) is empty; load rdma_rxe and add rxe0)"),
+        Ok(_) => {
+            panic!("no RDMA device (Device::list(Verbs) is empty; load rdma_rxe and add rxe0)")
+        }
         Err(e) => panic!("cannot list RDMA devices: {e}"),
     };
     let addr = std::env::var("RDMABLK_TEST_VERBS_ADDR").unwrap_or_else(|_| {
@@ -181,7 +183,13 @@ fn conformance_verbs() {
     let may_skip = std::env::var("RDMABLK_TEST_VERBS_MAY_SKIP")
         .map(|n| n.parse().expect("RDMABLK_TEST_VERBS_MAY_SKIP: a count"))
         .unwrap_or(0);
-    assert_clean(r.passed(), r.failed(), r.skipped(), may_skip, "verbs, in-process");
+    assert_clean(
+        r.passed(),
+        r.failed(),
+        r.skipped(),
+        may_skip,
+        "verbs, in-process",
+    );
 }
 
 #[test]

@@ -70,8 +70,8 @@ pub const IGNORE_DURABILITY_ENV: &str = "RDMABLK_TEST_IGNORE_FUA_AND_FLUSH";
 /// shows it catches a target that acknowledges durability it does not have. Release builds
 /// have no such switch (`cfg!(debug_assertions)` is false there and the branch is gone).
 fn ignore_durability_for_tests(path: &Path) -> bool {
-    let on = cfg!(debug_assertions)
-        && std::env::var_os(IGNORE_DURABILITY_ENV).is_some_and(|v| v == "1");
+    let on =
+        cfg!(debug_assertions) && std::env::var_os(IGNORE_DURABILITY_ENV).is_some_and(|v| v == "1");
     if on {
         tracing::warn!(
             path = %path.display(),
