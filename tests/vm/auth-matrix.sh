@@ -122,11 +122,11 @@ CFG
 RUST_LOG=${RUST_LOG:-info} "$TBIN" --config "$WORK/target.toml" >"$WORK/target.out" 2>"$WORK/target.log" &
 TPID=$!
 for _ in $(seq 1 300); do
-  grep -q '^listening' "$WORK/target.out" 2>/dev/null && break
+  grep -q '^ready$' "$WORK/target.out" 2>/dev/null && break
   kill -0 "$TPID" 2>/dev/null || die "target exited at start: $(tail -3 "$WORK/target.log")"
   sleep 0.1
 done
-grep -q '^listening' "$WORK/target.out" || die "target did not start listening"
+grep -q '^ready$' "$WORK/target.out" || die "target did not print ready within 30 s"
 
 ns_dev() {
   local b

@@ -72,8 +72,8 @@ backend = { kind = "ram", size = "64MiB" }
 CFG
 RUST_LOG=info "$BIN" --config "$WORK/target.toml" >"$WORK/target.out" 2>"$WORK/target.log" &
 TPID=$!
-for _ in $(seq 1 300); do grep -q '^listening' "$WORK/target.out" 2>/dev/null && break; sleep 0.1; done
-grep -q '^listening' "$WORK/target.out" || fail "target did not start"
+for _ in $(seq 1 300); do grep -q '^ready$' "$WORK/target.out" 2>/dev/null && break; sleep 0.1; done
+grep -q '^ready$' "$WORK/target.out" || fail "target did not print ready within 30 s"
 modprobe nvme-rdma || fail "modprobe nvme-rdma"
 dmesg -C
 nvme connect -t rdma -a "$IP" -s "$PORT" -n "$NQN" || fail "nvme connect"

@@ -4,7 +4,8 @@
 # and NQN. Sets TPID.
 
 # start_target: starts $BIN on $WORK/target.toml (log appended to $WORK/target.log) and waits
-# up to 60 s for its `listening` line.
+# up to 60 s for its `ready` line (printed once every listener, the control socket and the
+# metrics endpoint accept; the `listening ADDR` lines before it name the listeners).
 start_target() {
   : >"$WORK/target.out"
   say "starting $BIN on $IP:$PORT"
@@ -12,11 +13,11 @@ start_target() {
     2>>"$WORK/target.log" &
   TPID=$!
   for _ in $(seq 1 600); do
-    grep -q '^listening' "$WORK/target.out" 2>/dev/null && break
+    grep -q '^ready$' "$WORK/target.out" 2>/dev/null && break
     kill -0 "$TPID" 2>/dev/null || fail "target exited at start"
     sleep 0.1
   done
-  grep -q '^listening' "$WORK/target.out" || fail "target did not start listening"
+  grep -q '^ready$' "$WORK/target.out" || fail "target did not print ready within 60 s"
   say "$(cat "$WORK/target.out")"
 }
 

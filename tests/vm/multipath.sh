@@ -8,15 +8,19 @@
 # Gateway A listens on $IP:4420 and reports ANA group 1 optimized; gateway B on $IP:4421
 # reports it non-optimized. Same subsystem NQN, same namespace UUID, disjoint cntlid ranges.
 # Steps (a failure names its step):
-#   join       the host connects to both: one subsystem, two controllers, one /dev/nvmeXnY
+#   join       the host connects to both: ONE nvme subsystem for the NQN (sysfs
+#              nvme-subsystem) holding both controllers, each with a path to the namespace,
+#              and one head, the only /dev/nvmeXnY of the NQN
 #   ana        each path's ana_state in sysfs is what its gateway reports, and I/O goes only
 #              through the optimized path (the paths' own write counters)
 #   failover   fio crc32c verify on the multipath device; SIGKILL A mid-run: fio finishes with
-#              no error through B; the longest completion (the failover stall) is reported
+#              no error through B; the longest completion (the failover stall) is reported,
+#              and must be under 2 x KATO
 #   return     A restarted: the host reconnects to it and its path is optimized again
 #   flip       A inaccessible, B optimized by editing both configs + SIGHUP: the host follows
 #              (sysfs), and verified I/O goes only through B
-# Prints "failover stall: N ms (goal < 2 x KATO = M ms)" and RESULT: PASS or FAIL.
+# Prints "failover stall: N ms (goal < 2 x KATO = M ms)" and RESULT: PASS or FAIL (a stall of
+# 2 x KATO or more fails the failover step).
 #
 # Env: RDMABLK_TARGET (binary; default build/debug/rdmablk-target), RXE_VM_IP (10.0.2.15),
 #      FIO_SIZE (48m).
@@ -99,16 +103,16 @@ backend = { kind = "file", path = "$WORK/shared.img" }
 CFG
 }
 
-# start G: starts gateway G with its configuration; waits until it listens.
+# start G: starts gateway G with its configuration; waits for its `ready` line.
 start() {
   RUST_LOG=${RUST_LOG:-info} "$BIN" --config "$WORK/$1.toml" >"$WORK/$1.out" 2>>"$WORK/$1.log" &
   PID[$1]=$!
   for _ in $(seq 1 300); do
-    grep -q '^listening' "$WORK/$1.out" 2>/dev/null && return 0
+    grep -q '^ready$' "$WORK/$1.out" 2>/dev/null && return 0
     kill -0 "${PID[$1]}" 2>/dev/null || fail "gateway $1 exited at start"
     sleep 0.1
   done
-  fail "gateway $1 did not start listening"
+  fail "gateway $1 did not print ready within 30 s"
 }
 
 # ctrl_at PORT: the controller (nvmeX) of $NQN connected to $IP:PORT.
@@ -202,16 +206,39 @@ CA=$(ctrl_at 4420) || fail "no controller to port 4420"
 CB=$(ctrl_at 4421) || fail "no controller to port 4421"
 for _ in $(seq 1 100); do DEV=$(head_dev) && break; sleep 0.1; done
 [ -n "${DEV:-}" ] || fail "no multipath block device for $NQN"
-ncontrollers=$(ls -d /sys/class/nvme-subsystem/*/nvme[0-9]* 2>/dev/null |
-  while read -r c; do [ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$NQN" ] && echo "$c"; done | wc -l)
-[ "$ncontrollers" = 2 ] || fail "the subsystem has $ncontrollers controllers, wanted 2 (one head)"
-# Path devices (nvmeXcYnZ) are hidden gendisks; count only the heads (nvmeXnY).
-ndevs=$(for b in /sys/block/nvme*n*; do
-  [[ $(basename "$b") =~ ^nvme[0-9]+n[0-9]+$ ]] || continue
-  [ "$(cat "$b/device/subsysnqn" 2>/dev/null)" = "$NQN" ] && echo "$b"; done | wc -l)
-[ "$ndevs" = 1 ] || fail "$ndevs block devices for one shared namespace, wanted 1 (a multipath head)"
+# ONE nvme subsystem for the NQN, with both controllers under it, each with its path
+# (nvmeXcYn1, a hidden gendisk) to the namespace, and one head in it: $DEV, the only block
+# device of the NQN. Polled: a new controller scans its namespaces in the background.
+for _ in $(seq 1 100); do
+  why='' subs=()
+  for s in /sys/class/nvme-subsystem/nvme-subsys*; do
+    [ "$(cat "$s/subsysnqn" 2>/dev/null)" = "$NQN" ] && subs+=("$s")
+  done
+  if [ ${#subs[@]} != 1 ]; then
+    why="${#subs[@]} nvme subsystems for $NQN, wanted 1"
+  else
+    SUBSYS=${subs[0]}
+    for c in "$CA" "$CB"; do
+      [ -e "$SUBSYS/$c" ] || why="$why controller $c is not in ${SUBSYS##*/};"
+      ls -d /sys/class/nvme/"$c"/nvme*c*n1 >/dev/null 2>&1 || why="$why controller $c has no path to the namespace;"
+    done
+    nctrl=0
+    for c in "$SUBSYS"/nvme*; do [[ ${c##*/} =~ ^nvme[0-9]+$ ]] && nctrl=$((nctrl + 1)); done
+    [ "$nctrl" = 2 ] || why="$why ${SUBSYS##*/} has $nctrl controllers, wanted 2;"
+    heads=$(for b in "$SUBSYS"/nvme*n*; do [[ ${b##*/} =~ ^nvme[0-9]+n[0-9]+$ ]] && echo "${b##*/}"; done)
+    [ "$heads" = "${DEV#/dev/}" ] || why="$why heads in ${SUBSYS##*/}: '${heads//$'\n'/ }', wanted ${DEV#/dev/} alone;"
+    # Path devices (nvmeXcYnZ) are hidden gendisks; count only the heads (nvmeXnY).
+    ndevs=$(for b in /sys/block/nvme*n*; do
+      [[ $(basename "$b") =~ ^nvme[0-9]+n[0-9]+$ ]] || continue
+      [ "$(cat "$b/device/subsysnqn" 2>/dev/null)" = "$NQN" ] && echo "$b"; done | wc -l)
+    [ "$ndevs" = 1 ] || why="$why $ndevs block devices for one shared namespace, wanted 1;"
+  fi
+  [ -z "$why" ] && break
+  sleep 0.1
+done
+[ -z "$why" ] || fail "not one multipath head: ${why# }"
 say "controllers $CA (A, cntlid $(cat /sys/class/nvme/$CA/cntlid)) and $CB (B, cntlid" \
-  "$(cat /sys/class/nvme/$CB/cntlid)) under one head $DEV"
+  "$(cat /sys/class/nvme/$CB/cntlid)) in ${SUBSYS##*/} under one head $DEV"
 
 step ana
 wait_state 4420 optimized 10
@@ -235,6 +262,8 @@ ERRS=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["jobs"][0
   "$WORK/failover.json")
 [ "$ERRS" = 0 ] || fail "fio reports error $ERRS"
 say "failover stall: $STALL_MS ms (goal < 2 x KATO = $((2 * KATO_S * 1000)) ms)"
+[ "$STALL_MS" -lt $((2 * KATO_S * 1000)) ] ||
+  fail "the failover stall, $STALL_MS ms, is not under 2 x KATO ($((2 * KATO_S * 1000)) ms)"
 fio_verify failover --verify_only=1 --output="$WORK/verify-after.txt" ||
   { cat "$WORK/verify-after.txt"; fail "data written through the failover does not verify"; }
 

@@ -6,7 +6,8 @@
 #   tools/rxe-vm/run-in-vm.sh bash tests/vm/nvmet-interop.sh      (from the repository root)
 #
 # Needs: build/debug/examples/verify (cargo build -p rdmablk-initiator --example verify),
-#        or set VERIFY_BIN. Prints PASS/FAIL; exit status 0 only on PASS.
+#        or set VERIFY_BIN; python3 (the backing-store check). A missing tool is a FAIL.
+#        Prints PASS/FAIL; exit status 0 only on PASS.
 set -uo pipefail
 
 IP=${NVMET_IP:-10.0.2.15}
@@ -23,6 +24,7 @@ step() { echo "== $*"; }
 
 [ -x "$BIN" ] || fail "$BIN missing: cargo build -p rdmablk-initiator --example verify"
 [ "$(id -u)" = 0 ] || fail "must run as root (inside the VM)"
+command -v python3 >/dev/null || fail "python3 is missing (the backing-store check needs it)"
 
 step "kernel target: modprobe nvmet nvmet-rdma"
 modprobe nvmet || fail "modprobe nvmet"
@@ -85,8 +87,7 @@ echo "$out" | grep -q "unknown subsystem NQN" || fail "unknown-NQN refusal not r
 
 step "the target's backing store holds what the initiator wrote (last pass: 64 KiB at 0)"
 sync
-if command -v python3 >/dev/null; then
-  python3 - "$DEV" <<'PY' || fail "backing store differs from the written pattern"
+python3 - "$DEV" <<'PY' || fail "backing store differs from the written pattern"
 import sys
 want = bytes(((x ^ (x >> 9) ^ (x >> 17)) & 0xFF) ^ ((2 * 0x5B) & 0xFF) for x in range(65536))
 with open(sys.argv[1], "rb") as f:
@@ -97,8 +98,5 @@ if got != want:
     sys.exit(1)
 print("backing store: 64 KiB match")
 PY
-else
-  echo "python3 missing in the VM: backing-store check skipped"
-fi
 
 echo PASS

@@ -93,8 +93,8 @@ backend = $backend
 CFG
 RUST_LOG=warn "$BIN/rdmablk-target" --config $d/target.toml \
   > $d/target.out 2> "$OUT/target-$TRIAL.log" &
-for _ in $(seq 300); do grep -q '^listening' $d/target.out 2>/dev/null && break; sleep 0.1; done
-grep -q '^listening' $d/target.out || fail "rdmablk-target did not start ($OUT/target-$TRIAL.log)"
+for _ in $(seq 300); do grep -q '^ready$' $d/target.out 2>/dev/null && break; sleep 0.1; done
+grep -q '^ready$' $d/target.out || fail "rdmablk-target did not print ready within 30 s ($OUT/target-$TRIAL.log)"
 say "writing to $MODE ($(path_of "$MODE")) until the power is cut"
 "$BIN/rdmablk-powercut" write "rdma://$RXE_ADDR:4420/$NQN" \
   --journal "$OUT/trial-$TRIAL.journal" --trial "$TRIAL" --blocks "$BLOCKS" --seed "${SEED:-1}" \

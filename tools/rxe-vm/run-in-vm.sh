@@ -17,12 +17,17 @@
 # "eth0" with $RXE_VM_IP/24 and binds rxe0 to it.  The command runs as root in
 # $PWD with the caller's exported environment; its stdout/stderr are streamed
 # back separately (virtio-serial), and its exit status becomes ours.
-# Exit codes: the command's, 124 = timeout, 125 = VM/setup failure.
+# Exit codes: the command's, 124 = timeout, 125 = VM/setup failure, 2 = the requested kernel
+# package cannot be used (never another kernel instead: no fallback).
 #
 # Env: RXE_VM_DIR (/tmp/rxe-vm) RXE_VM_KPKG (linux-image-6.1.0-56-amd64; e.g.
 #        linux-image-6.12.95+deb12-amd64 for NVMe in-band auth, fetched from
-#        bookworm-backports through a private apt state in $RXE_VM_DIR/apt)
-#      RXE_VM_KDEB (use this .deb instead of apt-get download)
+#        bookworm-backports through a private apt state in $RXE_VM_DIR/apt; a package that
+#        cannot be downloaded or unpacked is an error, exit 2)
+#      RXE_VM_KDEB (use this .deb instead of apt-get download; its Package must be
+#        RXE_VM_KPKG, or the default above)
+#      RXE_VM_KREL (a file: each VM start appends the guest's `uname -r` to it, one line,
+#        "unknown" when the guest did not get as far as reporting it)
 #      RXE_VM_TIMEOUT (900 s, whole VM) RXE_VM_MEM (2048 MiB) RXE_VM_SMP (2)
 #      RXE_VM_IP (10.0.2.15) RXE_VM_MTU (1500) RXE_VM_MODULES (extra modules)
 #      RXE_VM_RW (extra writable dirs) RXE_VM_VERBOSE=1 (console + timings)
@@ -50,6 +55,8 @@ DEFAULT_KPKG=linux-image-6.1.0-56-amd64
 if [ "$KPKG" = "$DEFAULT_KPKG" ]; then KROOT=$VMDIR/kroot; else KROOT=$VMDIR/kroot-$KPKG; fi
 
 die() { echo "rxe-vm: error: $*" >&2; exit 125; }
+# the requested kernel cannot be used: exit 2, and no other kernel is tried
+refuse() { echo "rxe-vm: error: $*" >&2; exit 2; }
 log() { [ "$VERBOSE" = 1 ] && echo "rxe-vm: $*" >&2 || true; }
 
 for t in qemu-system-x86_64 dpkg-deb depmod cpio gzip xz flock timeout; do
@@ -80,28 +87,38 @@ backports_download() {
   (cd "$VMDIR" && apt-get "${o[@]}" download "$1" >&2)
 }
 
+# The tree of $KPKG in $KROOT ($KROOT/.ok names the package it was unpacked from: a tree of
+# another package, e.g. one an older copy of this script fell back to, is unpacked again).
 prepare_kernel() {
-  [ -f "$KROOT/.ok" ] && return 0
-  local deb=${RXE_VM_KDEB:-}
+  [ -f "$KROOT/.ok" ] && [ "$(cat "$KROOT/.ok")" = "$KPKG" ] && return 0
+  local deb=${RXE_VM_KDEB:-} pkg
   if [ -z "$deb" ]; then
     deb=$(ls "$VMDIR"/"$KPKG"_*.deb 2>/dev/null | head -1 || true)
     if [ -z "$deb" ]; then
       echo "rxe-vm: downloading $KPKG ..." >&2
-      if ! (cd "$VMDIR" && apt-get download "$KPKG" >&2) && ! backports_download "$KPKG"; then
-        # pinned ABI gone from the mirror? take whatever linux-image-amd64 depends on now
-        KPKG=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
-        [ -n "$KPKG" ] || die "apt-get download failed (try apt-get update, or set RXE_VM_KDEB)"
-        echo "rxe-vm: falling back to $KPKG" >&2
-        (cd "$VMDIR" && apt-get download "$KPKG" >&2) || die "apt-get download $KPKG failed"
-      fi
-      deb=$(ls "$VMDIR"/"$KPKG"_*.deb | head -1)
+      (cd "$VMDIR" && apt-get download "$KPKG" >&2) || backports_download "$KPKG" ||
+        refuse "cannot download $KPKG (apt-get download, and from bookworm-backports); no" \
+               "other kernel is used instead: run apt-get update, put the .deb in $VMDIR, set" \
+               "RXE_VM_KDEB to it, or name another package in RXE_VM_KPKG"
+      deb=$(ls "$VMDIR"/"$KPKG"_*.deb 2>/dev/null | head -1 || true)
+      [ -n "$deb" ] || refuse "apt-get download $KPKG left no ${KPKG}_*.deb in $VMDIR"
     fi
   fi
+  [ -f "$deb" ] || refuse "no kernel package file $deb (RXE_VM_KDEB)"
+  pkg=$(dpkg-deb -f "$deb" Package 2>/dev/null) || refuse "$deb is not a .deb"
+  [ "$pkg" = "$KPKG" ] ||
+    refuse "$deb is $pkg, not the requested $KPKG (set RXE_VM_KPKG=$pkg to use it)"
   rm -rf "$KROOT"
-  dpkg-deb -x "$deb" "$KROOT" || die "cannot extract $deb"
-  local kver; kver=$(ls "$KROOT/lib/modules" | head -1)
+  dpkg-deb -x "$deb" "$KROOT" || refuse "cannot extract $deb"
+  # Debian 13 (merged /usr) ships the modules under usr/lib/modules
+  if [ ! -d "$KROOT/lib/modules" ] && [ -d "$KROOT/usr/lib/modules" ]; then
+    mkdir -p "$KROOT/lib" && mv "$KROOT/usr/lib/modules" "$KROOT/lib/modules"
+  fi
+  local kver; kver=$(ls "$KROOT/lib/modules" 2>/dev/null | head -1)
+  [ -n "$kver" ] && [ -f "$KROOT/boot/vmlinuz-$kver" ] ||
+    refuse "$deb has no lib/modules/VERSION (or usr/lib/modules) with a boot/vmlinuz-VERSION"
   depmod -b "$KROOT" "$kver" || die "depmod failed"
-  touch "$KROOT/.ok"
+  echo "$KPKG" > "$KROOT/.ok"
 }
 
 # ordered (deps first) list of module paths for the given module names
@@ -212,6 +229,7 @@ exec 2>/dev/console  # until the command runs, errors go to the serial log
 # PID 1 must not exit (kernel panic); wait with a builtin, 9p vanishes during power-off
 poweroff() { sync; echo o > /proc/sysrq-trigger; read -r -t 60 -u 7; }
 t0=$(cut -d' ' -f1 /proc/uptime)
+uname -r > /run/rxe-vm/krel  # the host appends it to $RXE_VM_KREL
 source /run/rxe-vm/env.sh
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH
 fail() { echo "$*" > /run/rxe-vm/error; echo "rxe-vm-guest: $*" >&2; poweroff; }
@@ -284,6 +302,11 @@ for f in "$RUN"/*.fifo; do exec 8<>"$f"; exec 8>&-; done
 wait $CAT1 $CAT2 $CAT3 2>/dev/null || true
 
 log "VM wall time $(awk "BEGIN{printf \"%.1f\", $T1-$T0}")s; guest: $(cat "$RUN/timing" 2>/dev/null || echo n/a)"
+KREL_GUEST=$(head -n 1 "$RUN/krel" 2>/dev/null || true)
+log "guest kernel: ${KREL_GUEST:-unknown} (booted $KVER from $KPKG)"
+if [ -n "${RXE_VM_KREL:-}" ]; then
+  echo "${KREL_GUEST:-unknown}" >> "$RXE_VM_KREL" || echo "rxe-vm: warning: cannot write $RXE_VM_KREL" >&2
+fi
 if [ -f "$RUN/rc" ]; then exit "$(cat "$RUN/rc")"; fi
 {
   if [ $QRC = 124 ]; then echo "rxe-vm: error: timed out after ${TIMEOUT}s (RXE_VM_TIMEOUT)"
