@@ -9,7 +9,9 @@ use rdmablk::nvme::fabrics::CONNECT_DATA_LEN;
 use rdmablk::nvme::features::{fid, NumQueues};
 use rdmablk::nvme::identify::{self, IdentifyController, IdentifyNamespace, NsDescriptor};
 use rdmablk::nvme::io::{encode_dsm_ranges, DsmRange};
-use rdmablk::nvme::log_page::{self, lid, CommandEffects, GetLogPage, SmartLog};
+use rdmablk::nvme::log_page::{
+    self, lid, CommandEffects, ErrorLogEntry, FwSlotLog, GetLogPage, SmartLog,
+};
 use rdmablk::nvme::opcodes;
 use rdmablk::nvme::properties::{self, Cc};
 use rdmablk::nvme::sgl::KeyedSgl;
@@ -221,6 +223,29 @@ pub fn seeds_cqe_identify() -> Seeds {
         power_cycles: 3,
         ..SmartLog::default()
     };
+    let fw_slot = FwSlotLog {
+        afi: 0x11,
+        frs: [*b"1.0     ", [0; 8], [0; 8], [0; 8], [0; 8], [0; 8], [0; 8]],
+    };
+    let errors = [
+        ErrorLogEntry {
+            error_count: 2,
+            sqid: 1,
+            cid: 0x21,
+            status: Status::INVALID_FIELD.to_field() << 1,
+            param_location: 0x0128,
+            lba: 0x10,
+            nsid: 1,
+            trtype: 1,
+            ..ErrorLogEntry::default()
+        },
+        ErrorLogEntry {
+            error_count: 1,
+            cid: 5,
+            status: Status::CONNECT_INVALID_PARAMETERS.to_field() << 1,
+            ..ErrorLogEntry::default()
+        },
+    ];
     let mut effects = CommandEffects::default();
     effects.admin[usize::from(opcodes::admin::IDENTIFY)] = log_page::effects::CSUPP;
     effects.io[usize::from(opcodes::io::WRITE)] =
@@ -238,6 +263,118 @@ pub fn seeds_cqe_identify() -> Seeds {
             "changed_ns",
             cat(&[&ok, &log_page::encode_changed_ns(&[3, 4])]),
         ),
+        ("fw_slot_log", cat(&[&ok, &fw_slot.encode()])),
+        (
+            "error_log",
+            cat(&[&ok, &errors[0].encode(), &errors[1].encode()]),
+        ),
+    ]
+}
+
+/// `ana_log` input: the ANA log page as a target returns it (header, group descriptors and
+/// their NSID lists), in a buffer of the length the host asked for.
+pub fn seeds_ana_log() -> Seeds {
+    use rdmablk::nvme::ana::{AnaGroup, AnaLog, AnaState};
+    let group = |grpid, state, nsids: &[u32]| AnaGroup {
+        grpid,
+        chgcnt: u64::from(grpid) + 10,
+        state,
+        nsids: nsids.to_vec(),
+    };
+    let two = AnaLog {
+        chgcnt: 7,
+        groups: vec![
+            group(1, AnaState::Optimized, &[1, 2]),
+            group(2, AnaState::Inaccessible, &[5]),
+        ],
+    };
+    let every_state = AnaLog {
+        chgcnt: 1,
+        groups: AnaState::ALL
+            .iter()
+            .zip(1..)
+            .map(|(&s, id)| group(id, s, &[id]))
+            .collect(),
+    };
+    // The initiator asks for a multiple of 4 bytes, at least what its groups and namespaces
+    // need: the target zero-fills the rest.
+    let mut padded = two.encode(false);
+    padded.resize(4096, 0);
+    vec![
+        ("two_groups", two.encode(false)),
+        ("two_groups_rgo", two.encode(true)),
+        ("every_state", every_state.encode(false)),
+        ("no_groups", AnaLog::default().encode(false)),
+        ("two_groups_padded_4k", padded),
+    ]
+}
+
+/// `discovery_log` input: the whole Discovery Log Page (1024-byte header, then NUMREC
+/// 1024-byte entries) as the initiator reads it.
+pub fn seeds_discovery_log() -> Seeds {
+    use rdmablk::nvme::discovery::{
+        adrfam, encode_log, subtype, treq, trtype, DiscoveryLogEntry, DiscoveryLogHeader,
+        EFLAGS_DUPLICATE_RETURNED_INFO, EFLAGS_EPCSD,
+    };
+    use rdmablk::nvme::nqn::DISCOVERY_NQN;
+    let rdma = DiscoveryLogEntry {
+        trtype: trtype::RDMA,
+        adrfam: adrfam::IPV4,
+        subtype: subtype::NVME,
+        treq: treq::NOT_SPECIFIED,
+        portid: 1,
+        cntlid: 0xFFFF,
+        asqsz: 32,
+        eflags: 0,
+        trsvcid: "4420".into(),
+        traddr: "10.0.2.15".into(),
+        subnqn: "nqn.2024-01.io.rdmablk:ram0".into(),
+        tsas: DiscoveryLogEntry::rdma_tsas(),
+    };
+    let current = DiscoveryLogEntry {
+        subtype: subtype::CURRENT_DISCOVERY,
+        eflags: EFLAGS_DUPLICATE_RETURNED_INFO | EFLAGS_EPCSD,
+        subnqn: DISCOVERY_NQN.into(),
+        ..rdma.clone()
+    };
+    let ipv6 = DiscoveryLogEntry {
+        adrfam: adrfam::IPV6,
+        portid: 2,
+        traddr: "fe80::5054:ff:fe12:3456".into(),
+        ..rdma.clone()
+    };
+    let tcp_referral = DiscoveryLogEntry {
+        trtype: trtype::TCP,
+        subtype: subtype::REFERRAL,
+        treq: treq::NOT_REQUIRED,
+        portid: 3,
+        trsvcid: "8009".into(),
+        traddr: "192.168.1.20".into(),
+        subnqn: DISCOVERY_NQN.into(),
+        tsas: [0; 16],
+        ..rdma.clone()
+    };
+    let header = |genctr, numrec| {
+        DiscoveryLogHeader {
+            genctr,
+            numrec,
+            recfmt: 0,
+        }
+        .encode()
+    };
+    // Fields filled to the end with no NUL (a target that does not terminate them).
+    let mut full = rdma.encode();
+    full[32..64].fill(b'9');
+    full[256..512].fill(b'n');
+    full[512..768].fill(b'1');
+    // A header claiming more entries than the answer holds.
+    let short = cat(&[&header(9, 3), &rdma.encode()]);
+    vec![
+        ("empty", encode_log(1, &[])),
+        ("nvmet_rdma", encode_log(4, &[current, rdma.clone()])),
+        ("ipv6_and_referral", encode_log(5, &[ipv6, tcp_referral])),
+        ("unterminated_fields", cat(&[&header(6, 1), &full])),
+        ("numrec_past_the_end", short),
     ]
 }
 
@@ -453,5 +590,7 @@ pub fn all_seeds() -> Vec<(&'static str, Seeds)> {
         ("property_and_features", seeds_property_and_features()),
         ("soft_wire_frame", seeds_soft_wire_frame()),
         ("auth_messages", seeds_auth_messages()),
+        ("ana_log", seeds_ana_log()),
+        ("discovery_log", seeds_discovery_log()),
     ]
 }
