@@ -20,7 +20,8 @@ use std::sync::Arc;
 
 use rdmablk::fabric::ProviderKind;
 use rdmablk::nvme::discovery::{
-    subtype, trtype, DiscoveryLogEntry, DiscoveryLogHeader, DISCOVERY_RECORD_LEN,
+    decode_log, subtype, trtype, DiscoveryLogEntry, DiscoveryLogHeader, DISCOVERY_RECORD_LEN,
+    MAX_LOG_ENTRIES,
 };
 use rdmablk::nvme::log_page::lid;
 use rdmablk::nvme::nqn::DISCOVERY_NQN;
@@ -35,8 +36,6 @@ use crate::stats::Stats;
 
 /// Bytes of the log read per Get Log Page (what libnvme uses: any MDTS allows it).
 const CHUNK: usize = 4096;
-/// Log entries read at most (a target with more is refused rather than trusted).
-const MAX_ENTRIES: u64 = 4096;
 /// Reads of the whole log before giving up while its generation keeps changing.
 const ATTEMPTS: usize = 4;
 
@@ -140,16 +139,14 @@ pub fn discover_with(url: &str, mut opts: ConnectOptions) -> Result<Vec<Discover
     setup.enable(&mut admin, cap)?;
     let log = read_log(&setup, &mut admin);
     setup.shutdown(&mut admin);
-    let (hdr, bytes) = log?;
-    let entries = (1..=hdr.numrec as usize)
-        .map(|i| {
-            DiscoveryLogEntry::decode(&bytes[i * DISCOVERY_RECORD_LEN..])
-                .map(|e| DiscoveryEntry::from_raw(e, url.provider))
-                .map_err(|e| Error::Protocol {
-                    what: format!("discovery log entry {}: {e}", i - 1),
-                })
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let (_, bytes) = log?;
+    let (hdr, raw) = decode_log(&bytes).map_err(|e| Error::Protocol {
+        what: e.to_string(),
+    })?;
+    let entries: Vec<_> = raw
+        .into_iter()
+        .map(|e| DiscoveryEntry::from_raw(e, url.provider))
+        .collect();
     tracing::debug!(url = %url, genctr = hdr.genctr, entries = entries.len(), "discovered");
     Ok(entries)
 }
@@ -182,10 +179,10 @@ fn read_log(
         let hdr = DiscoveryLogHeader::decode(&head).map_err(|e| Error::Protocol {
             what: e.to_string(),
         })?;
-        if hdr.numrec > MAX_ENTRIES {
+        if hdr.numrec > MAX_LOG_ENTRIES {
             return Err(Error::Protocol {
                 what: format!(
-                    "discovery log claims {} entries (at most {MAX_ENTRIES} are read)",
+                    "discovery log claims {} entries (at most {MAX_LOG_ENTRIES} are read)",
                     hdr.numrec
                 ),
             });

@@ -194,6 +194,35 @@ pub fn encode_log(genctr: u64, entries: &[DiscoveryLogEntry]) -> Vec<u8> {
     out
 }
 
+/// Most entries [`decode_log`] takes from one log (the initiator's bound; nvmet lists one per
+/// port and subsystem, far fewer).
+pub const MAX_LOG_ENTRIES: u64 = 4096;
+
+/// A whole log as a host reads it: the header, then NUMREC entries at byte 1024 * i. Refuses
+/// a NUMREC over [`MAX_LOG_ENTRIES`] and a buffer shorter than the entries it claims, so a
+/// peer's counts never drive an allocation or a read past what was received.
+pub fn decode_log(b: &[u8]) -> Result<(DiscoveryLogHeader, Vec<DiscoveryLogEntry>), WireError> {
+    let h = DiscoveryLogHeader::decode(b)?;
+    if h.numrec > MAX_LOG_ENTRIES {
+        return Err(WireError::field(
+            "Discovery Log",
+            format!("claims {} entries (at most {MAX_LOG_ENTRIES} are read)", h.numrec),
+        ));
+    }
+    let total = DISCOVERY_RECORD_LEN * (h.numrec as usize + 1);
+    if b.len() < total {
+        return Err(WireError::Length {
+            what: "Discovery Log",
+            len: b.len(),
+            expected: total,
+        });
+    }
+    let entries = (1..=h.numrec as usize)
+        .map(|i| DiscoveryLogEntry::decode(&b[i * DISCOVERY_RECORD_LEN..total]))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((h, entries))
+}
+
 fn record<'a>(b: &'a [u8], what: &'static str) -> Result<&'a [u8], WireError> {
     b.get(..DISCOVERY_RECORD_LEN).ok_or(WireError::Length {
         what,
@@ -217,6 +246,23 @@ fn field_str(field: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decode_log_refuses_counts_the_buffer_does_not_hold() {
+        let log = encode_log(7, &[entry(), entry()]);
+        let (h, e) = decode_log(&log).unwrap();
+        assert_eq!((h.genctr, h.numrec, e.len()), (7, 2, 2));
+        assert_eq!(e[1], entry());
+        // One byte short of the second entry: a length error, not a panic.
+        assert!(matches!(
+            decode_log(&log[..log.len() - 1]),
+            Err(WireError::Length { expected, .. }) if expected == log.len()
+        ));
+        // A NUMREC past the bound is refused before anything is sized from it.
+        let mut huge = log.clone();
+        huge[8..16].copy_from_slice(&(MAX_LOG_ENTRIES + 1).to_le_bytes());
+        assert!(matches!(decode_log(&huge), Err(WireError::Field { .. })));
+    }
 
     fn entry() -> DiscoveryLogEntry {
         DiscoveryLogEntry {
