@@ -206,7 +206,10 @@ pub fn decode_log(b: &[u8]) -> Result<(DiscoveryLogHeader, Vec<DiscoveryLogEntry
     if h.numrec > MAX_LOG_ENTRIES {
         return Err(WireError::field(
             "Discovery Log",
-            format!("claims {} entries (at most {MAX_LOG_ENTRIES} are read)", h.numrec),
+            format!(
+                "claims {} entries (at most {MAX_LOG_ENTRIES} are read)",
+                h.numrec
+            ),
         ));
     }
     let total = DISCOVERY_RECORD_LEN * (h.numrec as usize + 1);
