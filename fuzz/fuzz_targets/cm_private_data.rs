@@ -6,8 +6,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rdmablk::nvme::rdma_cm::{CM_ACCEPT_LEN, CM_REQUEST_LEN};
-use rdmablk::nvme::{CmAccept, CmReject, CmRejectStatus, CmRequest, PushAnswer};
+use rdmablk::nvme::transport::rdma::{CmAccept, CmReject, CmRejectStatus, CmRequest, PushAnswer};
+use rdmablk::nvme::transport::rdma::{CM_ACCEPT_LEN, CM_REQUEST_LEN};
 
 fuzz_target!(|input: &[u8]| {
     let Some((&which, pd)) = input.split_first() else {

@@ -48,7 +48,8 @@ fn identify_pages(b: &[u8; IDENTIFY_LEN]) {
     if let Ok(c) = IdentifyController::decode(b) {
         let re = c.encode();
         assert_eq!(IdentifyController::decode(&re).as_ref(), Ok(&c));
-        let _ = c.check_fabrics(c.cntlid);
+        let _ = c.check_fabrics(c.cntlid, rdmablk::nvme::SglNeed::Keyed);
+        let _ = c.check_fabrics(c.cntlid, rdmablk::nvme::SglNeed::None);
         let _ = (c.serial(), c.model(), c.firmware(), c.in_capsule_bytes());
         for s in [c.serial(), c.model(), c.firmware()] {
             assert!(

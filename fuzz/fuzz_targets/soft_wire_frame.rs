@@ -7,7 +7,8 @@
 use libfuzzer_sys::fuzz_target;
 use rdmablk::fabric::soft::wire::{CmBody, Header, Opcode, CM_FIXED_LEN, HEADER_LEN};
 use rdmablk::fabric::{MAX_ACCEPT_PRIVATE_DATA, MAX_CONNECT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA};
-use rdmablk::nvme::{CmAccept, CmReject, CmRequest, Cqe, Sqe};
+use rdmablk::nvme::transport::rdma::{CmAccept, CmReject, CmRequest};
+use rdmablk::nvme::{Cqe, Sqe};
 
 fuzz_target!(|stream: &[u8]| {
     let mut rest = stream;

@@ -7,7 +7,8 @@
 use libfuzzer_sys::fuzz_target;
 use rdmablk::nvme::io::{check_lba_range, flush_sqe};
 use rdmablk::nvme::opcodes::io;
-use rdmablk::nvme::{PushedSgl, ReadWrite, Sgl, SglLimits, Sqe, WriteZeroes, SQE_LEN};
+use rdmablk::nvme::transport::rdma::{PushWindow, PushedSgl};
+use rdmablk::nvme::{ReadWrite, Sgl, SglLimits, Sqe, WriteZeroes, SQE_LEN};
 
 fuzz_target!(|capsule: &[u8]| {
     let Ok((sqe, data)) = Sqe::from_capsule(capsule) else {
@@ -46,9 +47,16 @@ fuzz_target!(|capsule: &[u8]| {
         );
         let re = p.encode();
         assert_eq!(PushedSgl::decode(&re), Some(p));
-        let (slots, slot_bytes) = (sqe.cdw14 as u16, sqe.cdw15);
-        if p.check(slots, slot_bytes).is_ok() {
-            assert!(p.slot < slots && p.len <= slot_bytes);
+        let w = PushWindow {
+            slots: sqe.cdw14 as u16,
+            slot_bytes: sqe.cdw15,
+            addr: 0,
+            len: 0,
+            rkey: 0,
+        };
+        let owned = u64::from(sqe.cid % w.slots.max(1));
+        if p.check(&w, owned).is_ok() {
+            assert!(p.slot < u64::from(w.slots) && p.slot == owned && p.len <= w.slot_bytes);
         }
     }
 
@@ -80,6 +88,8 @@ fn check_sgl(sqe: &Sqe, limits: &SglLimits) {
         Sgl::Keyed(_) => assert_eq!(re, sqe.dptr),
         // Bytes 12..15 of an in-capsule descriptor are reserved.
         Sgl::InCapsule(_) => assert_eq!((&re[..12], re[15]), (&sqe.dptr[..12], sqe.dptr[15])),
+        // A transport data block's address and bytes 12..15 are reserved.
+        Sgl::Transport(_) => assert_eq!((&re[8..12], re[15]), (&sqe.dptr[8..12], sqe.dptr[15])),
     }
     for h2c in [false, true] {
         if sgl.check(limits, h2c).is_err() {
@@ -87,6 +97,7 @@ fn check_sgl(sqe: &Sqe, limits: &SglLimits) {
         }
         match sgl {
             Sgl::Keyed(k) => assert!(k.len <= limits.max_transfer_bytes),
+            Sgl::Transport(t) => assert!(t.len <= limits.max_transfer_bytes),
             Sgl::InCapsule(c) => {
                 assert!(h2c && limits.in_capsule_bytes > 0);
                 assert!(c.offset + u64::from(c.len) <= u64::from(limits.in_capsule_bytes));

@@ -15,10 +15,12 @@ use rdmablk::nvme::log_page::{
 use rdmablk::nvme::opcodes;
 use rdmablk::nvme::properties::{self, Cc};
 use rdmablk::nvme::sgl::KeyedSgl;
+use rdmablk::nvme::transport::rdma::{
+    CmAccept, CmReject, CmRejectStatus, CmRequest, PushAnswer, PushRequest, PushWindow, PushedSgl,
+};
 use rdmablk::nvme::{
-    CmAccept, CmReject, CmRejectStatus, CmRequest, Connect, ConnectData, Cqe, Dsm, GetFeatures,
-    InCapsuleSgl, Nqn, PropertyGet, PropertySet, PropertySize, PushAnswer, PushRequest, PushWindow,
-    PushedSgl, ReadWrite, SetFeatures, Sgl, Sqe, Status, WriteZeroes,
+    Connect, ConnectData, Cqe, Dsm, GetFeatures, InCapsuleSgl, Nqn, PropertyGet, PropertySet,
+    PropertySize, ReadWrite, SetFeatures, Sgl, Sqe, Status, WriteZeroes,
 };
 
 /// `N` bytes from the front of `data`, zero-padded when `data` is shorter, and the rest.

@@ -7,7 +7,8 @@
 //!   connection (each refusal says who refused and why).
 
 use rdmablk::fabric::FabricError;
-use rdmablk::nvme::{CmRejectStatus, CommandKind, Sct, Status, WireError};
+use rdmablk::nvme::transport::rdma::CmRejectStatus;
+use rdmablk::nvme::{CommandKind, Sct, Status, WireError};
 
 /// What family an [`Error`] belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

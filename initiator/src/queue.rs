@@ -23,10 +23,10 @@ use rdmablk::fabric::{
 };
 use rdmablk::fabric::{Access, Qp};
 use rdmablk::nvme::opcodes;
-use rdmablk::nvme::{
-    CmAccept, CmReject, CmRequest, Cqe, InCapsuleSgl, KeyedSgl, PushAnswer, PushRequest,
-    PushWindow, PushedSgl, Sgl, Sqe, CQE_LEN, SQE_LEN,
+use rdmablk::nvme::transport::rdma::{
+    CmAccept, CmReject, CmRequest, PushAnswer, PushRequest, PushWindow, PushedSgl,
 };
+use rdmablk::nvme::{Cqe, InCapsuleSgl, KeyedSgl, Sgl, Sqe, CQE_LEN, SQE_LEN};
 
 use crate::buf::IoBuf;
 use crate::error::{Error, Result};
@@ -402,7 +402,11 @@ impl Queue {
         match push_slot {
             Some(slot) => {
                 let len = write_wr.map_or(0, |w| w.0.len);
-                sqe.dptr = PushedSgl { slot, len }.encode();
+                sqe.dptr = PushedSgl {
+                    slot: u64::from(slot),
+                    len,
+                }
+                .encode();
             }
             None => sqe.set_sgl(&sgl),
         }

@@ -28,10 +28,11 @@ use rdmablk::nvme::identify::{
 };
 use rdmablk::nvme::log_page::lid;
 use rdmablk::nvme::properties::{self as props};
+use rdmablk::nvme::transport::rdma::PushRequest;
 use rdmablk::nvme::{
     admin as nvme_admin, fabrics, features, Cap, Cc, CommandKind, Connect, ConnectData, Csts,
     GetLogPage, IdentifyCmd, IdentifyController, IdentifyNamespace, Nqn, NumQueues, PropertyGet,
-    PropertySet, PropertySize, PushRequest, SetFeatures, Sqe, Status, Vs,
+    PropertySet, PropertySize, SetFeatures, SglNeed, Sqe, Status, Vs,
 };
 
 use crate::buf::BufPool;
@@ -437,9 +438,12 @@ impl Setup<'_> {
     fn identify_controller(&self, q: &mut Queue, cntlid: u16) -> Result<IdentifyController> {
         let b = self.identify(q, cns::CONTROLLER, 0)?;
         let id = IdentifyController::decode(&b).map_err(Error::wire)?;
-        id.check_fabrics(cntlid).map_err(|e| Error::Controller {
-            what: e.to_string(),
-        })?;
+        // Every queue is RDMA today (the verbs or soft provider): the target must take keyed
+        // SGLs. A transport that carries data in its own PDUs will ask for SglNeed::None.
+        id.check_fabrics(cntlid, SglNeed::Keyed)
+            .map_err(|e| Error::Controller {
+                what: e.to_string(),
+            })?;
         Ok(id)
     }
 

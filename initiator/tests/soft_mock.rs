@@ -208,17 +208,41 @@ fn refusals_name_the_cause() {
     assert_eq!(e.kind(), rdmablk_initiator::ErrorKind::Transport, "{e}");
 }
 
+/// With a KATO the host sends Keep Alive on its own, every half KATO: they keep coming (3 of
+/// them, counted by the target and by the host), and none comes sooner than half the KATO
+/// after the previous one was answered. Later is not checked: a loaded machine delays them.
 #[test]
 fn keep_alive_is_sent_at_half_the_timeout() {
+    const HANG_GUARD: Duration = Duration::from_secs(60);
+    let kato = Duration::from_millis(200);
     let t = MockTarget::start(MockConfig::default(), NS_BYTES);
     let o = ConnectOptions {
-        kato_ms: 200,
+        kato_ms: kato.as_millis() as u32,
         ..opts()
     };
     let ctrl = Controller::connect_with(&t.url(), o).unwrap();
-    std::thread::sleep(Duration::from_millis(700));
-    assert!(t.stats.keep_alives.load(Ordering::Relaxed) >= 3);
-    assert!(ctrl.stats().keep_alives >= 3);
+    let deadline = Instant::now() + HANG_GUARD;
+    while t.stats.keep_alives.load(Ordering::Relaxed) < 3 || ctrl.stats().keep_alives < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "{} Keep Alives taken by the target, {} completed by the host, in {HANG_GUARD:?}",
+            t.stats.keep_alives.load(Ordering::Relaxed),
+            ctrl.stats().keep_alives
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // The host sends the next one half a KATO after the previous one's response: the target
+    // took the previous one before that response, and takes the next after it is sent.
+    let times = t.stats.keep_alive_times.lock().unwrap().clone();
+    for (i, w) in times.windows(2).enumerate() {
+        let gap = w[1] - w[0];
+        assert!(
+            gap >= kato / 2,
+            "Keep Alive {} came {gap:?} after the previous one, sooner than KATO/2 ({:?}): {times:?}",
+            i + 1,
+            kato / 2
+        );
+    }
 }
 
 #[test]

@@ -70,11 +70,25 @@ pub mod cns {
 pub mod sgls {
     /// SGLs supported, no alignment requirement (bits 1:0 = 01).
     pub const SUPPORTED: u32 = 1 << 0;
+    /// Bits 1:0: 00 means no SGL support at all, which no fabrics controller may report.
+    pub const SUPPORT_MASK: u32 = 0b11;
     /// Keyed SGL data block descriptor supported (the Linux host requires it).
     pub const KEYED: u32 = 1 << 2;
     /// SGL offset (in-capsule data) supported; the Linux host sends in-capsule writes only
     /// when set.
     pub const OFFSET: u32 = 1 << 20;
+}
+
+/// What a transport needs of a controller's SGL support beyond SGLs at all
+/// ([`IdentifyController::check_fabrics`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SglNeed {
+    /// Keyed SGL data blocks (SGLS bit 2): NVMe/RDMA, where the target moves data by RDMA
+    /// READ/WRITE of the host's keyed buffers.
+    Keyed,
+    /// Nothing more: transports that carry data in their own PDUs (NVMe/TCP's Transport SGL
+    /// Data Block, an in-memory loop).
+    None,
 }
 
 /// Identify ONCS bits.
@@ -464,8 +478,10 @@ impl IdentifyController {
 
     /// Checks what the Linux host (and so our initiator) enforces of a fabrics controller
     /// answering a Connect that returned `connect_cntlid`: cntlid, MAXCMD, KAS, IOCCSZ, IORCSZ,
-    /// ICDOFF, keyed SGLs; and, our own addition, that SQES/CQES allow 64/16-byte entries.
-    pub fn check_fabrics(&self, connect_cntlid: u16) -> Result<(), WireError> {
+    /// ICDOFF, SGL support (SGLS bits 1:0, `nvme_init_identify`) and what the transport needs
+    /// on top (`need`: keyed SGLs for RDMA, as `nvme_rdma_setup_ctrl` requires); and, our own
+    /// addition, that SQES/CQES allow 64/16-byte entries.
+    pub fn check_fabrics(&self, connect_cntlid: u16, need: SglNeed) -> Result<(), WireError> {
         let bad = |d: String| Err(WireError::field("Identify Controller", d));
         if self.cntlid != connect_cntlid {
             return bad(format!(
@@ -488,7 +504,13 @@ impl IdentifyController {
         if self.icdoff != 0 {
             return bad(format!("ICDOFF {} is not supported", self.icdoff));
         }
-        if self.sgls & sgls::KEYED == 0 {
+        if self.sgls & sgls::SUPPORT_MASK == 0 {
+            return bad(format!(
+                "SGLS {:#x} lacks SGL support (bits 1:0)",
+                self.sgls
+            ));
+        }
+        if need == SglNeed::Keyed && self.sgls & sgls::KEYED == 0 {
             return bad(format!("SGLS {:#x} lacks keyed SGL support", self.sgls));
         }
         if self.sqes & 0xF > 6 || self.sqes >> 4 < 6 || self.cqes & 0xF > 4 || self.cqes >> 4 < 4 {
@@ -928,27 +950,32 @@ mod tests {
         assert_eq!(d.serial(), "0123456789abcdef");
         assert_eq!(d.model(), "rdmablk");
         assert_eq!(d.in_capsule_bytes(), 4096);
-        assert!(d.check_fabrics(1).is_ok());
+        assert!(d.check_fabrics(1, SglNeed::Keyed).is_ok());
     }
 
     #[test]
     fn controller_checks() {
-        assert!(ctrl().check_fabrics(2).is_err());
+        assert!(ctrl().check_fabrics(2, SglNeed::Keyed).is_err());
         let mut c = ctrl();
         c.maxcmd = 0;
-        assert!(c.check_fabrics(1).is_err());
+        assert!(c.check_fabrics(1, SglNeed::Keyed).is_err());
         let mut c = ctrl();
         c.kas = 0;
-        assert!(c.check_fabrics(1).is_err());
+        assert!(c.check_fabrics(1, SglNeed::Keyed).is_err());
         let mut c = ctrl();
         c.ioccsz = 3;
-        assert!(c.check_fabrics(1).is_err());
+        assert!(c.check_fabrics(1, SglNeed::Keyed).is_err());
+        // An NVMe/TCP controller (nvmet-tcp: SGLs, no keyed ones) suits a transport that
+        // needs no keys, not RDMA; no SGL support at all suits none.
         let mut c = ctrl();
-        c.sgls = sgls::SUPPORTED;
-        assert!(c.check_fabrics(1).is_err());
+        c.sgls = sgls::SUPPORTED | sgls::OFFSET;
+        assert!(c.check_fabrics(1, SglNeed::Keyed).is_err());
+        assert!(c.check_fabrics(1, SglNeed::None).is_ok());
+        c.sgls = sgls::KEYED | sgls::OFFSET;
+        assert!(c.check_fabrics(1, SglNeed::None).is_err());
         let mut c = ctrl();
         c.icdoff = 1;
-        assert!(c.check_fabrics(1).is_err());
+        assert!(c.check_fabrics(1, SglNeed::Keyed).is_err());
         let mut b = ctrl().encode();
         b[768..1024].fill(b'z');
         assert!(IdentifyController::decode(&b).is_err());

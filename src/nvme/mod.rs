@@ -1,4 +1,4 @@
-//! NVMe and NVMe-oF (RDMA transport) wire format, exact to the byte, shared by the target and
+//! NVMe and NVMe-oF wire format, exact to the byte, shared by the target and
 //! the initiator.
 //!
 //! Every structure that crosses the wire has a fixed size asserted at compile time, is encoded
@@ -22,8 +22,8 @@
 //! - [`discovery`]: the Discovery Log Page (header and entries).
 //! - [`admin`]: Abort, Asynchronous Event completions, Keep Alive.
 //! - [`io`]: Read, Write, Flush, Write Zeroes, Dataset Management.
-//! - [`rdma_cm`]: RDMA CM private data (request, accept, reject) and rdmablk's push-write
-//!   extension.
+//! - [`transport`]: what belongs to one transport: [`transport::rdma`], the RDMA CM private
+//!   data (request, accept, reject) and rdmablk's push-write extension.
 
 pub mod admin;
 pub mod ana;
@@ -40,26 +40,25 @@ pub mod log_page;
 pub mod nqn;
 pub mod opcodes;
 pub mod properties;
-pub mod rdma_cm;
 #[cfg(test)]
 mod robustness;
 pub mod sgl;
 pub mod sqe;
 pub mod status;
+pub mod transport;
 
 pub use cqe::{Cqe, CQE_LEN};
 pub use error::WireError;
 pub use fabrics::{Connect, ConnectData, ConnectFailure, Disconnect, PropertyGet, PropertySet};
 pub use features::{GetFeatures, NumQueues, SetFeatures};
-pub use identify::{IdentifyCmd, IdentifyController, IdentifyNamespace, Lbaf, NsDescriptor};
+pub use identify::{
+    IdentifyCmd, IdentifyController, IdentifyNamespace, Lbaf, NsDescriptor, SglNeed,
+};
 pub use io::{Dsm, DsmRange, ReadWrite, WriteZeroes};
 pub use le::{ascii_padded, ascii_trimmed};
 pub use log_page::GetLogPage;
 pub use nqn::Nqn;
 pub use properties::{Cap, Cc, Csts, PropertySize, Vs};
-pub use rdma_cm::{
-    CmAccept, CmReject, CmRejectStatus, CmRequest, PushAnswer, PushRequest, PushWindow,
-};
-pub use sgl::{InCapsuleSgl, KeyedSgl, PushedSgl, Sgl, SglLimits};
+pub use sgl::{InCapsuleSgl, KeyedSgl, Sgl, SglLimits, TransportSgl};
 pub use sqe::{Sqe, SQE_LEN};
 pub use status::{CommandKind, Sct, Status};

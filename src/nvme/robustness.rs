@@ -8,7 +8,7 @@ use super::features::GetFeatures;
 use super::identify::{self, IdentifyController, IdentifyNamespace, IDENTIFY_LEN};
 use super::io::{decode_dsm_ranges, Dsm, ReadWrite, WriteZeroes};
 use super::log_page::{self, GetLogPage};
-use super::rdma_cm::{CmAccept, CmReject, CmRequest, PUSH_EXT_MAGIC};
+use super::transport::rdma::{CmAccept, CmReject, CmRequest, PUSH_EXT_MAGIC};
 use super::{Cqe, Sgl, SglLimits, Sqe};
 
 /// xorshift64*: small, deterministic, good enough to spread bits.
@@ -150,7 +150,7 @@ fn random_identify_and_log_data_never_panics() {
             b[768 + rng.below(256) as usize] = 0;
         }
         if let Ok(c) = IdentifyController::decode(&b) {
-            let _ = c.check_fabrics(rng.next() as u16);
+            let _ = c.check_fabrics(rng.next() as u16, crate::nvme::SglNeed::Keyed);
             let _ = (c.serial(), c.model(), c.in_capsule_bytes());
         }
         let ns = IdentifyNamespace::decode(&b);

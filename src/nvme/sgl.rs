@@ -14,23 +14,24 @@
 //! +-------------------+------------+----------+----+
 //! ```
 //!
-//! The type byte is `type << 4 | subtype`. Only the three forms above cross an NVMe/RDMA wire
-//! (nvmet advertises MSDBD = 1: no segments, one descriptor per command); anything else is
-//! answered with "SGL Descriptor Type Invalid".
+//! The type byte is `type << 4 | subtype`. Only the keyed and offset forms cross an NVMe/RDMA
+//! wire, the offset and transport forms an NVMe/TCP one (nvmet advertises MSDBD = 1: no
+//! segments, one descriptor per command); anything else is answered with "SGL Descriptor Type
+//! Invalid".
 //!
-//! rdmablk push-write extension (only on a queue whose CM accept granted a push window, see
-//! `rdma_cm.rs`): a vendor-specific descriptor names the window slot the host has already
-//! RDMA-written the data into. [`Sgl::decode`] does not accept it (a standard queue answers it
-//! with "SGL Descriptor Type Invalid"); a target that granted a window tries
-//! [`PushedSgl::decode`] first.
+//! Transport SGL data block (type 0x5A: data block, transport-specific subtype): the data moves
+//! in the transport's own PDUs (NVMe/TCP: in-capsule, R2T / H2CData, C2HData), so the address
+//! field is reserved; only the length counts. NVMe/RDMA does not take it.
 //!
 //! ```text
-//! Pushed data (type 0xF0: SGL descriptor type 0xF vendor specific, subtype 0)
-//!  0        2           8           12         15   16
-//! +--------+-----------+-----------+----------+----+
-//! | slot   | rsvd (0)  | len u32   | rsvd[3]  |0xF0|
-//! +--------+-----------+-----------+----------+----+
+//!  0                   8            12         15   16
+//! +-------------------+------------+----------+----+
+//! | rsvd (address) u64| len u32    | rsvd[3]  |0x5A|
+//! +-------------------+------------+----------+----+
 //! ```
+//!
+//! rdmablk's push-write descriptor (type 0xF0) belongs to the RDMA transport:
+//! [`crate::nvme::transport::rdma::PushedSgl`].
 
 use super::le::{put_u24, put_u32, put_u64, u24_at, u32_at, u64_at};
 use super::status::Status;
@@ -46,8 +47,8 @@ pub const TYPE_KEYED_INVALIDATE: u8 = 0x4F;
 /// Type byte: SGL data block, offset subtype (in-capsule data).
 pub const TYPE_DATA_OFFSET: u8 = 0x01;
 
-/// Type byte: rdmablk pushed data (vendor-specific type 0xF, subtype 0).
-pub const TYPE_RDMABLK_PUSHED: u8 = 0xF0;
+/// Type byte: Transport SGL data block, transport-specific subtype (NVMe/TCP's data).
+pub const TYPE_TRANSPORT_DATA: u8 = 0x5A;
 
 /// Largest length a keyed descriptor can carry (24 bits).
 pub const KEYED_MAX_LEN: u32 = 0x00FF_FFFF;
@@ -74,6 +75,13 @@ pub struct InCapsuleSgl {
     pub len: u32,
 }
 
+/// Data the transport carries in its own PDUs (the address field is reserved).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TransportSgl {
+    /// Length in bytes.
+    pub len: u32,
+}
+
 /// A decoded SGL descriptor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Sgl {
@@ -81,6 +89,8 @@ pub enum Sgl {
     Keyed(KeyedSgl),
     /// Type 0x01.
     InCapsule(InCapsuleSgl),
+    /// Type 0x5A.
+    Transport(TransportSgl),
 }
 
 /// What the receiving controller allows, to check a descriptor against.
@@ -107,6 +117,7 @@ impl Sgl {
                 offset: u64_at(b, 0),
                 len: u32_at(b, 8),
             })),
+            TYPE_TRANSPORT_DATA => Ok(Sgl::Transport(TransportSgl { len: u32_at(b, 8) })),
             _ => Err(Status::SGL_INVALID_TYPE.with_dnr()),
         }
     }
@@ -135,6 +146,10 @@ impl Sgl {
                 put_u32(&mut b, 8, c.len);
                 b[15] = TYPE_DATA_OFFSET;
             }
+            Sgl::Transport(t) => {
+                put_u32(&mut b, 8, t.len);
+                b[15] = TYPE_TRANSPORT_DATA;
+            }
         }
         b
     }
@@ -144,6 +159,7 @@ impl Sgl {
         match self {
             Sgl::Keyed(k) => k.len,
             Sgl::InCapsule(c) => c.len,
+            Sgl::Transport(t) => t.len,
         }
     }
 
@@ -158,14 +174,16 @@ impl Sgl {
     /// - in-capsule data on a queue without it, or for a command that does not carry data to
     ///   the controller: Invalid Field;
     /// - in-capsule offset past the capsule: SGL Offset Invalid;
-    /// - in-capsule offset + length past the capsule, or a keyed length above the maximum
-    ///   transfer: Data SGL Length Invalid.
+    /// - in-capsule offset + length past the capsule, or a keyed or transport length above the
+    ///   maximum transfer: Data SGL Length Invalid.
     pub fn check(&self, limits: &SglLimits, host_to_controller: bool) -> Result<(), Status> {
         match *self {
-            Sgl::Keyed(k) if k.len > limits.max_transfer_bytes => {
+            Sgl::Keyed(KeyedSgl { len, .. }) | Sgl::Transport(TransportSgl { len })
+                if len > limits.max_transfer_bytes =>
+            {
                 Err(Status::SGL_INVALID_DATA_LENGTH.with_dnr())
             }
-            Sgl::Keyed(_) => Ok(()),
+            Sgl::Keyed(_) | Sgl::Transport(_) => Ok(()),
             Sgl::InCapsule(_) if limits.in_capsule_bytes == 0 || !host_to_controller => {
                 Err(Status::INVALID_FIELD.with_dnr())
             }
@@ -183,73 +201,23 @@ impl Sgl {
     }
 }
 
-/// rdmablk push writes: "the data of this write is already in slot `slot` of the push window
-/// the target granted on this queue". Rules both sides follow:
-/// - Only for host-to-controller data (Write), only on a queue whose accept granted a window.
-///   On any other queue the target answers SGL Descriptor Type Invalid (DNR).
-/// - `slot` < granted slots and `len` <= granted slot bytes; the target answers a violation
-///   with Data SGL Length Invalid (DNR) and never touches the window outside the slot.
-/// - The slot is the command's CID modulo the granted slots (rdmablk-target enforces it with
-///   SGL Offset Invalid): a slot is then busy exactly while its command is. Bytes 2..8 are
-///   zero, so a reader may take bytes 0..8 as a u64 slot index.
-/// - The host RDMA WRITEs the data to the slot on the same QP before it SENDs the capsule (RC
-///   ordering makes the data visible before the capsule arrives) and reuses the slot only after
-///   that command's response has arrived; the target reads the slot only between the two.
-/// - Reserved bytes are sent as zero and ignored on receipt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PushedSgl {
-    /// Slot index in the granted window.
-    pub slot: u16,
-    /// Bytes of data in the slot, from its start.
-    pub len: u32,
-}
-
-impl PushedSgl {
-    /// The descriptor, if `b` is one (type byte 0xF0); `None` for every other type.
-    pub fn decode(b: &[u8; SGL_DESC_LEN]) -> Option<PushedSgl> {
-        (b[15] == TYPE_RDMABLK_PUSHED).then(|| PushedSgl {
-            slot: u16::from_le_bytes([b[0], b[1]]),
-            len: u32_at(b, 8),
-        })
-    }
-
-    /// The 16 descriptor bytes (put them in SQE DPTR).
-    pub fn encode(&self) -> [u8; SGL_DESC_LEN] {
-        let mut b = [0u8; SGL_DESC_LEN];
-        b[0..2].copy_from_slice(&self.slot.to_le_bytes());
-        put_u32(&mut b, 8, self.len);
-        b[15] = TYPE_RDMABLK_PUSHED;
-        b
-    }
-
-    /// Checks the descriptor against the granted window: `Err` is the status to answer with.
-    pub fn check(&self, slots: u16, slot_bytes: u32) -> Result<(), Status> {
-        if self.slot >= slots || self.len > slot_bytes {
-            return Err(Status::SGL_INVALID_DATA_LENGTH.with_dnr());
-        }
-        Ok(())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn pushed_descriptor_layout_and_checks() {
-        let p = PushedSgl {
-            slot: 0x0102,
-            len: 4096,
-        };
-        let b = p.encode();
-        assert_eq!(b, [2, 1, 0, 0, 0, 0, 0, 0, 0, 0x10, 0, 0, 0, 0, 0, 0xF0]);
-        assert_eq!(PushedSgl::decode(&b), Some(p));
-        assert_eq!(Sgl::decode(&b), Err(Status::SGL_INVALID_TYPE.with_dnr()));
-        let keyed = Sgl::InCapsule(InCapsuleSgl { offset: 0, len: 8 }).encode();
-        assert_eq!(PushedSgl::decode(&keyed), None);
-        assert!(p.check(0x0103, 4096).is_ok());
-        assert!(p.check(0x0102, 4096).is_err());
-        assert!(p.check(0x0103, 4095).is_err());
+    fn transport_data_block_layout() {
+        let t = Sgl::Transport(TransportSgl { len: 0x1234 });
+        let b = t.encode();
+        assert_eq!(b, [0, 0, 0, 0, 0, 0, 0, 0, 0x34, 0x12, 0, 0, 0, 0, 0, 0x5A]);
+        assert_eq!(Sgl::decode(&b), Ok(t));
+        assert_eq!(t.len(), 0x1234);
+        assert!(t.check(&LIMITS, true).is_ok() && t.check(&LIMITS, false).is_ok());
+        let big = Sgl::Transport(TransportSgl { len: (1 << 17) + 1 });
+        assert_eq!(
+            big.check(&LIMITS, false),
+            Err(Status::SGL_INVALID_DATA_LENGTH.with_dnr())
+        );
     }
 
     const LIMITS: SglLimits = SglLimits {
@@ -348,7 +316,7 @@ mod tests {
 
     #[test]
     fn other_types_are_invalid() {
-        for t in [0x00u8, 0x02, 0x03, 0x41, 0x5A, 0x0F, 0xFF] {
+        for t in [0x00u8, 0x02, 0x03, 0x41, 0x50, 0x5B, 0x0F, 0xFF] {
             let mut b = [0u8; 16];
             b[15] = t;
             assert_eq!(

@@ -21,6 +21,18 @@ const UUID_A: &str = "6f1c1a52-2d0e-4b51-9a8e-3b8f0f5c6a01";
 const UUID_B: &str = "6f1c1a52-2d0e-4b51-9a8e-3b8f0f5c6a02";
 /// Blocks of the shared namespace the tests write.
 const BLOCKS: u64 = 1024;
+/// How long a test waits for an event (a path lost or back, an ANA state, writers making
+/// progress) before it calls it a hang: never what a slow machine runs into.
+const HANG_GUARD: Duration = Duration::from_secs(60);
+
+/// Polls `done` until it holds; fails with `what()` after [`HANG_GUARD`].
+fn wait_until(mut done: impl FnMut() -> bool, what: impl Fn() -> String) {
+    let deadline = Instant::now() + HANG_GUARD;
+    while !done() {
+        assert!(Instant::now() < deadline, "{} ({HANG_GUARD:?})", what());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
 
 /// A gateway on the test fabric's address and `port` exporting [`NQN`] namespace 1 (ANA group 1, in state
 /// `ana` through the listener) from `backend` with `uuid`, controller IDs from `cntlid_min`.
@@ -96,6 +108,8 @@ fn connect(urls: &[String]) -> MultipathController {
 #[derive(Default)]
 struct Seen {
     acked: Vec<u64>,
+    /// Writes acknowledged so far.
+    acks: u64,
     errors: Vec<String>,
     max_latency: Duration,
 }
@@ -128,7 +142,10 @@ fn sync_writer(ns: Namespace, first: u64, n: u64, stop: Arc<AtomicBool>, seen: A
         let mut s = seen.lock().unwrap();
         s.max_latency = s.max_latency.max(took);
         match r {
-            Ok(()) => s.acked[block as usize] = gen,
+            Ok(()) => {
+                s.acked[block as usize] = gen;
+                s.acks += 1;
+            }
             Err(e) => s.errors.push(format!("sync write of block {block}: {e}")),
         }
     }
@@ -161,6 +178,27 @@ impl Writers {
         }
     }
 
+    /// Writes acknowledged so far.
+    fn acks(&self) -> u64 {
+        self.seen.lock().unwrap().acks
+    }
+
+    /// Waits until the writers have had `n` more writes acknowledged (they are running), or
+    /// fails naming the errors they saw.
+    fn wait_for_more(&self, n: u64) {
+        let want = self.acks() + n;
+        wait_until(
+            || self.acks() >= want,
+            || {
+                let s = self.seen.lock().unwrap();
+                format!(
+                    "{} of {want} writes acknowledged, errors {:?}",
+                    s.acks, s.errors
+                )
+            },
+        );
+    }
+
     fn stop(self) -> Arc<Mutex<Seen>> {
         self.stop.store(true, Ordering::Relaxed);
         for t in self.threads {
@@ -180,6 +218,8 @@ struct AsyncWriter {
     gen: u64,
     rng: Rng,
     submitted_at: Vec<(Instant, u64, u64)>,
+    /// Writes acknowledged.
+    acks: u64,
 }
 
 impl AsyncWriter {
@@ -204,10 +244,14 @@ impl AsyncWriter {
     fn complete(&mut self, c: Completion, seen: &Mutex<Seen>) {
         let (at, block, gen) = self.submitted_at[c.tag as usize];
         self.busy[(block - self.first) as usize] = false;
+        self.acks += u64::from(c.result.is_ok());
         let mut s = seen.lock().unwrap();
         s.max_latency = s.max_latency.max(at.elapsed());
         match c.result {
-            Ok(()) => s.acked[block as usize] = s.acked[block as usize].max(gen),
+            Ok(()) => {
+                s.acked[block as usize] = s.acked[block as usize].max(gen);
+                s.acks += 1;
+            }
             Err(e) => s.errors.push(format!("async write of block {block}: {e}")),
         }
     }
@@ -277,21 +321,59 @@ fn kill_one_of_two(mut a: Gateway, b: Gateway) {
         gen: 0,
         rng: Rng(99),
         submitted_at: Vec::new(),
+        acks: 0,
     };
     let mut done = Vec::new();
-    let start = Instant::now();
-    let mut killed_at = None;
     let mut in_flight_at_kill = 0;
-    while start.elapsed() < Duration::from_secs(4) {
+    // Phases, each ended by an event: both paths carry writes (async and sync); gateway A is
+    // killed with a full queue in flight; A's path is seen lost; then the writes go on
+    // (async and sync) through B.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    enum Phase {
+        BothPaths,
+        Killed,
+        Failover { acks: u64, sync_acks: u64 },
+    }
+    let mut phase = Phase::BothPaths;
+    let deadline = Instant::now() + HANG_GUARD;
+    loop {
         while q.in_flight() < 32 {
             w.submit_one(&mut q, &mp);
         }
-        if killed_at.is_none() && start.elapsed() > Duration::from_millis(800) {
-            // 32 writes submitted and not completed, plus the sync writers' calls.
-            in_flight_at_kill = q.in_flight();
-            a.proc.signal(libc::SIGKILL);
-            killed_at = Some(Instant::now());
+        let acks = seen.lock().unwrap().acks;
+        let async_acks = w.acks;
+        match phase {
+            Phase::BothPaths => {
+                let p = mp.paths();
+                if p[0].commands >= 100 && p[1].commands >= 100 && acks - async_acks >= 20 {
+                    // 32 writes submitted and not completed, plus the sync writers' calls.
+                    in_flight_at_kill = q.in_flight();
+                    a.proc.signal(libc::SIGKILL);
+                    phase = Phase::Killed;
+                }
+            }
+            Phase::Killed if !mp.paths()[0].live => {
+                phase = Phase::Failover {
+                    acks: async_acks,
+                    sync_acks: acks - async_acks,
+                };
+            }
+            Phase::Killed => {}
+            Phase::Failover {
+                acks: a0,
+                sync_acks: s0,
+            } => {
+                if async_acks >= a0 + 256 && acks - async_acks >= s0 + 20 {
+                    break;
+                }
+            }
         }
+        assert!(
+            Instant::now() < deadline,
+            "stuck in {phase:?} for {HANG_GUARD:?}: paths {:?}, errors {:?}",
+            mp.paths(),
+            seen.lock().unwrap().errors
+        );
         q.wait(&mut done, 1).unwrap();
         for c in done.drain(..) {
             w.complete(c, &seen);
@@ -328,17 +410,12 @@ fn kill_one_of_two(mut a: Gateway, b: Gateway) {
     drop(s);
 
     // The gateway comes back: the path reconnects in the background and carries I/O again.
-    a.proc.wait_exit(Duration::from_secs(5));
+    a.proc.wait_exit(HANG_GUARD);
     a.restart(1);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !mp.paths()[0].live {
-        assert!(
-            Instant::now() < deadline,
-            "path A did not come back: {:?}",
-            mp.paths()[0]
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(
+        || mp.paths()[0].live,
+        || format!("path A did not come back: {:?}", mp.paths()[0]),
+    );
     let before = mp.paths()[0].commands;
     let data = vec![0u8; BLOCK];
     for i in 0..16 {
@@ -364,18 +441,11 @@ fn paths_to_different_volumes_are_refused() {
 
 /// Waits until the paths report `want` (one state per path) for namespace 1.
 fn wait_for_states(mp: &MultipathController, want: &[AnaState]) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let got: Vec<_> = mp.paths().iter().map(|p| p.ana_state(1)).collect();
-        if got.iter().zip(want).all(|(g, w)| *g == Some(*w)) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "ANA states {got:?}, want {want:?}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let states = || -> Vec<_> { mp.paths().iter().map(|p| p.ana_state(1)).collect() };
+    wait_until(
+        || states().iter().zip(want).all(|(g, w)| *g == Some(*w)),
+        || format!("ANA states {:?}, want {want:?}", states()),
+    );
 }
 
 /// Writes `n` blocks through `ns`; returns the commands each path carried meanwhile.
@@ -411,14 +481,15 @@ fn io_follows_the_optimized_path_and_a_live_ana_change() {
 
     // Change the states while writers run: A becomes inaccessible (commands in flight there
     // get the ANA path status and go to B), then B optimized.
+    // Each state change comes with the writers running, and they go on in each new state.
     let writers = Writers::start(&ns, 256);
-    std::thread::sleep(Duration::from_millis(300));
+    writers.wait_for_more(64);
     a.set_ana(Optimized, Inaccessible);
     wait_for_states(&mp, &[Inaccessible, NonOptimized]);
-    std::thread::sleep(Duration::from_millis(200));
+    writers.wait_for_more(64);
     b.set_ana(NonOptimized, Optimized);
     wait_for_states(&mp, &[Inaccessible, Optimized]);
-    std::thread::sleep(Duration::from_millis(200));
+    writers.wait_for_more(64);
     let seen = writers.stop();
     let s = seen.lock().unwrap();
     s.no_errors("ANA change");
@@ -446,35 +517,48 @@ fn io_follows_the_optimized_path_and_a_live_ana_change() {
 
 /// A gateway that hangs (SIGSTOP: connections open, nothing answered) is left once its
 /// keep-alive fails: the commands in flight there are re-issued on the other path, and the
-/// stall stays under twice the keep-alive timeout.
+/// application sees no error. Nothing else can find the hang first: the commands' own
+/// timeout is longer than the hang guard, so a keep-alive that did not act would fail the
+/// test by its hang guard. The stall is printed, not asserted (a measure, and a slow machine's
+/// to make longer).
 #[test]
 fn a_hung_gateway_is_left_after_the_keep_alive_timeout() {
     let img_dir = tmp_dir("mp-img-hang");
     let img = img_dir.join("shared.img");
     let a = Gateway::start("hang-a", &img, UUID_A);
     let b = Gateway::start("hang-b", &img, UUID_A);
-    // I/O commands time out after io_timeout_ms (5 s here) on their own: the keep-alive
-    // (1 s) must find the hang sooner and fail the queues under the commands.
     let o = rdmablk_initiator::ConnectOptions {
-        kato_ms: 1_000,
-        io_timeout_ms: 5_000,
+        kato_ms: 2_000,
+        io_timeout_ms: 2 * HANG_GUARD.as_millis() as u32,
         ..opts(2, 3)
     };
     let kato = Duration::from_millis(u64::from(o.kato_ms));
     let mp = MultipathController::connect_with(&[a.proc.url(), b.proc.url()], o).unwrap();
     let ns = mp.namespace(1).unwrap();
     let writers = Writers::start(&ns, 0);
-    std::thread::sleep(Duration::from_millis(300));
+    // Writes go through both paths before A hangs.
+    wait_until(
+        || {
+            let p = mp.paths();
+            p[0].commands >= 64 && p[1].commands >= 64
+        },
+        || format!("writes through both paths: {:?}", mp.paths()),
+    );
     a.proc.signal(libc::SIGSTOP);
-    std::thread::sleep(3 * kato);
+    wait_until(
+        || !mp.paths()[0].live,
+        || {
+            format!(
+                "the hung gateway's path is still live (KATO {kato:?}): {:?}",
+                mp.paths()
+            )
+        },
+    );
+    // The writers go on through B.
+    writers.wait_for_more(256);
     let seen = writers.stop();
     let s = seen.lock().unwrap();
     s.no_errors(&format!("hung gateway (KATO {kato:?})"));
-    assert!(
-        s.max_latency < 2 * kato,
-        "stall {:?} not under 2 x KATO",
-        s.max_latency
-    );
     let paths = mp.paths();
     assert!(!paths[0].live && paths[1].live, "{paths:?}");
     // Checked before A could run again (it is killed, never continued): what it still holds

@@ -118,6 +118,21 @@ fn changed_namespaces(h: &mut Host) -> Vec<u32> {
         .collect()
 }
 
+/// Waits until the I/O thread `io` has done `n` rounds; fails if it stopped (an I/O of it
+/// failed) or hangs.
+fn wait_rounds(rounds: &AtomicU64, n: u64, io: &std::thread::JoinHandle<Result<(), String>>) {
+    let deadline = std::time::Instant::now() + HANG_GUARD;
+    while rounds.load(Ordering::Relaxed) < n {
+        assert!(!io.is_finished(), "the I/O thread stopped: an I/O failed");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} of {n} I/O rounds",
+            rounds.load(Ordering::Relaxed)
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 #[test]
 fn namespaces_come_and_go_while_hosts_stay_connected() {
     init_tracing();
@@ -164,9 +179,7 @@ fn namespaces_come_and_go_while_hosts_stay_connected() {
             Ok::<(), String>(())
         })
     };
-    while rounds.load(Ordering::Relaxed) < 3 {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_rounds(&rounds, 3, &io);
     let mut aer = Sqe::new(admin::ASYNC_EVENT_REQUEST, 0);
     aer.cid = 0x7001;
     admin.send_capsule(&aer.to_bytes());
@@ -178,9 +191,7 @@ fn namespaces_come_and_go_while_hosts_stay_connected() {
         "{changes:?}"
     );
     let before = rounds.load(Ordering::Relaxed);
-    while rounds.load(Ordering::Relaxed) < before + 3 {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_rounds(&rounds, before + 3, &io);
     stop.store(true, Ordering::Relaxed);
     io.join()
         .unwrap()
@@ -223,9 +234,9 @@ fn namespaces_come_and_go_while_hosts_stay_connected() {
         changes.iter().any(|c| c.contains("disconnected")),
         "{changes:?}"
     );
-    assert!(admin.wait_disconnected(Duration::from_secs(10)));
+    assert!(admin.wait_disconnected(HANG_GUARD));
     // Every controller of the host goes (each worker closes its queues at its next tick).
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let deadline = std::time::Instant::now() + HANG_GUARD;
     while t.controllers() > 0 && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -347,14 +358,18 @@ fn a_file_grown_on_disk_grows_its_namespace_on_reload() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Commands that reach a controller torn down by a reload (its subsystem removed) are
-/// dropped, so the host retries them after reconnecting: never answered with a DNR status
-/// such as Invalid Namespace, which a host hands to the application (found by blktests).
-#[test]
-fn io_on_a_removed_subsystem_is_never_answered_with_dnr() {
-    init_tracing();
-    let port = free_port();
-    let t = Target::start(cfg(port, &[1], &[HOSTNQN], "")).expect("target starts");
+/// What one removal under reads saw: commands answered after the reload began, and whether
+/// the last command was taken by the target's transport but never answered before the
+/// queue closed (it reached the queue between the controller's teardown and the queue's
+/// close, and was dropped: the race this test is about).
+struct RemovalRace {
+    answered_during: u64,
+    dropped: bool,
+}
+
+/// Reads at queue depth 1 on a controller of the subsystem while a reload removes it; no
+/// answer may carry DNR. The reload starts once some reads are answered (the queue is busy).
+fn remove_under_reads(t: &Target, port: u16) -> RemovalRace {
     let addr = t.local_addrs()[0];
     let (admin, cntlid) = admin_queue(addr, 0);
     let mut q = io_queue(addr, 1, cntlid);
@@ -363,30 +378,87 @@ fn io_on_a_removed_subsystem_is_never_answered_with_dnr() {
                  \n[[subsystem.namespace]]\nnsid = 1\nbackend = { kind = \"ram\", size = \"4MiB\" }\n";
     let mut c = cfg(port, &[1], &[HOSTNQN], other);
     c.subsystems.remove(0);
-    // The reload runs while reads keep coming: some reach the queue between the controller's
-    // teardown and the queue's close.
+    let answered = Arc::new(AtomicU64::new(0));
+    let reloading = Arc::new(AtomicBool::new(false));
     let handle = t.handle();
-    let reload = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(20));
-        handle.apply(c)
-    });
-    loop {
+    let reload = {
+        let (answered, reloading) = (answered.clone(), reloading.clone());
+        std::thread::spawn(move || {
+            let deadline = std::time::Instant::now() + HANG_GUARD;
+            while answered.load(Ordering::SeqCst) < 16 {
+                assert!(std::time::Instant::now() < deadline, "reads not answered");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            reloading.store(true, Ordering::SeqCst);
+            handle.apply(c)
+        })
+    };
+    let mut answered_during = 0;
+    let dropped = loop {
+        let during = reloading.load(Ordering::SeqCst);
         let sgl = q.keyed(0, BLOCK);
         q.send_capsule(&rw_sqe(false, 1, 0, 1, &sgl).to_bytes());
         match q.wait_response() {
-            Ok(cqe) => assert!(
-                cqe.status.is_success() || !cqe.status.dnr,
-                "answered {} with DNR",
-                cqe.status
-            ),
-            Err(_) => break, // the queue closed: the host would reconnect and retry
+            Ok(cqe) => {
+                assert!(
+                    cqe.status.is_success() || !cqe.status.dnr,
+                    "answered {} with DNR",
+                    cqe.status
+                );
+                answered.fetch_add(1, Ordering::SeqCst);
+                answered_during += u64::from(during);
+            }
+            // The queue closed: the host would reconnect and retry. If the last read was sent
+            // after the reload began and its SEND completed successfully (seen before the
+            // receives' flush), the target took it and dropped it.
+            Err(_) => break during && q.all_sends_taken(),
         }
-    }
+    };
     let changes = reload.join().unwrap().expect("reload");
     assert!(changes.iter().any(|c| c.contains("removed")), "{changes:?}");
-    assert!(q.wait_disconnected(Duration::from_secs(10)));
+    assert!(q.wait_disconnected(HANG_GUARD));
     drop(q);
     drop(admin);
-    wait_idle(&t);
-    t.shutdown();
+    wait_idle(t);
+    RemovalRace {
+        answered_during,
+        dropped,
+    }
+}
+
+/// Commands that reach a controller torn down by a reload (its subsystem removed) are
+/// dropped, so the host retries them after reconnecting: never answered with a DNR status
+/// such as Invalid Namespace, which a host hands to the application (found by blktests).
+/// The race is checked to have happened: a command taken by the target after the reload
+/// began and never answered. A removal that missed it (the queue closed between two reads)
+/// proves nothing and is tried again, with the subsystem back.
+#[test]
+fn io_on_a_removed_subsystem_is_never_answered_with_dnr() {
+    const ATTEMPTS: u32 = 10;
+    init_tracing();
+    let port = free_port();
+    let t = Target::start(cfg(port, &[1], &[HOSTNQN], "")).expect("target starts");
+    let mut missed = Vec::new();
+    for attempt in 1..=ATTEMPTS {
+        if attempt > 1 {
+            t.handle()
+                .apply(cfg(port, &[1], &[HOSTNQN], ""))
+                .expect("the subsystem back");
+        }
+        let race = remove_under_reads(&t, port);
+        if race.dropped {
+            eprintln!(
+                "attempt {attempt}: {} reads answered after the reload began, then one \
+                 taken and dropped",
+                race.answered_during
+            );
+            t.shutdown();
+            return;
+        }
+        missed.push(race.answered_during);
+    }
+    panic!(
+        "no read reached the queue between the controller's teardown and the queue's close in \
+         {ATTEMPTS} removals (reads answered after each reload began: {missed:?})"
+    );
 }

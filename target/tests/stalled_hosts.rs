@@ -23,7 +23,11 @@ fn stalled_queue(addr: std::net::SocketAddr, cntlid: u16, depth: u16) -> Host {
 
 #[test]
 fn a_host_that_stops_taking_responses_is_cut_off_and_its_neighbour_never_notices() {
-    let (t, addr) = start_target("64MiB", "response_timeout_ms = 1000");
+    let response_timeout = Duration::from_millis(1000);
+    let (t, addr) = start_target(
+        "64MiB",
+        &format!("response_timeout_ms = {}", response_timeout.as_millis()),
+    );
     // The neighbour: its own controller and I/O queue, verified I/O throughout.
     let (n_admin, n_cntlid) = admin_queue(addr, 0);
     let mut n_io = io_queue(addr, 1, n_cntlid);
@@ -43,17 +47,26 @@ fn a_host_that_stops_taking_responses_is_cut_off_and_its_neighbour_never_notices
     let (s_admin, s_cntlid) = admin_queue(addr, 0);
     let depth = 6u16;
     let s_io = stalled_queue(addr, s_cntlid, depth);
-    for cid in 0..2 * depth {
+    let flush = |cid: u16| {
         s_io.send_capsule(&rdmablk::nvme::io::flush_sqe(1, 200 + cid).to_bytes());
-        if cid == depth - 1 {
-            // Let the first six be answered before the next six arrive.
-            std::thread::sleep(Duration::from_millis(100));
-        }
+    };
+    for cid in 0..depth - 1 {
+        flush(cid);
+    }
+    // The host stops taking responses with the sixth: the target's sends last make progress
+    // when that one is taken, after this instant, so its `response_timeout_ms` cannot run out
+    // before `response_timeout` from here.
+    let stall_began = Instant::now();
+    flush(depth - 1);
+    // The first six are answered (into the host's six receives) before the next six arrive.
+    s_io.wait_untaken_responses(usize::from(depth));
+    for cid in depth..2 * depth {
+        flush(cid);
     }
 
     // The neighbour keeps working while the target retries the stalled responses, and after.
     let mut round = 1;
-    let give_up = Instant::now() + Duration::from_secs(60);
+    let give_up = Instant::now() + HANG_GUARD;
     while !s_io.wait_disconnected(Duration::from_millis(10)) {
         neighbour_io(round);
         round += 1;
@@ -62,6 +75,13 @@ fn a_host_that_stops_taking_responses_is_cut_off_and_its_neighbour_never_notices
             "the target never gave up on a host that takes no responses"
         );
     }
+    let cut_after = stall_began.elapsed();
+    assert!(
+        cut_after >= response_timeout,
+        "cut off {cut_after:?} after the host stopped taking responses, before \
+         response_timeout_ms ({response_timeout:?})"
+    );
+    eprintln!("cut off {cut_after:?} after the host stopped taking responses");
     for _ in 0..50 {
         neighbour_io(round);
         round += 1;

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdmablk::fabric::{
     Access, CmEvent, ConnParam, ConnRequest, Cq, Device, MemBuf, Mr, ProviderKind, Qp, QpCaps,
@@ -21,10 +21,11 @@ use rdmablk::nvme::fabrics::{offset as conn_off, ConnectFailure, CNTLID_DYNAMIC}
 use rdmablk::nvme::identify::{cns, encode_ns_list, IDENTIFY_LEN};
 use rdmablk::nvme::opcodes::{admin, fctype, io, FABRICS};
 use rdmablk::nvme::properties::{self as props};
+use rdmablk::nvme::transport::rdma::{CmAccept, CmRequest, PushAnswer, PushWindow, PushedSgl};
 use rdmablk::nvme::{
-    Cap, Cc, CmAccept, CmRequest, Cqe, Csts, IdentifyCmd, IdentifyController, IdentifyNamespace,
-    Nqn, NumQueues, PropertyGet, PropertySet, PushAnswer, PushWindow, PushedSgl, ReadWrite,
-    SetFeatures, Sgl, Sqe, Status, Vs, WriteZeroes, CQE_LEN, SQE_LEN,
+    Cap, Cc, Cqe, Csts, IdentifyCmd, IdentifyController, IdentifyNamespace, Nqn, NumQueues,
+    PropertyGet, PropertySet, ReadWrite, SetFeatures, Sgl, Sqe, Status, Vs, WriteZeroes, CQE_LEN,
+    SQE_LEN,
 };
 
 pub const NQN: &str = "nqn.2024-01.io.rdmablk:mock";
@@ -64,6 +65,8 @@ pub struct MockStats {
     pub keyed_writes: AtomicU64,
     pub reads: AtomicU64,
     pub keep_alives: AtomicU64,
+    /// When each Keep Alive was taken (before its response was sent), in order.
+    pub keep_alive_times: Mutex<Vec<Instant>>,
     pub connects: AtomicU64,
 }
 
@@ -331,6 +334,11 @@ impl Conn {
                 ok(v)
             }
             (0, admin::KEEP_ALIVE) => {
+                self.stats
+                    .keep_alive_times
+                    .lock()
+                    .unwrap()
+                    .push(Instant::now());
                 self.stats.keep_alives.fetch_add(1, Ordering::Relaxed);
                 ok(0)
             }
@@ -423,20 +431,19 @@ impl Conn {
                 .window
                 .as_ref()
                 .ok_or(Status::SGL_INVALID_TYPE.with_dnr())?;
-            p.check(w.slots, w.slot_bytes)?;
-            if p.slot != sqe.cid % w.slots {
-                return Err(Status::SGL_INVALID_OFFSET.with_dnr());
-            }
+            p.check(w, u64::from(sqe.cid % w.slots))?;
             if p.len as usize != len {
                 return Err(Status::SGL_INVALID_DATA_LENGTH.with_dnr());
             }
             let mut b = vec![0u8; len];
-            mr.read_at(usize::from(p.slot) * w.slot_bytes as usize, &mut b)
+            mr.read_at(p.slot as usize * w.slot_bytes as usize, &mut b)
                 .unwrap();
             self.stats.pushed_writes.fetch_add(1, Ordering::Relaxed);
             return Ok(b);
         }
         match sqe.sgl()? {
+            // The mock is an RDMA target: NVMe/TCP's data block is an unknown type to it.
+            Sgl::Transport(_) => Err(Status::SGL_INVALID_TYPE.with_dnr()),
             Sgl::InCapsule(c) => {
                 let (o, l) = (c.offset as usize, c.len as usize);
                 if l != len || o + l > incap.len() {

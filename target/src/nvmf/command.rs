@@ -6,16 +6,12 @@
 //! worker's to handle (it tears the queue down).
 
 use rdmablk::nvme::opcodes;
+use rdmablk::nvme::transport::rdma::PushedSgl;
 use rdmablk::nvme::{InCapsuleSgl, Sgl, SglLimits, Status};
 
 use super::connection::Connection;
 use super::request::DataDir;
 use super::{admin, auth, fabrics, io, Shared};
-
-/// SGL descriptor type byte of an rdmablk push write (vendor-specific type 0xF, subtype 0):
-/// bytes 0..8 the slot index (u64 LE), bytes 8..12 the length (u32 LE). Only valid on a
-/// connection that negotiated push writes; see `docs/target.md`.
-pub const PUSH_SGL_TYPE: u8 = 0xF0;
 
 /// What the worker does with a checked request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,28 +110,28 @@ pub fn data_phase(
         return Ok(Next::Execute);
     }
     let h2c = dir == DataDir::HostToController;
-    if r.sqe.dptr[15] == PUSH_SGL_TYPE {
-        let p = push.ok_or(Status::SGL_INVALID_TYPE.with_dnr())?;
-        let d = r.sqe.dptr;
-        let idx = u64::from_le_bytes(d[0..8].try_into().unwrap_or_default());
-        let plen = u32::from_le_bytes(d[8..12].try_into().unwrap_or_default());
+    if let Some(p) = PushedSgl::decode(&r.sqe.dptr) {
+        let w = push.ok_or(Status::SGL_INVALID_TYPE.with_dnr())?;
         if !h2c {
             return Err(Status::INVALID_FIELD.with_dnr());
         }
-        if idx >= u64::from(p.slots) || idx != u64::from(r.data_slot) {
-            return Err(Status::SGL_INVALID_OFFSET.with_dnr());
-        }
+        p.check(&w, u64::from(r.data_slot))?;
         let fits = match fit {
-            SglFit::Exact => plen == len,
-            SglFit::AtLeast => plen >= len,
+            SglFit::Exact => p.len == len,
+            SglFit::AtLeast => p.len >= len,
         };
-        if !fits || plen > p.slot_bytes || plen > max_transfer {
+        if !fits || p.len > max_transfer {
             return Err(Status::SGL_INVALID_DATA_LENGTH.with_dnr());
         }
         (r.dir, r.data_len) = (dir, len);
         return Ok(Next::Execute);
     }
     let sgl = Sgl::decode(&r.sqe.dptr)?;
+    if let Sgl::Transport(_) = sgl {
+        // NVMe/RDMA moves data by keyed SGLs or in the capsule; the transport data block is
+        // NVMe/TCP's (nvmet-rdma and SPDK's rdma.c answer it as an unknown type too).
+        return Err(Status::SGL_INVALID_TYPE.with_dnr());
+    }
     let limits = SglLimits {
         in_capsule_bytes: icd_bytes,
         max_transfer_bytes: max_transfer,
@@ -160,6 +156,7 @@ pub fn data_phase(
             (r.dir, r.data_len) = (dir, len);
             Ok(Next::Execute)
         }
+        Sgl::Transport(_) => Err(Status::SGL_INVALID_TYPE.with_dnr()), // refused above
     }
 }
 

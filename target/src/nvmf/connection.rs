@@ -40,7 +40,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdmablk::fabric::{ConnParam, Mr, Mw, Qp, RecvWr, SendFlags, SendWr, Sge, WrOp};
-use rdmablk::nvme::{Cqe, PushWindow, Sgl};
+use rdmablk::nvme::transport::rdma::PushWindow;
+use rdmablk::nvme::{Cqe, Sgl};
 
 use super::controller::Controller;
 use super::request::{DataDir, ReqState, Request, WrId, WrKind};

@@ -14,7 +14,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use rdmablk::fabric::{ConnRequest, Cq, ProviderKind, QpCaps, QpInit};
-use rdmablk::nvme::{CmReject, CmRejectStatus, CmRequest};
+use rdmablk::nvme::transport::rdma::{CmReject, CmRejectStatus, CmRequest};
 
 use super::ana::AnaPort;
 use super::worker::{PendingConn, WorkerMsg, WorkerTx};

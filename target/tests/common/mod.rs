@@ -14,10 +14,10 @@ use rdmablk::fabric::{
 use rdmablk::nvme::fabrics::CNTLID_DYNAMIC;
 use rdmablk::nvme::identify::IDENTIFY_LEN;
 use rdmablk::nvme::opcodes::{admin, fctype, io};
+use rdmablk::nvme::transport::rdma::{CmAccept, CmReject, CmRejectStatus, CmRequest};
 use rdmablk::nvme::{
-    CmAccept, CmReject, CmRejectStatus, CmRequest, Connect, ConnectData, Cqe, IdentifyCmd,
-    InCapsuleSgl, KeyedSgl, Nqn, PropertyGet, PropertySet, PropertySize, ReadWrite, Sgl, Sqe,
-    Status,
+    Connect, ConnectData, Cqe, IdentifyCmd, InCapsuleSgl, KeyedSgl, Nqn, PropertyGet, PropertySet,
+    PropertySize, ReadWrite, Sgl, Sqe, Status,
 };
 use rdmablk_target::config::Config;
 use rdmablk_target::Target;
@@ -43,6 +43,11 @@ pub const DATA_OFF: usize = 64 << 10;
 const BUF_LEN: usize = DATA_OFF + 2 * MAX_IO as usize;
 const SEND_ID: u64 = 1 << 40;
 const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a test waits for an event that takes milliseconds on an idle machine before it
+/// calls it a hang. Only a hang guard: a loaded 2-core machine or a TCG VM (10-50x slower)
+/// must never run into it, so no test asserts that something happened within a time.
+pub const HANG_GUARD: Duration = Duration::from_secs(60);
 
 /// The fabric these tests run on: `RDMABLK_E2E_PROVIDER` (`soft`, the default, or `verbs`)
 /// at `RDMABLK_E2E_ADDR` (default 127.0.0.1; in the Soft-RoCE VM, rxe0's 10.0.2.15).
@@ -140,7 +145,7 @@ pub fn start_target(arena: &str, extra_target: &str) -> (Target, SocketAddr) {
 
 /// Waits until the target's arena is idle (no windows) and no connection is left.
 pub fn wait_idle(t: &Target) {
-    let deadline = Instant::now() + TIMEOUT;
+    let deadline = Instant::now() + HANG_GUARD;
     loop {
         let s = t.arena_stats();
         if s.bytes_in_use == 0 && s.windows == 0 && t.connections() == 0 {
@@ -167,6 +172,10 @@ pub struct Host {
     next_cmd_slot: std::cell::Cell<usize>,
     /// The last response's receive completion.
     pub last_wc: Option<Wc>,
+    /// Capsule SENDs posted, and those whose successful completion [`Host::wait_response`]
+    /// has seen (the target's transport took them).
+    sends_posted: std::cell::Cell<u64>,
+    sends_ok: u64,
 }
 
 pub fn cm_request(qid: u16, depth: u16) -> CmRequest {
@@ -240,6 +249,8 @@ impl Host {
             next_cid: 1,
             next_cmd_slot: std::cell::Cell::new(0),
             last_wc: None,
+            sends_posted: std::cell::Cell::new(0),
+            sends_ok: 0,
         };
         for i in 0..depth {
             h.post_recv(i);
@@ -293,18 +304,31 @@ impl Host {
                 flags: SendFlags::SIGNALED,
             }])
             .expect("post send");
+        self.sends_posted.set(self.sends_posted.get() + 1);
+    }
+
+    /// Whether every capsule sent so far was taken by the target's transport, as far as
+    /// [`Host::wait_response`] has seen (their SEND completions were successful).
+    pub fn all_sends_taken(&self) -> bool {
+        self.sends_ok == self.sends_posted.get()
     }
 
     /// Sends `sqe` (cid assigned here) with in-capsule `data`; waits for its response.
-    pub fn submit(&mut self, mut sqe: Sqe, data: &[u8]) -> Cqe {
+    pub fn submit(&mut self, sqe: Sqe, data: &[u8]) -> Cqe {
+        self.try_submit(sqe, data).expect("a response")
+    }
+
+    /// As [`Host::submit`], but a queue that fails (torn down by the target) is an error
+    /// with its text instead of a panic.
+    pub fn try_submit(&mut self, mut sqe: Sqe, data: &[u8]) -> Result<Cqe, String> {
         sqe.cid = self.next_cid;
         self.next_cid = self.next_cid.wrapping_add(1).max(1);
         let mut capsule = sqe.to_bytes().to_vec();
         capsule.extend_from_slice(data);
         self.send_capsule(&capsule);
-        let cqe = self.wait_response().expect("a response");
+        let cqe = self.wait_response()?;
         assert_eq!(cqe.cid, sqe.cid, "response for another command");
-        cqe
+        Ok(cqe)
     }
 
     /// Waits for the next response capsule.
@@ -320,6 +344,7 @@ impl Host {
                     if !wc.status.is_success() {
                         return Err(format!("send failed: {}", wc.status));
                     }
+                    self.sends_ok += 1;
                     continue;
                 }
                 if !wc.status.is_success() {
@@ -343,17 +368,49 @@ impl Host {
         }
     }
 
-    /// Waits for the connection to be torn down by the target.
+    /// Waits up to `timeout` for the target to tear the connection down: true at the
+    /// fabric's Disconnected event, false when the time runs out. Any other connection event
+    /// (an error: a device removed, an address change, a failed event channel) is not a
+    /// disconnect by the target and fails the test with its text.
     pub fn wait_disconnected(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            match self.qp.cm_event(Some(Duration::from_millis(50))) {
-                Ok(Some(CmEvent::Disconnected)) | Ok(Some(CmEvent::Error(_))) => return true,
-                Ok(_) => {}
-                Err(_) => return true,
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.qp.cm_event(Some(left)) {
+                Ok(Some(CmEvent::Disconnected)) => return true,
+                Ok(Some(CmEvent::Error(e))) => {
+                    panic!("waiting for a disconnect, got a connection error: {e}")
+                }
+                Ok(Some(CmEvent::Established)) => {}
+                Ok(None) if left.is_zero() => return false,
+                Ok(None) => {}
+                Err(e) => panic!("waiting for a disconnect, the CM event channel failed: {e}"),
             }
         }
-        false
+    }
+
+    /// Waits (up to [`HANG_GUARD`]) until `n` more responses have arrived, without taking
+    /// them: their receives are not posted again (a host that stops taking responses).
+    pub fn wait_untaken_responses(&self, n: usize) {
+        let deadline = Instant::now() + HANG_GUARD;
+        let mut wcs = [Wc::default(); 1];
+        let mut got = 0;
+        while got < n {
+            let k = self.cq.poll(&mut wcs).expect("poll the CQ");
+            for wc in &wcs[..k] {
+                assert!(wc.status.is_success(), "completion {:?}", wc);
+                if wc.wr_id != SEND_ID {
+                    got += 1;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{got} of {n} responses within {HANG_GUARD:?}"
+            );
+            if k == 0 {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
     }
 
     /// Fabrics Connect; the 1024-byte data goes keyed (admin) or in-capsule (I/O queues).
@@ -529,4 +586,96 @@ pub fn identify_page(h: &mut Host, cns: u8, nsid: u32) -> (Cqe, [u8; IDENTIFY_LE
     let mut b = [0u8; IDENTIFY_LEN];
     b.copy_from_slice(&h.read_data(0, IDENTIFY_LEN));
     (c, b)
+}
+
+/// Sends one Keep Alive on the admin queue `h`: `Err` with the text when the queue failed
+/// (the controller torn down); a response other than success fails the test.
+pub fn keep_alive(h: &mut Host) -> Result<(), String> {
+    let c = h.try_submit(rdmablk::nvme::admin::keep_alive_sqe(0), &[])?;
+    assert!(c.status.is_success(), "Keep Alive: {}", c.status);
+    Ok(())
+}
+
+/// What [`keep_talking`] saw.
+#[derive(Debug)]
+pub struct Talk {
+    /// An upper bound on the longest time the target can have gone without a command of the
+    /// controller: from sending one command to the end of the next (the target reset its
+    /// timer somewhere in each), the first measured from the caller's `since`.
+    pub longest_silence: Duration,
+    /// When the last command that got its response was sent.
+    pub last_sent: Instant,
+    /// The error of the command that failed (its queue was torn down), if one did.
+    pub failure: Option<String>,
+}
+
+impl Talk {
+    /// Whether the controller lived through the talk (true), or the test host itself was
+    /// silent for `kato` before the controller went (false: inconclusive, try again). Fails
+    /// the test if the controller went though the host was never silent that long.
+    pub fn lived(&self, kato: Duration) -> bool {
+        match &self.failure {
+            None => true,
+            Some(_) if self.longest_silence >= kato => {
+                eprintln!("inconclusive: the test host was silent for {self:?} (KATO {kato:?})");
+                false
+            }
+            Some(e) => panic!(
+                "the controller was torn down though the host was never silent for its KATO \
+                 {kato:?} (at most {:?}): {e}",
+                self.longest_silence
+            ),
+        }
+    }
+}
+
+/// Keep-alive tests: `n` commands of a controller through `say` (one command; `Err` when its
+/// queue failed), `period` apart, so the controller lives at least `n * period`. `since` is
+/// an instant taken before the controller's previous command was sent. Stops at the first
+/// failure.
+///
+/// The caller judges a failure by [`Talk::longest_silence`]: the target may drop a host that
+/// really was silent for its KATO (a starved test thread on a loaded machine), never one
+/// that was not.
+pub fn keep_talking(
+    since: Instant,
+    n: u32,
+    period: Duration,
+    mut say: impl FnMut() -> Result<(), String>,
+) -> Talk {
+    let mut talk = Talk {
+        longest_silence: Duration::ZERO,
+        last_sent: since,
+        failure: None,
+    };
+    for _ in 0..n {
+        std::thread::sleep(period);
+        let sent = Instant::now();
+        let r = say();
+        talk.longest_silence = talk.longest_silence.max(talk.last_sent.elapsed());
+        if let Err(e) = r {
+            talk.failure = Some(e);
+            return talk;
+        }
+        talk.last_sent = sent;
+    }
+    talk
+}
+
+/// Waits (up to [`HANG_GUARD`]) for the target to drop `h` because the controller's
+/// keep-alive timer ran out, and checks that it came no earlier than `kato` after
+/// `last_word`, an instant taken before the controller's last command was sent (the target
+/// reset its timer after that instant, and cuts only after KATO has passed since). Returns
+/// the time from `last_word` to the disconnect seen.
+pub fn wait_keep_alive_cut(h: &Host, last_word: Instant, kato: Duration, what: &str) -> Duration {
+    assert!(
+        h.wait_disconnected(HANG_GUARD),
+        "{what}: still connected {HANG_GUARD:?} into a silence (KATO {kato:?})"
+    );
+    let after = last_word.elapsed();
+    assert!(
+        after >= kato,
+        "{what}: dropped {after:?} after the last command, before KATO {kato:?}"
+    );
+    after
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use rdmablk::fabric::{Access, ConnParam, Mr, Pd, SendFlags, SendWr, WrOp};
-use rdmablk::nvme::{CmAccept, PushAnswer, PushRequest, PushWindow};
+use rdmablk::nvme::transport::rdma::{CmAccept, PushAnswer, PushRequest, PushWindow};
 
 use super::{PendingConn, Worker};
 use crate::nvmf::connection::{begin_close, Connection, Phase, RemoteKey, MAX_HELD_AERS};

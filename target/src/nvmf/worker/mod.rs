@@ -20,7 +20,8 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use rdmablk::fabric::{Cq, Qp, SendBatch, Wc, WcStatus};
-use rdmablk::nvme::{PushRequest, Status};
+use rdmablk::nvme::transport::rdma::PushRequest;
+use rdmablk::nvme::Status;
 
 use super::connection::{begin_close, disconnect, Connection};
 use super::ns_queues::{Ack, NsQueues};

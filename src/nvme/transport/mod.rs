@@ -1,0 +1,9 @@
+//! Wire formats that belong to one NVMe-oF transport, not to NVMe-oF itself: what crosses
+//! the wire beside the capsules (connection set-up, transport PDUs) and what only that
+//! transport's queues carry. The transport-neutral formats (SQE, CQE, SGL descriptors, Connect,
+//! log pages) stay in the modules of [`super`].
+//!
+//! - [`rdma`]: NVMe/RDMA's RDMA CM private data (request, accept, reject) and rdmablk's
+//!   push-write extension negotiated in it.
+
+pub mod rdma;
