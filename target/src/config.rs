@@ -171,8 +171,8 @@ pub struct ReferralConfig {
     pub transport: Transport,
 }
 
-/// A transport named in a referral.
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+/// An NVMe-oF transport, as `[[listener]] transport` and `[[referral]] transport` name it.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq, Hash)]
 #[serde(rename_all = "lowercase")]
 pub enum Transport {
     #[default]
@@ -180,11 +180,24 @@ pub enum Transport {
     Tcp,
 }
 
+impl Transport {
+    /// The name as written in the file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Rdma => "rdma",
+            Transport::Tcp => "tcp",
+        }
+    }
+}
+
 /// `[[listener]]`.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct ListenerConfig {
-    /// `verbs` (an RNIC or rxe/siw) or `soft` (the userspace provider over TCP).
+    /// The NVMe-oF transport hosts use: `rdma` (the default; the only one this build serves).
+    #[serde(default)]
+    pub transport: Transport,
+    /// Under `rdma`: `verbs` (an RNIC or rxe/siw) or `soft` (the userspace provider over TCP).
     pub provider: Provider,
     /// Local IP address to listen on (`0.0.0.0` listens on all of the provider's devices).
     pub address: IpAddr,

@@ -462,3 +462,18 @@ fn a_config_without_arena_gets_one_sized_from_the_limits() {
     // A size given is kept as given.
     assert!(!Config::from_str(MINIMAL).unwrap().arena.sized_from_limits);
 }
+
+/// `[[listener]] transport` names the same transports as `[[referral]] transport`: `rdma` is
+/// the default and what is served; `tcp` is refused on a listener with the key and the fix.
+#[test]
+fn listener_transport_is_rdma_by_default_and_tcp_is_refused_for_now() {
+    let c = Config::from_str(MINIMAL).unwrap();
+    assert_eq!(c.listeners[0].transport, Transport::Rdma);
+    let rdma = MINIMAL.replace("[[listener]]\n", "[[listener]]\ntransport = \"rdma\"\n");
+    assert_eq!(Config::from_str(&rdma).unwrap().listeners[0].transport, Transport::Rdma);
+    let tcp = MINIMAL.replace("[[listener]]\n", "[[listener]]\ntransport = \"tcp\"\n");
+    let p = problems(&tcp);
+    assert_eq!(p.len(), 1, "{p:#?}");
+    assert_eq!(p[0].key, "listener[0].transport");
+    assert!(p[0].message.contains("use \"rdma\""), "{}", p[0].message);
+}

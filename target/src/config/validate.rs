@@ -128,6 +128,16 @@ fn check_listeners(cfg: &Config, c: &mut Checker) {
                 ),
             );
         }
+        if l.transport != super::Transport::Rdma {
+            c.fail(
+                format!("listener[{i}].transport"),
+                format!(
+                    "\"{}\" is not served by this build yet (use \"rdma\", with provider \
+                     \"verbs\" for an RNIC or \"soft\" for rdmablk's userspace provider)",
+                    l.transport.as_str()
+                ),
+            );
+        }
         if l.port == 0 {
             c.fail(
                 format!("listener[{i}].port"),

@@ -69,12 +69,15 @@ pub fn identify_controller(ctrl: &Controller, shared: &Shared) -> IdentifyContro
 /// The whole Discovery Log Page for the host of `ctrl`, which came in through listener
 /// `listener`.
 pub fn log_page(shared: &Shared, ctrl: &Controller, provider: ProviderKind) -> Vec<u8> {
-    let ports: Vec<(u16, SocketAddr)> = shared
+    let ports: Vec<(u16, SocketAddr, Transport)> = shared
         .lock_listeners()
         .iter()
         .enumerate()
         .filter(|(_, l)| l.cfg.provider_kind() == provider)
-        .map(|(i, l)| (u16::try_from(i + 1).unwrap_or(u16::MAX), l.addr))
+        .map(|(i, l)| {
+            let portid = u16::try_from(i + 1).unwrap_or(u16::MAX);
+            (portid, l.addr, l.cfg.transport)
+        })
         .collect();
     let mut entries = Vec::new();
     for s in shared
@@ -83,9 +86,10 @@ pub fn log_page(shared: &Shared, ctrl: &Controller, provider: ProviderKind) -> V
         .iter()
         .filter(|s| s.allows(&ctrl.hostnqn))
     {
-        for &(portid, addr) in &ports {
+        for &(portid, addr, transport) in &ports {
+            let (trtype, tsas) = transport_fields(transport);
             entries.push(DiscoveryLogEntry {
-                trtype: trtype::RDMA,
+                trtype,
                 adrfam: family(addr.ip()),
                 subtype: subtype::NVME,
                 treq: treq::NOT_SPECIFIED,
@@ -96,16 +100,13 @@ pub fn log_page(shared: &Shared, ctrl: &Controller, provider: ProviderKind) -> V
                 trsvcid: addr.port().to_string(),
                 traddr: addr.ip().to_string(),
                 subnqn: s.nqn.clone(),
-                tsas: DiscoveryLogEntry::rdma_tsas(),
+                tsas,
             });
         }
     }
     let config = shared.config.load();
     for r in &config.referrals {
-        let (trtype, tsas) = match r.transport {
-            Transport::Rdma => (trtype::RDMA, DiscoveryLogEntry::rdma_tsas()),
-            Transport::Tcp => (trtype::TCP, [0u8; 16]),
-        };
+        let (trtype, tsas) = transport_fields(r.transport);
         entries.push(DiscoveryLogEntry {
             trtype,
             adrfam: family(r.address),
@@ -125,6 +126,15 @@ pub fn log_page(shared: &Shared, ctrl: &Controller, provider: ProviderKind) -> V
         .discovery_genctr
         .load(std::sync::atomic::Ordering::Acquire);
     encode_log(genctr, &entries)
+}
+
+/// The entry's TRTYPE and transport-specific address subtype (TSAS) for `t`: RDMA's
+/// (reliable connected, no provider type, RDMA CM) or TCP's (no security: all zero).
+fn transport_fields(t: Transport) -> (u8, [u8; 16]) {
+    match t {
+        Transport::Rdma => (trtype::RDMA, DiscoveryLogEntry::rdma_tsas()),
+        Transport::Tcp => (trtype::TCP, [0u8; 16]),
+    }
 }
 
 fn family(ip: IpAddr) -> u8 {
