@@ -470,7 +470,10 @@ fn listener_transport_is_rdma_by_default_and_tcp_is_refused_for_now() {
     let c = Config::from_str(MINIMAL).unwrap();
     assert_eq!(c.listeners[0].transport, Transport::Rdma);
     let rdma = MINIMAL.replace("[[listener]]\n", "[[listener]]\ntransport = \"rdma\"\n");
-    assert_eq!(Config::from_str(&rdma).unwrap().listeners[0].transport, Transport::Rdma);
+    assert_eq!(
+        Config::from_str(&rdma).unwrap().listeners[0].transport,
+        Transport::Rdma
+    );
     let tcp = MINIMAL.replace("[[listener]]\n", "[[listener]]\ntransport = \"tcp\"\n");
     let p = problems(&tcp);
     assert_eq!(p.len(), 1, "{p:#?}");
