@@ -103,7 +103,7 @@ impl Controller {
     pub fn connect_with(url: &str, mut opts: ConnectOptions) -> Result<Controller> {
         let url = TargetUrl::parse_with(url, &mut opts)?;
         opts.validate()?;
-        let fabric = open_fabric(url.provider, &opts, &url)?;
+        let fabric = open_fabric(url.provider(), &opts, &url)?;
         let bufs = BufPool::new(&fabric.pd, opts.buffer_pool_bytes)?;
         Self::connect_on(url, opts, fabric, bufs)
     }

@@ -111,7 +111,7 @@ pub fn discover_with(url: &str, mut opts: ConnectOptions) -> Result<Vec<Discover
     let full = with_discovery_nqn(url);
     let url = TargetUrl::parse_with(&full, &mut opts)?;
     opts.validate()?;
-    let fabric = crate::controller::open_fabric(url.provider, &opts, &url)?;
+    let fabric = crate::controller::open_fabric(url.provider(), &opts, &url)?;
     let pool = BufPool::new(&fabric.pd, 2 * CHUNK)?;
     let stats = Arc::new(Stats::default());
     let setup = Setup {
@@ -145,7 +145,7 @@ pub fn discover_with(url: &str, mut opts: ConnectOptions) -> Result<Vec<Discover
     })?;
     let entries: Vec<_> = raw
         .into_iter()
-        .map(|e| DiscoveryEntry::from_raw(e, url.provider))
+        .map(|e| DiscoveryEntry::from_raw(e, url.provider()))
         .collect();
     tracing::debug!(url = %url, genctr = hdr.genctr, entries = entries.len(), "discovered");
     Ok(entries)

@@ -47,6 +47,6 @@ pub use error::{Error, ErrorKind, Result};
 pub use ioqueue::{Completion, IoQueue, Op, SubmitError};
 pub use multipath::{MultipathController, PathStatus};
 pub use namespace::Namespace;
-pub use options::{default_host_identity, ConnectOptions, TargetUrl, DEFAULT_PORT};
+pub use options::{default_host_identity, ConnectOptions, TargetUrl, Transport, DEFAULT_PORT};
 pub use session::{ControllerInfo, NamespaceIds, NamespaceInfo};
 pub use stats::StatsSnapshot;

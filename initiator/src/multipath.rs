@@ -134,17 +134,17 @@ impl MultipathController {
             });
         }
         for (u, _) in &parsed {
-            if u.subnqn != first.subnqn || u.provider != first.provider {
+            if u.subnqn != first.subnqn || u.transport != first.transport {
                 return Err(Error::PathMismatch {
                     url: u.to_string(),
                     what: format!(
-                        "names another subsystem or provider than {first} (every path must \
+                        "names another subsystem or transport than {first} (every path must \
                          lead to one subsystem)"
                     ),
                 });
             }
         }
-        let fabric = open_fabric(first.provider, &opts, first)?;
+        let fabric = open_fabric(first.provider(), &opts, first)?;
         let bufs = BufPool::new(&fabric.pd, opts.buffer_pool_bytes)?;
         Paths::connect(parsed, opts, fabric, bufs)
     }

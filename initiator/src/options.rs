@@ -22,14 +22,56 @@ use crate::error::{Error, Result};
 /// The NVMe-oF/RDMA well-known port.
 pub const DEFAULT_PORT: u16 = 4420;
 
-/// Where to connect: provider, address and subsystem.
+/// Where to connect: transport, address and subsystem.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TargetUrl {
-    /// `rdma://` is [`ProviderKind::Verbs`], `soft://` is [`ProviderKind::Soft`].
-    pub provider: ProviderKind,
+    /// The URL's scheme.
+    pub transport: Transport,
     pub addr: SocketAddr,
     /// Subsystem NQN.
     pub subnqn: String,
+}
+
+/// The NVMe-oF transport a URL names (its scheme).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Transport {
+    /// NVMe/RDMA through a fabric provider: `rdma://` is [`ProviderKind::Verbs`] (an RNIC,
+    /// Soft-RoCE), `soft://` is [`ProviderKind::Soft`] (rdmablk's userspace provider over TCP,
+    /// which only rdmablk-target speaks).
+    Rdma(ProviderKind),
+}
+
+impl Transport {
+    /// The URL scheme.
+    pub fn scheme(self) -> &'static str {
+        match self {
+            Transport::Rdma(ProviderKind::Verbs) => "rdma",
+            Transport::Rdma(ProviderKind::Soft) => "soft",
+        }
+    }
+
+    /// The transport of `scheme`, or why there is none.
+    fn from_scheme(scheme: &str) -> std::result::Result<Transport, String> {
+        match scheme {
+            "rdma" => Ok(Transport::Rdma(ProviderKind::Verbs)),
+            "soft" => Ok(Transport::Rdma(ProviderKind::Soft)),
+            "tcp" => Err(
+                "NVMe/TCP (tcp://) is not supported by this build yet: use rdma:// \
+                          (an RNIC or Soft-RoCE) or soft:// (rdmablk-target's soft provider)"
+                    .into(),
+            ),
+            _ => Err(format!("unknown scheme {scheme:?} (rdma:// or soft://)")),
+        }
+    }
+}
+
+impl TargetUrl {
+    /// The fabric provider of an RDMA URL (every URL today).
+    pub fn provider(&self) -> ProviderKind {
+        match self.transport {
+            Transport::Rdma(p) => p,
+        }
+    }
 }
 
 /// Options of a controller connection. `Default` is what a Linux host would use, with push
@@ -218,11 +260,7 @@ impl TargetUrl {
             reason: reason.to_string(),
         };
         let (scheme, rest) = url.split_once("://").ok_or_else(|| err("missing scheme"))?;
-        let provider = match scheme {
-            "rdma" => ProviderKind::Verbs,
-            "soft" => ProviderKind::Soft,
-            _ => return Err(err(&format!("unknown scheme {scheme:?}"))),
-        };
+        let transport = Transport::from_scheme(scheme).map_err(|r| err(&r))?;
         let (rest, query) = match rest.split_once('?') {
             Some((r, q)) => (r, Some(q)),
             None => (rest, None),
@@ -242,7 +280,7 @@ impl TargetUrl {
             }
         }
         Ok(TargetUrl {
-            provider,
+            transport,
             addr,
             subnqn: subnqn.to_string(),
         })
@@ -264,10 +302,7 @@ impl TargetUrl {
 
 impl std::fmt::Display for TargetUrl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let scheme = match self.provider {
-            ProviderKind::Verbs => "rdma",
-            ProviderKind::Soft => "soft",
-        };
+        let scheme = self.transport.scheme();
         write!(f, "{scheme}://{}/{}", self.addr, self.subnqn)
     }
 }
@@ -375,12 +410,12 @@ mod tests {
     #[test]
     fn parses_schemes_ports_and_nqn_with_colons() {
         let u = TargetUrl::parse(&format!("rdma://10.0.2.15:4420/{NQN}")).unwrap();
-        assert_eq!(u.provider, ProviderKind::Verbs);
+        assert_eq!(u.transport, Transport::Rdma(ProviderKind::Verbs));
         assert_eq!(u.addr, "10.0.2.15:4420".parse().unwrap());
         assert_eq!(u.subnqn, NQN);
         assert_eq!(u.to_string(), format!("rdma://10.0.2.15:4420/{NQN}"));
         let u = TargetUrl::parse(&format!("soft://127.0.0.1/{NQN}")).unwrap();
-        assert_eq!(u.provider, ProviderKind::Soft);
+        assert_eq!(u.transport, Transport::Rdma(ProviderKind::Soft));
         assert_eq!(u.addr.port(), DEFAULT_PORT);
         let u = TargetUrl::parse(&format!("rdma://[::1]:9/{NQN}")).unwrap();
         assert_eq!(u.addr, "[::1]:9".parse().unwrap());
@@ -391,7 +426,11 @@ mod tests {
     #[test]
     fn bad_urls_say_what_is_wrong() {
         for (url, needle) in [
-            ("tcp://1.2.3.4/x", "unknown scheme"),
+            (
+                "tcp://1.2.3.4/x",
+                "NVMe/TCP (tcp://) is not supported by this build yet",
+            ),
+            ("http://1.2.3.4/x", "unknown scheme"),
             ("rdma//1.2.3.4/x", "missing scheme"),
             ("rdma://1.2.3.4", "missing /SUBNQN"),
             ("rdma://1.2.3.4/", "empty subsystem NQN"),
