@@ -161,6 +161,13 @@ step sizes-512
   --do_verify=1 --verify_fatal=1 --output="$WORK/sizes.txt") ||
   { cat "$WORK/sizes.txt"; fail "$STEP: fio 512 B .. 128 KiB"; }
 
+# ---------------------------------------------------------------- every size, each exactly once
+step every-size
+# fio's --bsrange draws sizes at random; this writes and reads back each size from one block
+# to MDTS (limits.max_io_size = 128 KiB) exactly once, one command each, on both namespaces.
+python3 "$ROOT/tests/vm/every_size.py" "$DEV2" 512 131072 || fail "$STEP: 512-byte blocks"
+python3 "$ROOT/tests/vm/every_size.py" "$DEV" 4096 131072 || fail "$STEP: 4 KiB blocks"
+
 # ---------------------------------------------------------------- discard, zeroes, flush
 step discard
 MIB=1048576
