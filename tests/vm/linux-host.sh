@@ -166,7 +166,14 @@ step disconnect
 say "nvme disconnect -n $NQN"
 nvme disconnect -n "$NQN" || fail "nvme disconnect"
 CONNECTED=0
-sleep 1
+# The host's disconnect reaches the target asynchronously: wait (30 s at most, a hang guard)
+# until it holds no connection, so that the exit below finds the arena idle.
+for _ in $(seq 1 300); do
+  "$CTL" status --json 2>/dev/null |
+    python3 -c 'import json, sys; sys.exit(json.load(sys.stdin)["result"]["connections"] != 0)' &&
+    break
+  sleep 0.1
+done
 say "stopping the target (SIGTERM)"
 kill -TERM "$TPID"
 wait "$TPID"

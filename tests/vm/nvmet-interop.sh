@@ -69,7 +69,8 @@ echo ipv4 > "$P/addr_adrfam"
 echo "$IP" > "$P/addr_traddr"
 echo "$PORT" > "$P/addr_trsvcid"
 ln -s "$S" "$P/subsystems/$NQN" || fail "link subsystem to port (dmesg: $(dmesg | tail -3))"
-sleep 1
+# nvmet enables the port inside the link (it listens when ln returns) and says so in dmesg.
+for _ in $(seq 1 100); do dmesg | grep -q "enabling port 1" && break; sleep 0.1; done
 dmesg | grep -i nvmet | tail -3
 
 rc=0
