@@ -16,7 +16,7 @@
 //!
 //! # Recovery
 //! A transport failure (error completion, disconnect, command timeout, malformed response) on
-//! any queue leads whoever saw it to [`Shared::recover`]: the first caller for a session tears
+//! any queue leads whoever saw it to [`ControllerState::recover`]: the first caller for a session tears
 //! it down and reconnects with exponential backoff (`reconnect_delay_ms` doubling up to
 //! `reconnect_max_delay_ms`, `reconnect_attempts` tries); later callers for the same session
 //! wait for it. Queues of an old session are dropped when handed back. If every attempt
@@ -54,7 +54,7 @@ struct Pool {
     abort: Arc<AtomicBool>,
 }
 
-pub(crate) struct Shared {
+pub(crate) struct ControllerState {
     pub url: TargetUrl,
     pub opts: ConnectOptions,
     fabric: Fabric,
@@ -73,12 +73,12 @@ pub(crate) struct Shared {
 /// clone (and every [`Namespace`] and [`IoQueue`] made from it) is dropped.
 #[derive(Clone)]
 pub struct Controller {
-    shared: Arc<Shared>,
+    shared: Arc<ControllerState>,
     _keep_alive: Arc<KeepAlive>,
 }
 
 struct KeepAlive {
-    shared: Arc<Shared>,
+    shared: Arc<ControllerState>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -125,7 +125,7 @@ impl Controller {
             stats: &stats,
         }
         .establish()?;
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(ControllerState {
             url,
             opts,
             fabric,
@@ -267,7 +267,7 @@ impl Controller {
         &self.shared.url
     }
 
-    pub(crate) fn shared(&self) -> &Arc<Shared> {
+    pub(crate) fn shared(&self) -> &Arc<ControllerState> {
         &self.shared
     }
 }
@@ -286,7 +286,7 @@ pub(crate) fn open_fabric(
     Ok(Fabric { kind, pd })
 }
 
-impl Shared {
+impl ControllerState {
     fn lock_pool(&self) -> MutexGuard<'_, Pool> {
         self.pool.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -306,7 +306,7 @@ impl Shared {
         self.checkout_when(false)
     }
 
-    /// Like [`Shared::checkout`], but refuses at once, instead of waiting, when the session
+    /// Like [`ControllerState::checkout`], but refuses at once, instead of waiting, when the session
     /// is known broken (a multipath caller then goes to another path).
     pub fn checkout_live(&self) -> Result<(Queue, u64)> {
         self.checkout_when(true)
@@ -346,7 +346,7 @@ impl Shared {
     }
 
     /// Session `generation` failed: stop handing out its queues (waiters of
-    /// [`Shared::checkout_live`] leave) until [`Shared::recover`] installs a new one.
+    /// [`ControllerState::checkout_live`] leave) until [`ControllerState::recover`] installs a new one.
     pub fn mark_broken(&self, generation: u64) {
         let mut p = self.lock_pool();
         if p.generation == generation {

@@ -15,10 +15,10 @@ pub mod backend;
 pub mod config;
 pub mod control;
 pub mod heap;
-pub mod io;
 pub mod metrics;
 pub mod namespace;
 pub mod nvmf;
+pub mod ring;
 pub mod systemd;
 
 pub use nvmf::{Target, TargetError};

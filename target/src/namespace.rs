@@ -16,7 +16,7 @@ use crate::backend::{
     IoRequest, SubmitError,
 };
 use crate::config::{parse_uuid, NamespaceConfig};
-use crate::io::WorkerIo;
+use crate::ring::WorkerIo;
 
 /// One namespace of a subsystem. Share it between workers (`Arc<Namespace>`); each worker
 /// opens its own [`NamespaceQueue`].

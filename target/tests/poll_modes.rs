@@ -2,7 +2,7 @@
 //! soft provider, with O_DIRECT where the filesystem allows it (then completions come from
 //! the block layer, not inline at submit).
 //!
-//! - `busy` never sleeps. The ring uses cooperative task work (`target/src/io/uring.rs`): a
+//! - `busy` never sleeps. The ring uses cooperative task work (`target/src/ring/uring.rs`): a
 //!   completion waits as task work until the worker enters the kernel, and `reap` enters when
 //!   the ring flags it. (Without that, answers would wait for the worker's next system call
 //!   of its own, at the latest its housekeeping tick: slower, not wrong, so this test cannot

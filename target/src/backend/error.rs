@@ -20,7 +20,7 @@ use super::{
     SubmitError,
 };
 use crate::config::{ErrorBackendConfig, FaultConfig};
-use crate::io::WorkerIo;
+use crate::ring::WorkerIo;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Class {

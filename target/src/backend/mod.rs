@@ -16,12 +16,12 @@
 //! depth when they are opened.
 
 pub mod error;
+pub mod file;
 pub mod null;
 pub mod ram;
 #[cfg(feature = "rbd")]
 pub mod rbd;
 mod request;
-pub mod uring;
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -30,7 +30,7 @@ use std::sync::Arc;
 pub use request::{Completion, IoBuf, IoError, IoErrorKind, IoOp, IoRequest, OpKind, SubmitError};
 
 use crate::config::BackendConfig;
-use crate::io::WorkerIo;
+use crate::ring::WorkerIo;
 
 /// A namespace's storage, shared by the workers.
 pub trait Backend: Send + Sync + std::fmt::Debug {
@@ -132,10 +132,8 @@ pub fn open(
     read_only: bool,
 ) -> Result<Arc<dyn Backend>, BackendError> {
     Ok(match cfg {
-        BackendConfig::File(f) => Arc::new(uring::UringFile::open_file(f, block_size, read_only)?),
-        BackendConfig::Block(b) => {
-            Arc::new(uring::UringFile::open_block(b, block_size, read_only)?)
-        }
+        BackendConfig::File(f) => Arc::new(file::UringFile::open_file(f, block_size, read_only)?),
+        BackendConfig::Block(b) => Arc::new(file::UringFile::open_block(b, block_size, read_only)?),
         BackendConfig::Null(s) => Arc::new(null::NullBackend::new(s.size.bytes(), block_size)),
         BackendConfig::Ram(s) => Arc::new(ram::RamBackend::new(s.size.bytes(), block_size)?),
         BackendConfig::Error(e) => {

@@ -8,7 +8,7 @@ use super::{
     check_request, Backend, BackendError, BackendQueue, Completion, DoneQueue, IoRequest,
     SubmitError,
 };
-use crate::io::WorkerIo;
+use crate::ring::WorkerIo;
 
 /// Capacity only.
 #[derive(Debug)]

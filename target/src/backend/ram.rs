@@ -12,7 +12,7 @@ use super::{
     check_request, Backend, BackendError, BackendQueue, Completion, DoneQueue, IoOp, IoRequest,
     SubmitError,
 };
-use crate::io::WorkerIo;
+use crate::ring::WorkerIo;
 
 /// Memory of `num_blocks * block_size` bytes, zero-filled at start.
 #[derive(Debug)]

@@ -215,7 +215,7 @@ fn file_cfg(path: &Path, direct: bool) -> FileBackendConfig {
 
 fn file_roundtrip(dir: &Path, direct: bool) -> bool {
     let p = TempPath::new(dir);
-    let f = uring::UringFile::open_file(&file_cfg(&p.0, direct), BS, false).unwrap();
+    let f = file::UringFile::open_file(&file_cfg(&p.0, direct), BS, false).unwrap();
     assert_eq!(f.num_blocks(), 256);
     let is_direct = f.is_direct();
     let io = WorkerIo::new(64, None);
@@ -254,7 +254,7 @@ fn file_backend_roundtrip_on_tmpfs() {
 #[test]
 fn file_backend_uses_the_arena_as_fixed_buffers() {
     let p = TempPath::new(&std::env::temp_dir());
-    let f = uring::UringFile::open_file(&file_cfg(&p.0, true), BS, false).unwrap();
+    let f = file::UringFile::open_file(&file_cfg(&p.0, true), BS, false).unwrap();
     let layout = WindowLayout::new(32, 4096, 64 << 10);
     let arena = Arc::new(Arena::unpinned(layout.total_bytes).unwrap());
     let io = WorkerIo::new(64, Some(Arc::clone(&arena)));
@@ -307,7 +307,7 @@ fn file_backend_uses_the_arena_as_fixed_buffers() {
 #[test]
 fn misaligned_direct_io_is_a_clean_error() {
     let p = TempPath::new(&std::env::temp_dir());
-    let f = uring::UringFile::open_file(&file_cfg(&p.0, true), BS, false).unwrap();
+    let f = file::UringFile::open_file(&file_cfg(&p.0, true), BS, false).unwrap();
     if !f.is_direct() || f.mem_align() <= 1 {
         eprintln!(
             "SKIP: {} has no O_DIRECT alignment to violate",
@@ -347,21 +347,21 @@ fn file_backend_refuses_missing_and_non_regular_files() {
         create_size: None,
         direct: true,
     };
-    let e = uring::UringFile::open_file(&cfg, BS, false).unwrap_err();
+    let e = file::UringFile::open_file(&cfg, BS, false).unwrap_err();
     assert!(e.to_string().contains(&p.0.display().to_string()), "{e}");
     let cfg = FileBackendConfig {
         path: std::env::temp_dir(),
         create_size: None,
         direct: false,
     };
-    assert!(uring::UringFile::open_file(&cfg, BS, false).is_err());
+    assert!(file::UringFile::open_file(&cfg, BS, false).is_err());
 }
 
 #[test]
 fn read_only_file_refuses_writes() {
     let p = TempPath::new(&std::env::temp_dir());
-    drop(uring::UringFile::open_file(&file_cfg(&p.0, false), BS, false).unwrap());
-    let f = uring::UringFile::open_file(&file_cfg(&p.0, false), BS, true).unwrap();
+    drop(file::UringFile::open_file(&file_cfg(&p.0, false), BS, false).unwrap());
+    let f = file::UringFile::open_file(&file_cfg(&p.0, false), BS, true).unwrap();
     let io = WorkerIo::new(8, None);
     let mut q = f.open_queue(&io, 4).unwrap();
     let mem = TestMem::new(BS as usize);
@@ -810,7 +810,7 @@ fn block_device_roundtrip() {
     let cfg = crate::config::BlockBackendConfig {
         path: PathBuf::from(dev),
     };
-    let b = uring::UringFile::open_block(&cfg, BS, false).unwrap();
+    let b = file::UringFile::open_block(&cfg, BS, false).unwrap();
     assert!(b.is_direct());
     let io = WorkerIo::new(64, None);
     let mut q = b.open_queue(&io, 16).unwrap();

@@ -11,7 +11,7 @@ use rdmablk::nvme::{InCapsuleSgl, Sgl, SglLimits, Status};
 
 use super::connection::Connection;
 use super::request::DataDir;
-use super::{admin, auth, fabrics, io, Shared};
+use super::{admin, auth, fabrics, io_commands, Shared};
 
 /// What the worker does with a checked request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,7 +65,7 @@ pub fn prepare(conn: &mut Connection, slot: u32, shared: &Shared) -> Next {
         r.fail(Status::COMMAND_SEQUENCE_ERROR.with_dnr());
         Next::Respond
     } else {
-        io::prepare(conn, slot, shared, &ctrl)
+        io_commands::prepare(conn, slot, shared, &ctrl)
     }
 }
 

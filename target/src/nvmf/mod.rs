@@ -30,7 +30,7 @@ pub mod connection;
 pub mod controller;
 pub mod discovery;
 pub mod fabrics;
-pub mod io;
+pub mod io_commands;
 pub mod listener;
 pub mod ns_queues;
 pub mod ns_table;

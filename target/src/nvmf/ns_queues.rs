@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 
 use crate::backend::{Completion, IoOp, IoRequest, SubmitError};
-use crate::io::WorkerIo;
 use crate::namespace::{Namespace, NamespaceQueue};
+use crate::ring::WorkerIo;
 
 /// The answer a worker gives to an open or close request.
 pub type Ack = Sender<Result<(), String>>;

@@ -1,7 +1,7 @@
 //! The request flow: what the worker does with a command from the moment its capsule
 //! arrives to the completion of its response SEND, as transitions of the state machine in
 //! [`super::request`]: check it (`command::prepare`), fetch its data from the host (RDMA READ,
-//! bounded by the queue's read credits), run it on the backend ([`super::io`]), post its
+//! bounded by the queue's read credits), run it on the backend ([`super::io_commands`]), post its
 //! response (any RDMA WRITE of data first), and free the context or hand it the next capsule
 //! waiting for one.
 
@@ -15,7 +15,7 @@ use super::command::{self, Next};
 use super::connection::{begin_close, Connection};
 use super::ns_queues::NsQueues;
 use super::request::{Action, ReqState, Request};
-use super::{auth, fabrics, io, Shared};
+use super::{auth, fabrics, io_commands, Shared};
 use crate::metrics::{NsCounters, OpKind};
 
 /// What request handlers need besides their connection.
@@ -153,7 +153,7 @@ pub(super) fn execute(conn: &mut Connection, slot: u32, ctx: &mut Ctx<'_>) {
         }
         _ if !r.status.is_success() || !conn.is_live() => respond(conn, slot, ctx),
         _ => {
-            if !io::plan(conn, slot, ctx.shared) {
+            if !io_commands::plan(conn, slot, ctx.shared) {
                 respond(conn, slot, ctx);
                 return;
             }
@@ -165,7 +165,7 @@ pub(super) fn execute(conn: &mut Connection, slot: u32, ctx: &mut Ctx<'_>) {
                 conn.reqs[slot as usize].counted = true;
             }
             conn.reqs[slot as usize].enter(ReqState::Executing, qid, slot);
-            io::submit(conn, slot, ctx.nsq, ctx.backlog);
+            io_commands::submit(conn, slot, ctx.nsq, ctx.backlog);
             let r = &conn.reqs[slot as usize];
             if r.ops_in_flight == 0 && r.ops_next >= r.ops_total {
                 respond(conn, slot, ctx);

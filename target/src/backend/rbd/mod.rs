@@ -6,7 +6,7 @@
 //! - Each worker's queue starts operations with `rbd_aio_*` straight on the request's buffer
 //!   (the arena data slot: no bounce copy on our side). librbd calls back on one of its own
 //!   threads; the callback puts `(slot, result)` on the queue's bounded channel and signals the
-//!   worker's wake-up eventfd ([`crate::io::WorkerIo::wake`]), the same fd the worker's
+//!   worker's wake-up eventfd ([`crate::ring::WorkerIo::wake`]), the same fd the worker's
 //!   io_uring signals, so an interrupt-mode worker sleeps until either has news.
 //! - librbd runs with `rbd_cache = false`: a write completes once the OSDs have committed it,
 //!   so a FUA write is a plain write (with the FUA hint) and a flush (`rbd_aio_flush`) has
@@ -35,7 +35,7 @@ use super::{
     IoRequest, OpKind, SubmitError,
 };
 use crate::config::RbdBackendConfig;
-use crate::io::{BackendWake, WorkerIo};
+use crate::ring::{BackendWake, WorkerIo};
 use sys::{AioOp, Cluster, Image, IoCtx};
 
 /// An RBD image serving one namespace.

@@ -27,13 +27,13 @@ use super::connection::{begin_close, disconnect, Connection};
 use super::ns_queues::{Ack, NsQueues};
 use super::request::{ReqState, WrId, WrKind};
 use super::request_flow::{execute, on_capsule, on_sent, respond, start_reads, Ctx};
-use super::{io, Shared, TargetError};
+use super::{io_commands, Shared, TargetError};
 use crate::arena::Window;
 use crate::backend::{BackendError, Completion};
 use crate::config::PollMode;
-use crate::io::wake::BackendWake;
-use crate::io::WorkerIo;
 use crate::metrics::NsCounters;
+use crate::ring::wake::BackendWake;
+use crate::ring::WorkerIo;
 
 mod admit;
 mod housekeeping;
@@ -416,7 +416,7 @@ impl Worker {
         r.ops_in_flight -= 1;
         if let Err(e) = c.result {
             tracing::debug!(qid = conn.qid, cid = r.sqe.cid, error = %e, "backend operation failed");
-            r.fail(io::status_of(e));
+            r.fail(io_commands::status_of(e));
         }
         if r.ops_in_flight == 0 && r.ops_next >= r.ops_total {
             respond(conn, id.slot, &mut ctx);
@@ -447,7 +447,7 @@ impl Worker {
                 }
                 continue;
             }
-            io::submit(conn, slot, ctx.nsq, ctx.backlog);
+            io_commands::submit(conn, slot, ctx.nsq, ctx.backlog);
             let r = &conn.reqs[slot as usize];
             if r.ops_in_flight == 0 && r.ops_next >= r.ops_total {
                 respond(conn, slot, &mut ctx);

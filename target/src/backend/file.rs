@@ -1,4 +1,4 @@
-//! Files and block devices through the worker's io_uring ([`crate::io::Ring`]).
+//! Files and block devices through the worker's io_uring ([`crate::ring::Ring`]).
 //!
 //! - Reads and writes use O_DIRECT where the filesystem allows it (block devices: always). A
 //!   filesystem that refuses O_DIRECT (EINVAL at open, or no direct-I/O alignment in statx, as
@@ -30,7 +30,7 @@ use super::{
     IoRequest, OpKind, SubmitError,
 };
 use crate::config::{BlockBackendConfig, FileBackendConfig};
-use crate::io::{Ring, RingCompletion, RouteId, WorkerIo};
+use crate::ring::{Ring, RingCompletion, RouteId, WorkerIo};
 
 /// How a write-zeroes was issued (the `aux` of its ring slot).
 const AUX_ZERO_RANGE: u32 = 1;

@@ -6,7 +6,7 @@
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
-/// An eventfd; [`crate::io::WorkerIo`] registers it with the worker's ring.
+/// An eventfd; [`crate::ring::WorkerIo`] registers it with the worker's ring.
 #[derive(Debug)]
 pub struct BackendWake {
     fd: OwnedFd,
