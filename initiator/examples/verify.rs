@@ -129,15 +129,7 @@ fn async_verify(ctrl: &Controller, ns: &Namespace) -> Result<()> {
     Ok(())
 }
 
-/// Bytes that differ by offset and pass, so a misplaced block never matches.
-fn pattern(offset: u64, len: usize, pass: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| {
-            let x = offset + i as u64;
-            (x ^ (x >> 9) ^ (x >> 17)) as u8 ^ pass.wrapping_mul(0x5B)
-        })
-        .collect()
-}
+use rdmablk_testkit::block_pattern as pattern;
 
 fn check(want: &[u8], got: &[u8], offset: u64) -> Result<()> {
     match want.iter().zip(got).position(|(a, b)| a != b) {

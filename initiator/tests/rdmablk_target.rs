@@ -2,7 +2,6 @@
 //! API on the soft provider (127.0.0.1), with a namespace backed by a file in a temporary
 //! directory so data survives a target restart.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use rdmablk_initiator::{ConnectOptions, Controller, Op};
@@ -11,25 +10,15 @@ use rdmablk_target::Target;
 
 const NQN: &str = "nqn.2026-11.io.rdmablk:initiator-e2e";
 
-fn tmp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("rdmablk-init-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
+use rdmablk_testkit::tmp_dir;
 
-/// The fabric these tests run on: `RDMABLK_E2E_PROVIDER` (`soft`, the default, or `verbs`)
-/// at `RDMABLK_E2E_ADDR` (default 127.0.0.1; in the Soft-RoCE VM, rxe0's 10.0.2.15).
 fn e2e_fabric() -> (String, String) {
-    let kind = std::env::var("RDMABLK_E2E_PROVIDER").unwrap_or_else(|_| "soft".into());
-    let addr = std::env::var("RDMABLK_E2E_ADDR").unwrap_or_else(|_| "127.0.0.1".into());
-    (kind, addr)
+    rdmablk_testkit::e2e_fabric()
 }
 
 /// A port nobody listens on right now (the target refuses port 0 in its config).
 fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind((e2e_fabric().1.as_str(), 0)).unwrap();
-    l.local_addr().unwrap().port()
+    rdmablk_testkit::free_port(&e2e_fabric().1)
 }
 
 /// How long a target may take to shut down before the test calls it a hang: teardown is
@@ -142,14 +131,7 @@ fn opts() -> ConnectOptions {
     }
 }
 
-fn pattern(offset: u64, len: usize, pass: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| {
-            let x = offset + i as u64;
-            (x ^ (x >> 9) ^ (x >> 17)) as u8 ^ pass.wrapping_mul(0x5B)
-        })
-        .collect()
-}
+use rdmablk_testkit::block_pattern as pattern;
 
 fn sync_sizes(ctrl: &Controller, pass: u8) {
     let ns = ctrl.namespace(1).unwrap();

@@ -22,14 +22,7 @@ fn opts() -> ConnectOptions {
     }
 }
 
-fn pattern(offset: u64, len: usize, pass: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| {
-            let x = offset + i as u64;
-            (x ^ (x >> 9) ^ (x >> 17)) as u8 ^ pass.wrapping_mul(0x5B)
-        })
-        .collect()
-}
+use rdmablk_testkit::block_pattern as pattern;
 
 /// Writes and reads back every power of two from 512 B to 1 MiB with the sync API.
 fn sync_sizes(ctrl: &Controller, pass: u8) {

@@ -46,15 +46,10 @@ fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn e2e_fabric() -> (String, String) {
-    let kind = std::env::var("RDMABLK_E2E_PROVIDER").unwrap_or_else(|_| "soft".into());
-    let addr = std::env::var("RDMABLK_E2E_ADDR").unwrap_or_else(|_| "127.0.0.1".into());
-    (kind, addr)
-}
+use rdmablk_testkit::e2e_fabric;
 
 fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind((e2e_fabric().1.as_str(), 0)).unwrap();
-    l.local_addr().unwrap().port()
+    rdmablk_testkit::free_port(&e2e_fabric().1)
 }
 
 /// A target sized for 96+ small queues: 16 KiB transfers, and the hosts ask for 16-entry I/O

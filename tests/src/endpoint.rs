@@ -232,20 +232,7 @@ pub fn expect_no_wc(cq: &Cq, quiet: Duration, what: &str) -> CaseResult<()> {
     Ok(())
 }
 
-/// Deterministic pseudo-random bytes (xorshift64*), so a misplaced or shifted copy is caught.
-pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut out = Vec::with_capacity(len);
-    while out.len() < len {
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        let v = x.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes();
-        let take = (len - out.len()).min(8);
-        out.extend_from_slice(&v[..take]);
-    }
-    out
-}
+pub use rdmablk_testkit::pattern;
 
 /// Reads `len` bytes of `mr` at `offset`.
 pub fn mr_bytes(mr: &Mr, offset: usize, len: usize) -> CaseResult<Vec<u8>> {

@@ -4,7 +4,7 @@
 
 #![allow(dead_code)]
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use rdmablk::fabric::{
@@ -52,33 +52,18 @@ pub const HANG_GUARD: Duration = Duration::from_secs(60);
 /// The fabric these tests run on: `RDMABLK_E2E_PROVIDER` (`soft`, the default, or `verbs`)
 /// at `RDMABLK_E2E_ADDR` (default 127.0.0.1; in the Soft-RoCE VM, rxe0's 10.0.2.15).
 pub fn e2e_fabric() -> (ProviderKind, String) {
-    let kind = std::env::var("RDMABLK_E2E_PROVIDER")
-        .ok()
-        .map(|p| p.parse::<ProviderKind>().expect("RDMABLK_E2E_PROVIDER"))
-        .unwrap_or(ProviderKind::Soft);
-    let addr = std::env::var("RDMABLK_E2E_ADDR").unwrap_or_else(|_| "127.0.0.1".into());
+    let (kind, addr) = rdmablk_testkit::e2e_fabric();
+    let kind = kind.parse::<ProviderKind>().expect("RDMABLK_E2E_PROVIDER");
     (kind, addr)
 }
 
 /// A free port (a free TCP port is free in the RDMA CM port space too, in practice).
 pub fn free_port() -> u16 {
-    let (_, addr) = e2e_fabric();
-    TcpListener::bind((addr.as_str(), 0))
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    rdmablk_testkit::free_port(&e2e_fabric().1)
 }
 
 /// The namespace line of [`config_text`]; a test that needs another backend replaces it.
 pub const RAM_BACKEND: &str = r#"backend = { kind = "ram", size = "16MiB" }"#;
-
-/// A fresh temporary directory for one test.
-pub fn tmp_dir(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("rdmablk-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
 
 /// A target configuration text on `port` with `arena` bytes.
 pub fn config_text(port: u16, arena: &str, extra_target: &str) -> String {
@@ -553,15 +538,12 @@ pub fn assert_status(c: &Cqe, want: Status) {
 }
 
 pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    rdmablk_testkit::pattern(seed, len)
+}
+
+/// A fresh temporary directory for one test.
+pub fn tmp_dir(name: &str) -> std::path::PathBuf {
+    rdmablk_testkit::tmp_dir(name)
 }
 
 pub fn admin_sqe(opcode: u8) -> Sqe {

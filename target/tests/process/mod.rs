@@ -9,7 +9,7 @@ pub mod crash;
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -22,25 +22,19 @@ pub const BLOCK: usize = 4096;
 
 /// A fresh temporary directory for one test.
 pub fn tmp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("rdmablk-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    rdmablk_testkit::tmp_dir(name)
 }
 
+/// A free port on 127.0.0.1.
 pub fn free_port() -> u16 {
-    TcpListener::bind(("127.0.0.1", 0))
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    rdmablk_testkit::free_port("127.0.0.1")
 }
 
 /// The fabric the target processes listen on: `RDMABLK_E2E_PROVIDER` (`soft`, the default, or
 /// `verbs`) at `RDMABLK_E2E_ADDR` (default 127.0.0.1; in the Soft-RoCE VM, rxe0's 10.0.2.15).
 pub fn fabric() -> (&'static str, String) {
-    let verbs = std::env::var("RDMABLK_E2E_PROVIDER").is_ok_and(|p| p == "verbs");
-    let addr = std::env::var("RDMABLK_E2E_ADDR").unwrap_or_else(|_| "127.0.0.1".into());
-    (if verbs { "verbs" } else { "soft" }, addr)
+    let (kind, addr) = rdmablk_testkit::e2e_fabric();
+    (if kind == "verbs" { "verbs" } else { "soft" }, addr)
 }
 
 /// A target on [`fabric`]'s address and `port` serving namespace 1 from `backend` (a TOML

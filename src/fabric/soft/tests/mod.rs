@@ -129,9 +129,7 @@ fn post_recv(side: &Side, mr: &Mr, id: u64, len: u32) {
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
-        .collect()
+    rdmablk_testkit::pattern(u64::from(seed), len)
 }
 
 #[test]
