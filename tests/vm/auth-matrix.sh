@@ -25,6 +25,7 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 TBIN=${RDMABLK_TARGET:-$ROOT/build/debug/rdmablk-target}
 IP=${RXE_VM_IP:-10.0.2.15}
+source "$(dirname "${BASH_SOURCE[0]}")/nvme-host.sh"  # TRTYPE, nvme_connect
 MODE=${AUTH_MATRIX:-full}
 CTO=${AUTH_CONNECT_TIMEOUT:-120}
 TPORT=4420
@@ -156,7 +157,7 @@ for c in "${COMBOS[@]}"; do
   why=
   # In the background: a connect stuck in the kernel ignores signals; after CTO seconds both
   # sides' logs say where it is.
-  nvme connect -t rdma -a "$IP" -s "$TPORT" -n "$NQN" --hostnqn="$(host_of 100$i)" \
+  nvme connect -t "$TRTYPE" -a "$IP" -s "$TPORT" -n "$NQN" --hostnqn="$(host_of 100$i)" \
     --hostid="$(id_of 100$i)" -i 1 "${args[@]}" >"$WORK/connect.out" 2>&1 &
   cpid=$!
   for _ in $(seq 1 $((CTO * 10))); do kill -0 "$cpid" 2>/dev/null || break; sleep 0.1; done

@@ -23,6 +23,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 TBIN=${RDMABLK_TARGET:-$ROOT/build/debug/rdmablk-target}
 VBIN=${VERIFY_BIN:-$ROOT/build/debug/examples/verify}
 IP=${RXE_VM_IP:-10.0.2.15}
+source "$(dirname "${BASH_SOURCE[0]}")/nvme-host.sh"  # TRTYPE, nvme_connect
 TPORT=4420
 NPORT=4421
 NQN=nqn.2026-11.io.rdmablk:vm-auth
@@ -148,7 +149,7 @@ io_check() {
 
 connect() { # connect HOSTNQN HOSTID ARGS...
   local h=$1 id=$2; shift 2
-  timeout 90 nvme connect -t rdma -a "$IP" -s "$TPORT" -n "$NQN" --hostnqn="$h" --hostid="$id" \
+  timeout 90 nvme connect -t "$TRTYPE" -a "$IP" -s "$TPORT" -n "$NQN" --hostnqn="$h" --hostid="$id" \
     -i 1 "$@" >"$WORK/connect.out" 2>&1
 }
 

@@ -18,6 +18,7 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BIN=${RDMABLK_TARGET:-$ROOT/build/debug/rdmablk-target}
 IP=${RXE_VM_IP:-10.0.2.15}
+source "$(dirname "${BASH_SOURCE[0]}")/nvme-host.sh"  # TRTYPE, nvme_connect
 PORT=${PORT:-4420}
 NQN=nqn.2026-11.io.rdmablk:ka-stall
 STALL_DIR=${STALL_DIR:?STALL_DIR: a directory the host-side stall-watcher.sh watches}
@@ -76,7 +77,7 @@ for _ in $(seq 1 300); do grep -q '^ready$' "$WORK/target.out" 2>/dev/null && br
 grep -q '^ready$' "$WORK/target.out" || fail "target did not print ready within 30 s"
 modprobe nvme-rdma || fail "modprobe nvme-rdma"
 dmesg -C
-nvme connect -t rdma -a "$IP" -s "$PORT" -n "$NQN" || fail "nvme connect"
+nvme_connect -s "$PORT" -n "$NQN" || fail "nvme connect"
 CONNECTED=1
 ctrl=
 for c in /sys/class/nvme/nvme*; do

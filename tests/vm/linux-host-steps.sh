@@ -268,7 +268,7 @@ step connect-all
 check nvme disconnect -n "$NQN"
 CONNECTED=0
 wait_gone "$NQN"
-check nvme connect-all -t rdma -a "$IP" -s "$PORT"
+check nvme_connect_all -s "$PORT"
 CONNECTED=1
 # Every subsystem this host may use, and only those.
 ctrl_of "$NQN_KINDS" >/dev/null || fail "$STEP: connect-all did not connect $NQN_KINDS"
@@ -305,7 +305,7 @@ step disconnect-between-passes
   --do_verify=0 --output="$WORK/passes1.txt") || fail "$STEP: fio write pass"
 check nvme disconnect -n "$NQN"
 CONNECTED=0
-check nvme connect -t rdma -a "$IP" -s "$PORT" -n "$NQN"
+check nvme_connect -s "$PORT" -n "$NQN"
 CONNECTED=1
 DEV=$(ns_dev 1) || fail "$STEP: no block device after reconnecting"
 (cd "$WORK" && fio --name=passes --filename="$DEV" --direct=1 --ioengine=libaio --iodepth=8 \
@@ -318,7 +318,7 @@ step not-allowed
 # is not allowed, hostnqn: ..." (drivers/nvme/host/fabrics.c): looked for in the kernel log
 # after a marker written just before the attempt.
 echo "linux-host: step not-allowed" > /dev/kmsg
-if nvme connect -t rdma -a "$IP" -s "$PORT" -n nqn.2026-11.io.rdmablk:vm-hidden \
+if nvme_connect -s "$PORT" -n nqn.2026-11.io.rdmablk:vm-hidden \
     >"$WORK/refused.txt" 2>&1; then
   fail "$STEP: a host not on the allow-list connected"
 fi
@@ -339,7 +339,7 @@ check nvme disconnect -n "$NQN"
 CONNECTED=0
 # 8 I/O queues asked (the host caps them at its CPUs), 1024 entries asked (the 6.1 host clamps
 # to 128), keep-alive 15 s, then a second controller of the same host (--duplicate-connect).
-check nvme connect -t rdma -a "$IP" -s "$PORT" -n "$NQN" --nr-io-queues=8 --queue-size=1024 \
+check nvme_connect -s "$PORT" -n "$NQN" --nr-io-queues=8 --queue-size=1024 \
   --keep-alive-tmo=15
 CONNECTED=1
 DEV=$(ns_dev 1) || fail "$STEP: no block device"
@@ -355,11 +355,11 @@ kconnect "$NQN" duplicate_connect,queue_size=128 ||
 # Both controllers in ONE nvme subsystem, namespaces 1 and 2 each one head over both.
 one_head "$NQN" 2 2
 check nvme disconnect -n "$NQN"       # both controllers
-check nvme connect -t rdma -a "$IP" -s "$PORT" -n "$NQN"
+check nvme_connect -s "$PORT" -n "$NQN"
 DEV=$(ns_dev 1) || fail "$STEP: no block device"
 
 step backends
-check nvme connect -t rdma -a "$IP" -s "$PORT" -n "$NQN_KINDS"
+check nvme_connect -s "$PORT" -n "$NQN_KINDS"
 BLK=""; NUL=""
 for _ in $(seq 1 100); do
   for b in /sys/block/nvme*n*; do

@@ -6,7 +6,7 @@
 #
 # Steps (a failure names its step): start rdmablk-target (verbs provider, $IP:$PORT; ns 1 in
 # RAM with 4 KiB blocks, ns 2 a file with 512-byte blocks); `nvme discover` lists the
-# subsystem; `nvme connect -t rdma`; fio crc32c verify over random I/O of 4k-128k; the admin
+# subsystem; `nvme connect -t $TRTYPE` (rdma); fio crc32c verify over random I/O of 4k-128k; the admin
 # set nvme-cli uses (id-ctrl, id-ns, list-ns, ns-descs, logs, features), each answer checked;
 # discard then read back zeroes, write zeroes (`blkdiscard -z`), `nvme flush`; a file system
 # (mkfs.ext4 with its discard, files, fstrim, fsck, remount, checksums); `nvme reset` under
@@ -22,6 +22,7 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BIN=${RDMABLK_TARGET:-$ROOT/build/debug/rdmablk-target}
 IP=${RXE_VM_IP:-10.0.2.15}
+source "$(dirname "${BASH_SOURCE[0]}")/nvme-host.sh"  # TRTYPE, nvme_connect
 PORT=${PORT:-4420}
 NQN=nqn.2026-11.io.rdmablk:vm-interop
 FIO_SIZE=${FIO_SIZE:-32m}
@@ -127,7 +128,7 @@ start_target
 modprobe nvme-rdma || fail "modprobe nvme-rdma"
 
 step discover
-nvme discover -t rdma -a "$IP" -s "$PORT" >"$WORK/discover.txt" 2>&1 ||
+nvme_discover -s "$PORT" >"$WORK/discover.txt" 2>&1 ||
   { cat "$WORK/discover.txt"; fail "discover: nvme discover"; }
 sed 's/^/  /' "$WORK/discover.txt"
 grep -q "subnqn: *$NQN" "$WORK/discover.txt" || fail "discover: $NQN not listed"
@@ -135,8 +136,8 @@ grep -q "vm-hidden" "$WORK/discover.txt" && fail "discover: a subsystem the host
 grep -q "trsvcid: *$PORT" "$WORK/discover.txt" || fail "discover: no trsvcid $PORT"
 
 step connect
-say "nvme connect -t rdma -a $IP -s $PORT -n $NQN"
-nvme connect -t rdma -a "$IP" -s "$PORT" -n "$NQN" --reconnect-delay=1 --ctrl-loss-tmo=120 ||
+say "nvme connect -t $TRTYPE -a $IP -s $PORT -n $NQN"
+nvme_connect -s "$PORT" -n "$NQN" --reconnect-delay=1 --ctrl-loss-tmo=120 ||
   fail "nvme connect"
 CONNECTED=1
 DEV=$(ns_dev 1) || fail "connect: no block device for $NQN ns 1"

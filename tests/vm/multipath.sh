@@ -29,6 +29,7 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BIN=${RDMABLK_TARGET:-$ROOT/build/debug/rdmablk-target}
 IP=${RXE_VM_IP:-10.0.2.15}
+source "$(dirname "${BASH_SOURCE[0]}")/nvme-host.sh"  # TRTYPE, nvme_connect
 NQN=nqn.2026-11.io.rdmablk:vm-multipath
 UUID=6d756c74-6970-4174-8800-000000000001
 KATO_S=5
@@ -198,7 +199,7 @@ start b
 
 step join
 for port in 4420 4421; do
-  nvme connect -t rdma -a "$IP" -s "$port" -n "$NQN" --reconnect-delay=1 --ctrl-loss-tmo=120 \
+  nvme_connect -s "$port" -n "$NQN" --reconnect-delay=1 --ctrl-loss-tmo=120 \
     --keep-alive-tmo=$KATO_S >"$WORK/connect-$port.txt" 2>&1 ||
     { cat "$WORK/connect-$port.txt"; fail "nvme connect to port $port"; }
 done

@@ -11,7 +11,7 @@
 # and the host talks to the gateway over real RDMA (rxe0).
 #
 # Steps (a failure names its step): start the cluster and make an image; start rdmablk-target
-# (verbs provider) with the image as namespace 1; `nvme connect -t rdma`; the block device's
+# (verbs provider) with the image as namespace 1; `nvme connect -t $TRTYPE` (rdma); the block device's
 # size is the image's; fio crc32c verify over random I/O of 4k-128k (write, then read back);
 # a known 8 MiB pattern written with O_DIRECT and `nvme flush` is found at its offset in the
 # image by `rbd export` (the data is in Ceph, not in the gateway); a discard reads back zeroes;
@@ -28,6 +28,7 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BIN=${RDMABLK_TARGET:-$ROOT/build/debug/rdmablk-target}
 IP=${RXE_VM_IP:-10.0.2.15}
+source "$(dirname "${BASH_SOURCE[0]}")/nvme-host.sh"  # TRTYPE, nvme_connect
 PORT=${PORT:-4420}
 NQN=nqn.2026-11.io.rdmablk:vm-rbd
 FIO_SIZE=${FIO_SIZE:-16m}
@@ -108,8 +109,8 @@ start_target
 modprobe nvme-rdma || fail "modprobe nvme-rdma"
 
 step connect
-say "nvme connect -t rdma -a $IP -s $PORT -n $NQN"
-nvme connect -t rdma -a "$IP" -s "$PORT" -n "$NQN" --reconnect-delay=1 --ctrl-loss-tmo=120 ||
+say "nvme connect -t $TRTYPE -a $IP -s $PORT -n $NQN"
+nvme_connect -s "$PORT" -n "$NQN" --reconnect-delay=1 --ctrl-loss-tmo=120 ||
   fail "nvme connect"
 CONNECTED=1
 DEV=$(ns_dev) || fail "no block device for $NQN"
