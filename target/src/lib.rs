@@ -12,6 +12,7 @@
 
 pub mod arena;
 pub mod backend;
+pub mod cli_docs;
 pub mod config;
 pub mod control;
 pub mod heap;

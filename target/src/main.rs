@@ -7,15 +7,25 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use rdmablk_target::config::{ArenaConfig, Config};
 use rdmablk_target::control::ControlServer;
 use rdmablk_target::metrics::MetricsServer;
-use rdmablk_target::{systemd, Target};
+use rdmablk_target::{cli_docs, systemd, Target};
 
 /// rdmablk NVMe-oF/RDMA target daemon.
 #[derive(Debug, Parser)]
-#[command(version, about)]
+#[command(
+    version,
+    about,
+    long_about = "rdmablk NVMe-oF/RDMA target daemon: serves the namespaces of its \
+                  configuration file to NVMe-oF hosts until SIGINT or SIGTERM, then drains, \
+                  flushes and exits 0; SIGHUP re-reads the file and applies what changed. It \
+                  prints `listening ADDR` per listener and then `ready` on standard output once \
+                  every listener, the control socket and the metrics endpoint accept.",
+    after_help = "rdmablk-target --generate man|bash|zsh|fish prints its manual page or a shell \
+                  completion script."
+)]
 struct Args {
     /// Configuration file (see config/rdmablk-target.toml for every knob).
     #[arg(long, short = 'c', value_name = "FILE")]
@@ -26,6 +36,9 @@ struct Args {
 }
 
 fn main() -> std::process::ExitCode {
+    if let Some(code) = cli_docs::generate_if_asked(Args::command, "8", man_sections) {
+        return code;
+    }
     let args = Args::parse();
     match run(args) {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -152,4 +165,37 @@ fn wait_signal(set: &libc::sigset_t) -> std::io::Result<i32> {
         return Err(std::io::Error::from_raw_os_error(rc));
     }
     Ok(sig)
+}
+
+/// What the manual page adds to the options: the configuration reference, the signals, the
+/// files.
+fn man_sections() -> Vec<cli_docs::Section> {
+    vec![
+        (
+            "CONFIGURATION",
+            cli_docs::paragraph(
+                "The configuration file is TOML. Unknown keys are errors; every problem is \
+                 reported at start with its key and the fix. The reference below is \
+                 config/rdmablk-target.toml of the source tree (installed as an example): \
+                 every key, its default and its unit.",
+            ) + &cli_docs::verbatim(cli_docs::CONFIG_REFERENCE),
+        ),
+        (
+            "SIGNALS",
+            cli_docs::paragraph(
+                "SIGINT, SIGTERM: drain the hosts' commands, flush every namespace, exit 0 \
+                 (1 if a final flush failed). SIGHUP: re-read the configuration file and apply \
+                 what changed, all or nothing (a refused file changes nothing and the log says \
+                 why).",
+            ),
+        ),
+        (
+            "FILES",
+            cli_docs::paragraph(
+                "/run/rdmablk/ctl.sock: the default control socket ([control] socket), used by \
+                 rdmablk-ctl(8).",
+            ),
+        ),
+        cli_docs::see_also(),
+    ]
 }

@@ -24,12 +24,13 @@ rdmablk_apt_install() {
 }
 
 # Build dependencies: the verbs headers and libraries bindgen and the linker need, and libclang;
+# groff-base, which renders the generated manual pages in their tests;
 # make, fio (Debian 12's 3.33) and gcc's ASan for the C API's tests (initiator-c/tests).
 # librbd-dev and librados-dev for the target's RBD backend (cargo feature `rbd`, on by default),
 # and a single-node Ceph cluster for its tests and benchmark (tools/ceph-dev): Debian 12's Ceph
 # 16.2 (ceph-common has the `ceph` and `rbd` commands).
 RDMABLK_CEPH_PKGS=(ceph-mon ceph-mgr ceph-osd ceph-common)
-RDMABLK_BUILD_PKGS=(libibverbs-dev librdmacm-dev libclang-dev clang pkg-config gcc g++ make fio
+RDMABLK_BUILD_PKGS=(libibverbs-dev librdmacm-dev libclang-dev clang pkg-config gcc g++ make fio groff-base
   librbd-dev librados-dev "${RDMABLK_CEPH_PKGS[@]}")
 # What tools/test-rxe needs to run a Soft-RoCE VM, plus the Linux NVMe-oF peers' user tools.
 # tools/test-rxe installs them (the guest runs this machine's user space over 9p).

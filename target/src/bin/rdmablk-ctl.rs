@@ -19,13 +19,24 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use serde_json::{json, Value};
 
+use rdmablk_target::cli_docs;
 use rdmablk_target::config::DEFAULT_CONTROL_SOCKET;
 
 #[derive(Debug, Parser)]
-#[command(version, about = "Operate a running rdmablk-target")]
+#[command(
+    name = "rdmablk-ctl",
+    version,
+    about = "Operate a running rdmablk-target",
+    long_about = "Operate a running rdmablk-target through its control socket: status, reload, \
+                  and changes to subsystems, namespaces, hosts, listeners and ANA states, each \
+                  written back to the target's configuration file. Exit status 0 only on \
+                  success.",
+    after_help = "rdmablk-ctl --generate man|bash|zsh|fish prints its manual page or a shell \
+                  completion script."
+)]
 struct Args {
     /// The target's control socket ([control] socket in its configuration).
     #[arg(long, short = 's', default_value = DEFAULT_CONTROL_SOCKET, global = true)]
@@ -257,6 +268,34 @@ fn request(cmd: &Cmd) -> Value {
 }
 
 fn main() -> ExitCode {
+    if let Some(code) = cli_docs::generate_if_asked(Args::command, "8", || {
+        let mut commands = String::new();
+        let mut cmd = Args::command();
+        cmd.build();
+        for sub in cmd.get_subcommands_mut() {
+            commands.push_str(&format!(
+                ".TP\n\\fB{}\\fR\n{}\n",
+                sub.get_name(),
+                sub.get_about().map(|a| a.to_string()).unwrap_or_default()
+            ));
+            let name = sub.get_name().to_owned();
+            for op in sub
+                .get_subcommands_mut()
+                .filter(|op| op.get_name() != "help")
+            {
+                let usage = op.render_usage().to_string();
+                let usage = usage.trim_start_matches("Usage: ").replace('-', "\\-");
+                let about = op.get_about().map(|a| a.to_string()).unwrap_or_default();
+                commands.push_str(&format!(
+                    ".TP\n\\fB{name} {}\\fR\n{usage}\n.br\n{about}\n",
+                    op.get_name()
+                ));
+            }
+        }
+        vec![("COMMANDS", commands), cli_docs::see_also()]
+    }) {
+        return code;
+    }
     let args = Args::parse();
     let answer = match rdmablk_target::control::call(&args.socket, &request(&args.cmd)) {
         Ok(a) => a,

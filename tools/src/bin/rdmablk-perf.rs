@@ -1,9 +1,15 @@
 //! `rdmablk-perf`: parses the flags and runs [`rdmablk_tools::perf::main`].
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
+use rdmablk_target::cli_docs;
 use rdmablk_tools::perf::{self, args::Args};
 
-fn main() {
+fn main() -> std::process::ExitCode {
+    if let Some(code) =
+        cli_docs::generate_if_asked(Args::command, "1", || vec![cli_docs::see_also()])
+    {
+        return code;
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

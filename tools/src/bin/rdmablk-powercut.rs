@@ -10,7 +10,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use rdmablk_initiator as ini;
 use rdmablk_tools::powercut::{self, Journal};
 
@@ -54,6 +54,11 @@ const MAX_BLOCKS: u64 = 8;
 const FLUSH_EVERY: u64 = 8;
 
 fn main() -> ExitCode {
+    if let Some(code) = rdmablk_target::cli_docs::generate_if_asked(Args::command, "1", || {
+        vec![rdmablk_target::cli_docs::see_also()]
+    }) {
+        return code;
+    }
     let args = Args::parse();
     let r = match args.cmd {
         Cmd::Write {

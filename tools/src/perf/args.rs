@@ -27,7 +27,9 @@ pub const MIN_BS_BYTES: u64 = 512;
     name = "rdmablk-perf",
     version,
     about = "fio-like throughput and latency tool: local io_uring baseline and NVMe-oF targets",
-    long_about = None
+    long_about = None,
+    after_help = "rdmablk-perf --generate man|bash|zsh|fish prints its manual page or a shell \
+                  completion script."
 )]
 pub struct Args {
     /// What to drive: `file:/path` or `/dev/...` (local io_uring engine), `rdma://IP:PORT/NQN`
