@@ -200,6 +200,7 @@ fn handle(server: &Server, text: &str) -> Value {
     let result = match req.get("cmd").and_then(Value::as_str) {
         None => Err("missing \"cmd\"".to_string()),
         Some("status") => Ok(t.status()),
+        Some("io") => Ok(t.io()),
         Some("reload") => t
             .reload()
             .map(|changes| json!({ "changes": changes }))

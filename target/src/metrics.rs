@@ -145,6 +145,73 @@ pub struct TargetCounters {
     pub reloads_refused: AtomicU64,
 }
 
+/// One namespace's I/O counters, every worker's merged: what a scrape and `rdmablk-ctl top`
+/// read. Counters only grow (a reload that reopens the namespace starts them again).
+#[derive(Clone, Debug, Default)]
+pub struct NamespaceIo {
+    pub subsystem: String,
+    pub nsid: u32,
+    /// Commands completed, by [`OpKind`].
+    pub ops: [u64; OPS],
+    pub read_bytes: u64,
+    pub written_bytes: u64,
+    /// Commands that failed, by (operation, NVMe status field).
+    pub errors: HashMap<(u8, u16), u64>,
+    /// Commands executing now.
+    pub in_flight: u64,
+    /// Latency sum, ns, by operation.
+    pub latency_sum_ns: [u64; OPS],
+    /// Latency histogram by operation: count per bucket of [`LATENCY_BUCKETS_US`] (then one
+    /// for anything slower), not cumulative.
+    pub latency: [[u64; NB]; OPS],
+}
+
+/// Upper bounds of the latency buckets, microseconds; a last bucket takes the rest.
+pub const LATENCY_BUCKETS_US: [u64; 16] = BUCKETS_US;
+/// The operations' names, by [`OpKind`] index.
+pub const OP_NAMES_BY_KIND: [&str; OPS] = OP_NAMES;
+
+/// Every namespace's I/O counters now.
+pub fn namespace_io(target: &TargetHandle) -> Vec<NamespaceIo> {
+    let s = target.shared();
+    let mut out = Vec::new();
+    for sub in s.subsystems.load().iter() {
+        for ns in sub.namespaces().iter() {
+            let mut io = NamespaceIo {
+                subsystem: sub.nqn.clone(),
+                nsid: ns.nsid(),
+                ..NamespaceIo::default()
+            };
+            let (mut started, mut finished) = (0u64, 0u64);
+            for c in s
+                .counters_by_worker
+                .iter()
+                .filter_map(|w| w.slot(ns.slot()))
+            {
+                let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+                started += get(&c.started);
+                finished += get(&c.finished);
+                io.read_bytes += get(&c.read_bytes);
+                io.written_bytes += get(&c.written_bytes);
+                for i in 0..OPS {
+                    io.ops[i] += get(&c.ops[i]);
+                    io.latency_sum_ns[i] += get(&c.latency_sum_ns[i]);
+                    for b in 0..NB {
+                        io.latency[i][b] += get(&c.latency[i][b]);
+                    }
+                }
+                let e = c.errors.lock().unwrap_or_else(|p| p.into_inner());
+                for (k, v) in e.iter() {
+                    *io.errors.entry(*k).or_default() += v;
+                }
+            }
+            io.in_flight = started.saturating_sub(finished);
+            out.push(io);
+        }
+    }
+    out
+}
+
 /// Encodes the target's metrics at each scrape.
 #[derive(Debug)]
 struct TargetCollector(TargetHandle);
@@ -157,60 +224,39 @@ impl Collector for TargetCollector {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let s = self.0.shared();
         let workers = &s.counters_by_worker;
-        // Per namespace: every worker's counters of its slot, merged.
+        // Per namespace: every worker's counters of its slot, merged ([`namespace_io`]).
         let mut ops: Vec<(Labels, u64)> = Vec::new();
         let mut bytes: Vec<(Labels, u64, u64)> = Vec::new();
         let mut errors: Vec<(Labels, u64)> = Vec::new();
         let mut lat: Vec<HistogramSeries> = Vec::new();
         let mut in_flight: Vec<(Labels, i64)> = Vec::new();
-        for sub in s.subsystems.load().iter() {
-            for ns in sub.namespaces().iter() {
-                let base: Labels = vec![
-                    ("subsystem", sub.nqn.clone()),
-                    ("nsid", ns.nsid().to_string()),
-                ];
-                let counters: Vec<Arc<NsCounters>> =
-                    workers.iter().filter_map(|w| w.slot(ns.slot())).collect();
-                let sum =
-                    |f: &dyn Fn(&NsCounters) -> u64| -> u64 { counters.iter().map(|c| f(c)).sum() };
-                for (i, name) in OP_NAMES.iter().enumerate() {
-                    let mut l = base.clone();
-                    l.push(("op", (*name).to_string()));
-                    let n = sum(&|c| c.ops[i].load(Ordering::Relaxed));
-                    ops.push((l.clone(), n));
-                    let mut cum = 0;
-                    let buckets: Vec<(f64, u64)> = (0..NB)
-                        .map(|b| {
-                            cum += sum(&|c| c.latency[i][b].load(Ordering::Relaxed));
-                            let ub = BUCKETS_US.get(b).map_or(f64::INFINITY, |&u| u as f64 / 1e6);
-                            (ub, cum)
-                        })
-                        .collect();
-                    let sum_s = sum(&|c| c.latency_sum_ns[i].load(Ordering::Relaxed)) as f64 / 1e9;
-                    lat.push((l, sum_s, cum, buckets));
-                }
-                let started = sum(&|c| c.started.load(Ordering::Relaxed));
-                let finished = sum(&|c| c.finished.load(Ordering::Relaxed));
-                in_flight.push((base.clone(), started.saturating_sub(finished) as i64));
-                bytes.push((
-                    base.clone(),
-                    sum(&|c| c.read_bytes.load(Ordering::Relaxed)),
-                    sum(&|c| c.written_bytes.load(Ordering::Relaxed)),
-                ));
-                let mut by_status: HashMap<(u8, u16), u64> = HashMap::new();
-                for c in &counters {
-                    let e = c.errors.lock().unwrap_or_else(|p| p.into_inner());
-                    for (k, v) in e.iter() {
-                        *by_status.entry(*k).or_default() += v;
-                    }
-                }
-                for ((op, field), n) in by_status {
-                    let mut l = base.clone();
-                    l.push(("op", OP_NAMES[usize::from(op)].to_string()));
-                    let st = Status::from_field(field);
-                    l.push(("status", st.display_for(CommandKind::Io).to_string()));
-                    errors.push((l, n));
-                }
+        for io in namespace_io(&self.0) {
+            let base: Labels = vec![
+                ("subsystem", io.subsystem.clone()),
+                ("nsid", io.nsid.to_string()),
+            ];
+            for (i, name) in OP_NAMES.iter().enumerate() {
+                let mut l = base.clone();
+                l.push(("op", (*name).to_string()));
+                ops.push((l.clone(), io.ops[i]));
+                let mut cum = 0;
+                let buckets: Vec<(f64, u64)> = (0..NB)
+                    .map(|b| {
+                        cum += io.latency[i][b];
+                        let ub = BUCKETS_US.get(b).map_or(f64::INFINITY, |&u| u as f64 / 1e6);
+                        (ub, cum)
+                    })
+                    .collect();
+                lat.push((l, io.latency_sum_ns[i] as f64 / 1e9, cum, buckets));
+            }
+            in_flight.push((base.clone(), io.in_flight as i64));
+            bytes.push((base.clone(), io.read_bytes, io.written_bytes));
+            for ((op, field), n) in io.errors {
+                let mut l = base.clone();
+                l.push(("op", OP_NAMES[usize::from(op)].to_string()));
+                let st = Status::from_field(field);
+                l.push(("status", st.display_for(CommandKind::Io).to_string()));
+                errors.push((l, n));
             }
         }
         counter_family(

@@ -311,3 +311,140 @@ fn misbehaving_clients_get_errors_and_stall_nothing() {
     t.signal(libc::SIGTERM);
     assert!(t.wait_exit(Duration::from_secs(30)).success());
 }
+
+/// Writes to namespace 1 of `url` until `stop` is set (the load `rdmablk-ctl top` shows).
+fn keep_writing(url: String, stop: std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    let ctrl = connect(&url, opts(1, 0));
+    let ns = ctrl.namespace(1).unwrap();
+    let data = vec![7u8; 4096];
+    let mut lba = 0u64;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        ns.write_at(lba * 4096, &data).unwrap();
+        lba = (lba + 1) % 1024;
+    }
+}
+
+/// `rdmablk-ctl top` without a terminal: plain refreshes, each with the namespace's row and
+/// the connected host; the writes a host is doing show as w/s.
+#[test]
+fn top_prints_rates_and_hosts_as_plain_lines_without_a_terminal() {
+    let dir = tmp_dir("control-top");
+    let (mut t, sock) = start(&dir);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (url, stop) = (t.url(), stop.clone());
+        std::thread::spawn(move || keep_writing(url, stop))
+    };
+    let out = Command::new(CTL)
+        .args(["-s", sock.to_str().unwrap(), "top", "-i", "0.5", "-n", "4"])
+        .output()
+        .expect("run rdmablk-ctl top");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.join().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !text.contains('\x1b'),
+        "escape sequences without a terminal: {text:?}"
+    );
+    assert_eq!(text.matches("rdmablk-target  ").count(), 4, "{text}");
+    let rows: Vec<&str> = text.lines().filter(|l| l.starts_with(NQN)).collect();
+    assert!(rows.len() >= 4, "{text}");
+    // SUBSYSTEM NSID r/s w/s ...: some refresh saw the writes.
+    let wrote = rows.iter().any(|r| {
+        let f: Vec<&str> = r.split_whitespace().collect();
+        f.get(3)
+            .and_then(|w| w.parse::<f64>().ok())
+            .is_some_and(|w| w > 0.0)
+    });
+    assert!(wrote, "no refresh shows the writes: {text}");
+    assert!(
+        text.contains("HOSTS") && text.contains(" controller "),
+        "{text}"
+    );
+    // A target that is not there is a clear error, exit 2.
+    let gone = Command::new(CTL)
+        .args(["-s", "/nonexistent/ctl.sock", "top", "-n", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(gone.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&gone.stderr).contains("is rdmablk-target running"));
+    t.signal(libc::SIGTERM);
+    assert!(t.wait_exit(Duration::from_secs(30)).success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `rdmablk-ctl top` in a real terminal (tmux): the view is redrawn in place (one header on
+/// the screen however many refreshes), shows the namespace and the host, and Ctrl-C ends it.
+#[test]
+fn top_redraws_in_place_in_a_terminal_and_ends_at_ctrl_c() {
+    if Command::new("tmux").arg("-V").output().is_err() {
+        panic!("tmux is missing (tools/lib/install-deps.sh installs it)");
+    }
+    let dir = tmp_dir("control-top-tty");
+    let (mut t, sock) = start(&dir);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (url, stop) = (t.url(), stop.clone());
+        std::thread::spawn(move || keep_writing(url, stop))
+    };
+    let session = format!("rdmablk-top-{}", std::process::id());
+    let tmux = |args: &[&str]| {
+        Command::new("tmux")
+            .args(["-L", &session])
+            .args(args)
+            .output()
+            .expect("tmux")
+    };
+    let cmd = format!("{CTL} -s {} top -i 0.3", sock.display());
+    let started = tmux(&[
+        "new-session",
+        "-d",
+        "-s",
+        &session,
+        "-x",
+        "200",
+        "-y",
+        "40",
+        &cmd,
+    ]);
+    assert!(started.status.success(), "{started:?}");
+    // Wait (hang guard 60 s) until a few refreshes have been drawn with the host on them.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut screen = String::new();
+    let mut seen = 0;
+    while Instant::now() < deadline && seen < 3 {
+        let shot = tmux(&["capture-pane", "-p", "-t", &session]);
+        let now = String::from_utf8_lossy(&shot.stdout).to_string();
+        if now != screen && now.contains(NQN) && now.contains(" controller ") {
+            seen += 1;
+            screen = now;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        seen >= 3,
+        "the view never showed the target's namespace and host:\n{screen}"
+    );
+    assert_eq!(
+        screen.matches("SUBSYSTEM").count(),
+        1,
+        "not redrawn in place:\n{screen}"
+    );
+    tmux(&["send-keys", "-t", &session, "C-c"]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while tmux(&["has-session", "-t", &session]).status.success() {
+        assert!(Instant::now() < deadline, "top still running after Ctrl-C");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = tmux(&["kill-server"]);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.join().unwrap();
+    t.signal(libc::SIGTERM);
+    assert!(t.wait_exit(Duration::from_secs(30)).success());
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -24,21 +24,53 @@ rdmablk_apt_install() {
 }
 
 # Build dependencies: the verbs headers and libraries bindgen and the linker need, and libclang;
-# groff-base, which renders the generated manual pages in their tests;
+# groff-base, which renders the generated manual pages in their tests; tmux, the terminal
+# `rdmablk-ctl top` is tested in;
 # make, fio (Debian 12's 3.33) and gcc's ASan for the C API's tests (initiator-c/tests).
 # librbd-dev and librados-dev for the target's RBD backend (cargo feature `rbd`, on by default),
 # and a single-node Ceph cluster for its tests and benchmark (tools/ceph-dev): Debian 12's Ceph
 # 16.2 (ceph-common has the `ceph` and `rbd` commands).
 RDMABLK_CEPH_PKGS=(ceph-mon ceph-mgr ceph-osd ceph-common)
-RDMABLK_BUILD_PKGS=(libibverbs-dev librdmacm-dev libclang-dev clang pkg-config gcc g++ make fio groff-base
+RDMABLK_BUILD_PKGS=(libibverbs-dev librdmacm-dev libclang-dev clang pkg-config gcc g++ make fio groff-base tmux
   librbd-dev librados-dev "${RDMABLK_CEPH_PKGS[@]}")
+# Monitoring: promtool (in Debian's prometheus package) and PyYAML, for tools/check-monitoring
+# (the alert rules' unit tests, and every metric config/prometheus/ and config/grafana/ name
+# exists in a live target's scrape).
+RDMABLK_MONITORING_PKGS=(prometheus python3-yaml)
 # What tools/test-rxe needs to run a Soft-RoCE VM, plus the Linux NVMe-oF peers' user tools.
 # tools/test-rxe installs them (the guest runs this machine's user space over 9p).
 RDMABLK_VM_PKGS=(qemu-system-x86 busybox-static cpio kmod dpkg rdma-core ibverbs-utils
   iproute2 nvme-cli fio e2fsprogs util-linux xfsprogs python3)
 
+# Installs RDMABLK_MONITORING_PKGS. Debian's prometheus package also enables and starts a
+# Prometheus server (on :9090); rdmablk needs only its promtool. So when this function has just
+# installed the package, the service is stopped and disabled right away (and nothing of it
+# listens); a prometheus package that was installed before is somebody's server and is left
+# as it is.
+rdmablk_install_monitoring_deps() {
+  local had=0
+  dpkg-query -W -f='${Status}' prometheus 2>/dev/null | grep -q "install ok installed" && had=1
+  rdmablk_apt_install "${RDMABLK_MONITORING_PKGS[@]}" || return 1
+  [ "$had" = 1 ] && return 0
+  echo "rdmablk: stopping and disabling the prometheus service the package started (only promtool is used)" >&2
+  if [ -d /run/systemd/system ]; then
+    rdmablk_sudo systemctl disable --now prometheus >&2 || return 1
+  else
+    # No systemd running: the package's init script may have started it. `systemctl disable`
+    # works offline (it also disables the init script); where there is no systemctl,
+    # update-rc.d does.
+    if [ -x /etc/init.d/prometheus ]; then rdmablk_sudo /etc/init.d/prometheus stop >&2 || return 1; fi
+    if command -v systemctl >/dev/null; then
+      rdmablk_sudo systemctl disable prometheus >&2 || return 1
+    elif command -v update-rc.d >/dev/null; then
+      rdmablk_sudo update-rc.d prometheus disable >&2 || return 1
+    fi
+  fi
+}
+
 rdmablk_install_build_deps() {
   rdmablk_apt_install "${RDMABLK_BUILD_PKGS[@]}" || return 1
+  rdmablk_install_monitoring_deps || return 1
   if ! command -v cargo >/dev/null; then
     echo "rdmablk: cargo not found: install a Rust toolchain (https://rustup.rs), then retry" >&2
     return 1

@@ -1,6 +1,6 @@
 //! What `rdmablk-ctl status` shows: listeners, subsystems with their namespaces and hosts,
-//! controllers, the arena. A JSON value with a stable shape (documented in
-//! `docs/operations.md`).
+//! controllers, the arena; and what `rdmablk-ctl top` reads (`io`: each namespace's I/O
+//! counters). JSON values with a stable shape (documented in `docs/operations.md`).
 
 use serde_json::{json, Value};
 
@@ -93,6 +93,41 @@ impl TargetHandle {
             // only in RSS, which also holds what the allocator keeps for reuse.
             "heap": heap,
             "config": s.config_path.get().map(|p| p.display().to_string()),
+        })
+    }
+}
+
+impl TargetHandle {
+    /// Every namespace's I/O counters now (`rdmablk-ctl top` takes two and shows the rates):
+    /// commands and latency histograms by operation, bytes, errors, commands in flight.
+    pub fn io(&self) -> Value {
+        use crate::metrics::{namespace_io, LATENCY_BUCKETS_US, OP_NAMES_BY_KIND};
+        let namespaces: Vec<Value> = namespace_io(self)
+            .into_iter()
+            .map(|io| {
+                let by_op = |f: &dyn Fn(usize) -> Value| -> Value {
+                    OP_NAMES_BY_KIND
+                        .iter()
+                        .enumerate()
+                        .map(|(i, n)| ((*n).to_string(), f(i)))
+                        .collect::<serde_json::Map<_, _>>()
+                        .into()
+                };
+                json!({
+                    "subsystem": io.subsystem,
+                    "nsid": io.nsid,
+                    "ops": by_op(&|i| json!(io.ops[i])),
+                    "read_bytes": io.read_bytes,
+                    "written_bytes": io.written_bytes,
+                    "errors": io.errors.values().sum::<u64>(),
+                    "in_flight": io.in_flight,
+                    "latency": by_op(&|i| json!(io.latency[i].to_vec())),
+                })
+            })
+            .collect();
+        json!({
+            "latency_bucket_us": LATENCY_BUCKETS_US,
+            "namespaces": namespaces,
         })
     }
 }

@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! rdmablk-ctl status                      listeners, subsystems, namespaces, controllers, arena
+//! rdmablk-ctl top [-i SECONDS] [-n COUNT]  live view: per namespace rates, latency; hosts
 //! rdmablk-ctl reload                      re-read the configuration file, apply what changed
 //! rdmablk-ctl subsystem add NQN [--allow-any-host | --host NQN ...]
 //! rdmablk-ctl subsystem remove NQN
@@ -15,6 +16,8 @@
 //! rdmablk-ctl drain ADDR:PORT             stop accepting there; connections stay
 //! ```
 //! `--json` prints the daemon's answer as it is; exit status 0 only on success.
+
+mod top;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -52,6 +55,16 @@ struct Args {
 enum Cmd {
     /// Listeners, subsystems, namespaces, controllers, arena.
     Status,
+    /// A live view: per namespace r/s, w/s, MB/s, latency p50/p99, in flight, errors; the
+    /// connected hosts. Redrawn in place on a terminal, plain lines otherwise; until Ctrl-C.
+    Top {
+        /// Seconds between refreshes.
+        #[arg(long, short = 'i', default_value_t = 1.0)]
+        interval: f64,
+        /// Stop after this many refreshes.
+        #[arg(long, short = 'n')]
+        count: Option<u32>,
+    },
     /// Re-read the configuration file and apply the difference.
     Reload,
     /// Add or remove a subsystem.
@@ -174,6 +187,7 @@ enum ListenerOp {
 fn request(cmd: &Cmd) -> Value {
     match cmd {
         Cmd::Status => json!({"cmd": "status"}),
+        Cmd::Top { .. } => json!({"cmd": "io"}),
         Cmd::Reload => json!({"cmd": "reload"}),
         Cmd::Drain { listener } => json!({"cmd": "drain", "listener": listener}),
         Cmd::Subsystem { op } => match op {
@@ -297,6 +311,22 @@ fn main() -> ExitCode {
         return code;
     }
     let args = Args::parse();
+    if let Cmd::Top { interval, count } = args.cmd {
+        if !(interval.is_finite() && (0.1..=3600.0).contains(&interval)) {
+            eprintln!("rdmablk-ctl top: --interval {interval}: give 0.1 to 3600 seconds");
+            return ExitCode::from(2);
+        }
+        let every = std::time::Duration::from_secs_f64(interval);
+        return match top::run(&args.socket, every, count) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!(
+                    "rdmablk-ctl top: {e} (is rdmablk-target running, with this [control] socket?)"
+                );
+                ExitCode::from(2)
+            }
+        };
+    }
     let answer = match rdmablk_target::control::call(&args.socket, &request(&args.cmd)) {
         Ok(a) => a,
         Err(e) => {
