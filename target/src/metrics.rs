@@ -217,7 +217,8 @@ pub fn namespace_io(target: &TargetHandle) -> Vec<NamespaceIo> {
 struct TargetCollector(TargetHandle);
 
 type Labels = Vec<(&'static str, String)>;
-/// One histogram series: labels, sum (s), count, cumulative buckets (upper bound s, count).
+/// One histogram series: labels, sum (s), count, buckets (upper bound s, count in that bucket
+/// alone: the encoder makes them cumulative).
 type HistogramSeries = (Labels, f64, u64, Vec<(f64, u64)>);
 
 impl Collector for TargetCollector {
@@ -239,15 +240,17 @@ impl Collector for TargetCollector {
                 let mut l = base.clone();
                 l.push(("op", (*name).to_string()));
                 ops.push((l.clone(), io.ops[i]));
-                let mut cum = 0;
+                // Per-bucket counts, not cumulative ones: prometheus-client's encoder adds
+                // them up itself (passing running totals made every `le` bucket, and so every
+                // quantile, far too high; the +Inf bucket then exceeded _count).
                 let buckets: Vec<(f64, u64)> = (0..NB)
                     .map(|b| {
-                        cum += io.latency[i][b];
                         let ub = BUCKETS_US.get(b).map_or(f64::INFINITY, |&u| u as f64 / 1e6);
-                        (ub, cum)
+                        (ub, io.latency[i][b])
                     })
                     .collect();
-                lat.push((l, io.latency_sum_ns[i] as f64 / 1e9, cum, buckets));
+                let count = io.latency[i].iter().sum();
+                lat.push((l, io.latency_sum_ns[i] as f64 / 1e9, count, buckets));
             }
             in_flight.push((base.clone(), io.in_flight as i64));
             bytes.push((base.clone(), io.read_bytes, io.written_bytes));

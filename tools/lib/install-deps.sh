@@ -53,19 +53,24 @@ rdmablk_install_monitoring_deps() {
   rdmablk_apt_install "${RDMABLK_MONITORING_PKGS[@]}" || return 1
   [ "$had" = 1 ] && return 0
   echo "rdmablk: stopping and disabling the prometheus service the package started (only promtool is used)" >&2
+  # Best effort, never fatal: a server that was not started cannot be stopped, and a machine
+  # without an init system has nothing to disable.
   if [ -d /run/systemd/system ]; then
-    rdmablk_sudo systemctl disable --now prometheus >&2 || return 1
+    rdmablk_sudo systemctl disable --now prometheus >&2 || true
   else
     # No systemd running: the package's init script may have started it. `systemctl disable`
     # works offline (it also disables the init script); where there is no systemctl,
     # update-rc.d does.
-    if [ -x /etc/init.d/prometheus ]; then rdmablk_sudo /etc/init.d/prometheus stop >&2 || return 1; fi
+    if [ -x /etc/init.d/prometheus ]; then rdmablk_sudo /etc/init.d/prometheus stop >&2 || true; fi
     if command -v systemctl >/dev/null; then
-      rdmablk_sudo systemctl disable prometheus >&2 || return 1
+      rdmablk_sudo systemctl disable prometheus >&2 || true
     elif command -v update-rc.d >/dev/null; then
-      rdmablk_sudo update-rc.d prometheus disable >&2 || return 1
+      rdmablk_sudo update-rc.d prometheus disable >&2 || true
     fi
   fi
+  # Whatever started it, the server this install brought must not stay (it was just installed,
+  # so it is nobody's).
+  rdmablk_sudo pkill -x prometheus 2>/dev/null || true
 }
 
 rdmablk_install_build_deps() {

@@ -166,6 +166,45 @@ fn metrics_count_exactly_what_rdmablk_perf_did() {
     assert!(reads > 0 && writes > 0, "{job}");
     assert_eq!(scrape("read") - r0, reads, "reads counted by the target");
     assert_eq!(scrape("write") - w0, writes, "writes counted by the target");
+    // The latency histogram is one: its `le` buckets never decrease and the +Inf one is the
+    // count (they were summed twice once, every quantile far too high), and it counted the run.
+    let body = ureq::get(&url)
+        .call()
+        .expect("GET /metrics")
+        .body_mut()
+        .read_to_string()
+        .unwrap();
+    for op in ["read", "write"] {
+        let labels = format!("subsystem=\"nqn.2026-11.io.rdmablk:metrics\",nsid=\"1\",op=\"{op}\"");
+        let series = |name: &str| -> Vec<(String, u64)> {
+            body.lines()
+                .filter(|l| l.starts_with(name) && l.contains(&labels))
+                .map(|l| {
+                    let (k, v) = l.rsplit_once(' ').unwrap();
+                    (k.to_owned(), v.parse().unwrap())
+                })
+                .collect()
+        };
+        let buckets = series("rdmablk_namespace_latency_seconds_bucket{");
+        let count = series("rdmablk_namespace_latency_seconds_count{");
+        assert_eq!(buckets.len(), 17, "{op}: {buckets:?}");
+        assert!(
+            buckets.windows(2).all(|w| w[0].1 <= w[1].1),
+            "{op}: {buckets:?}"
+        );
+        let inf = buckets
+            .iter()
+            .find(|(k, _)| k.contains("le=\"+Inf\""))
+            .unwrap()
+            .1;
+        assert_eq!(inf, count[0].1, "{op}: +Inf bucket against _count");
+        let done = if op == "read" { reads } else { writes };
+        assert!(
+            count[0].1 >= done,
+            "{op}: {} of {done} I/Os in the histogram",
+            count[0].1
+        );
+    }
     drop(server);
     target.shutdown();
 }
