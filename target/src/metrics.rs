@@ -323,6 +323,42 @@ impl Collector for TargetCollector {
             "Controllers, by subsystem and host",
             &ctrls,
         )?;
+        // ANA: per listener and group in use (a namespace's group), 1 for the state it is
+        // in and 0 for the others (the enum-as-gauge form Prometheus' own exporters use), so
+        // `rdmablk_ana_state{state="optimized"} == 0` finds a path that is not optimized.
+        let mut groups: Vec<u32> = s
+            .subsystems
+            .load()
+            .iter()
+            .flat_map(|sub| {
+                sub.namespaces()
+                    .iter()
+                    .map(|ns| ns.ana_group())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        groups.sort_unstable();
+        groups.dedup();
+        let mut ana: Vec<(Labels, i64)> = Vec::new();
+        for l in s.lock_listeners().iter() {
+            for &g in &groups {
+                let now = l.ana.state(g);
+                for st in rdmablk::nvme::ana::AnaState::ALL {
+                    let labels = vec![
+                        ("listener", l.addr.to_string()),
+                        ("group", g.to_string()),
+                        ("state", st.name().to_string()),
+                    ];
+                    ana.push((labels, i64::from(st == now)));
+                }
+            }
+        }
+        gauge_family(
+            &mut enc,
+            "rdmablk_ana_state",
+            "ANA state of each group in use through each listener (1 for its state, 0 others)",
+            &ana,
+        )?;
         let conns = s.connections.load(Ordering::Relaxed) as i64;
         gauge_family(
             &mut enc,
