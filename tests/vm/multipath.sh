@@ -207,37 +207,12 @@ CA=$(ctrl_at 4420) || fail "no controller to port 4420"
 CB=$(ctrl_at 4421) || fail "no controller to port 4421"
 for _ in $(seq 1 100); do DEV=$(head_dev) && break; sleep 0.1; done
 [ -n "${DEV:-}" ] || fail "no multipath block device for $NQN"
-# ONE nvme subsystem for the NQN, with both controllers under it, each with its path
-# (nvmeXcYn1, a hidden gendisk) to the namespace, and one head in it: $DEV, the only block
-# device of the NQN. Polled: a new controller scans its namespaces in the background.
-for _ in $(seq 1 100); do
-  why='' subs=()
-  for s in /sys/class/nvme-subsystem/nvme-subsys*; do
-    [ "$(cat "$s/subsysnqn" 2>/dev/null)" = "$NQN" ] && subs+=("$s")
-  done
-  if [ ${#subs[@]} != 1 ]; then
-    why="${#subs[@]} nvme subsystems for $NQN, wanted 1"
-  else
-    SUBSYS=${subs[0]}
-    for c in "$CA" "$CB"; do
-      [ -e "$SUBSYS/$c" ] || why="$why controller $c is not in ${SUBSYS##*/};"
-      ls -d /sys/class/nvme/"$c"/nvme*c*n1 >/dev/null 2>&1 || why="$why controller $c has no path to the namespace;"
-    done
-    nctrl=0
-    for c in "$SUBSYS"/nvme*; do [[ ${c##*/} =~ ^nvme[0-9]+$ ]] && nctrl=$((nctrl + 1)); done
-    [ "$nctrl" = 2 ] || why="$why ${SUBSYS##*/} has $nctrl controllers, wanted 2;"
-    heads=$(for b in "$SUBSYS"/nvme*n*; do [[ ${b##*/} =~ ^nvme[0-9]+n[0-9]+$ ]] && echo "${b##*/}"; done)
-    [ "$heads" = "${DEV#/dev/}" ] || why="$why heads in ${SUBSYS##*/}: '${heads//$'\n'/ }', wanted ${DEV#/dev/} alone;"
-    # Path devices (nvmeXcYnZ) are hidden gendisks; count only the heads (nvmeXnY).
-    ndevs=$(for b in /sys/block/nvme*n*; do
-      [[ $(basename "$b") =~ ^nvme[0-9]+n[0-9]+$ ]] || continue
-      [ "$(cat "$b/device/subsysnqn" 2>/dev/null)" = "$NQN" ] && echo "$b"; done | wc -l)
-    [ "$ndevs" = 1 ] || why="$why $ndevs block devices for one shared namespace, wanted 1;"
-  fi
-  [ -z "$why" ] && break
-  sleep 0.1
-done
-[ -z "$why" ] || fail "not one multipath head: ${why# }"
+# ONE nvme subsystem for the NQN with both controllers under it, each with its path to the
+# namespace, and one head in it, $DEV, the only block device of the NQN (one_head polls).
+one_head "$NQN" 2 1
+SUBSYS=$ONE_HEAD_SUBSYS
+[ -e "$SUBSYS/$CA" ] && [ -e "$SUBSYS/$CB" ] || fail "$CA and $CB are not both in ${SUBSYS##*/}"
+[ -e "$SUBSYS/${DEV#/dev/}" ] || fail "the head in ${SUBSYS##*/} is not $DEV"
 say "controllers $CA (A, cntlid $(cat /sys/class/nvme/$CA/cntlid)) and $CB (B, cntlid" \
   "$(cat /sys/class/nvme/$CB/cntlid)) in ${SUBSYS##*/} under one head $DEV"
 
