@@ -82,28 +82,23 @@ fn man_page(
 
 /// `text` as a roff block shown as it is (no filling, no hyphenation, escapes neutralised).
 pub fn verbatim(text: &str) -> String {
-    let mut out = String::from(".nf\n.nh\n");
-    for line in text.lines() {
-        let line = line.replace('\\', "\\e");
-        if line.starts_with('.') || line.starts_with('\'') {
-            out.push_str("\\&");
-        }
-        out.push_str(&line);
-        out.push('\n');
-    }
-    out.push_str(".fi\n.hy\n");
-    out
+    format!(".nf\n.nh\n{}.fi\n.hy\n", roff_lines(text))
 }
 
 /// A paragraph of plain text in roff (escapes neutralised).
 pub fn paragraph(text: &str) -> String {
-    let mut out = String::from(".PP\n");
+    format!(".PP\n{}", roff_lines(text))
+}
+
+/// `text`'s lines with roff's escape character neutralised and a line that would read as a
+/// request (a leading `.` or `'`) made plain text.
+fn roff_lines(text: &str) -> String {
+    let mut out = String::new();
     for line in text.lines() {
-        let line = line.replace('\\', "\\e");
         if line.starts_with('.') || line.starts_with('\'') {
             out.push_str("\\&");
         }
-        out.push_str(&line);
+        out.push_str(&line.replace('\\', "\\e"));
         out.push('\n');
     }
     out
