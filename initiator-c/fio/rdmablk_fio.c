@@ -26,6 +26,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "fio.h"
 #include "optgroup.h"
@@ -189,16 +191,41 @@ static int rb_connect(struct thread_data *td, int probe, rdmablk_ctrl **ctrl, ui
 	return 0;
 }
 
-/* Runs in fio's main process before the jobs fork: learns the namespace size, disconnects
- * again (every thread of the controller is joined, so forking is safe). */
-static int rb_setup(struct thread_data *td)
+/* Connects, reads the namespace's capacity, disconnects. */
+static int rb_probe(struct thread_data *td, uint64_t *capacity)
 {
-	struct rb_options *o = td->eo;
 	rdmablk_ctrl *ctrl;
-	rdmablk_ns *ns;
+	rdmablk_ns *ns = NULL;
 	rdmablk_ns_info info;
 	uint32_t nsid;
 	int rc;
+
+	if (rb_connect(td, 1, &ctrl, &nsid))
+		return 1;
+	rc = rdmablk_ns_open(ctrl, nsid, &ns);
+	rc = rc ?: rdmablk_ns_get_info(ns, &info);
+	if (rc)
+		log_err("rdmablk: namespace %u: %s\n", nsid, rdmablk_errmsg());
+	else
+		*capacity = info.capacity_bytes;
+	rdmablk_ns_free(ns);
+	rdmablk_ctrl_free(ctrl);
+	return rc ? 1 : 0;
+}
+
+/* Runs in fio's main process before the jobs fork: learns the namespace size. The probe
+ * connects in a child process of its own, so this process never opens an RDMA device: a
+ * verbs device file opened before fork() cannot be used by the forked job (the kernel
+ * refuses a uverbs write from a process whose credentials are not the opener's: "changed
+ * security contexts after opening file descriptor"), and librdmacm keeps the devices it
+ * opened for the life of the process. */
+static int rb_setup(struct thread_data *td)
+{
+	struct rb_options *o = td->eo;
+	uint64_t capacity = 0;
+	int p[2], status;
+	ssize_t n;
+	pid_t pid;
 
 	if (!td->files_index) {
 		if (!o->url) {
@@ -213,19 +240,36 @@ static int rb_setup(struct thread_data *td)
 		log_err("rdmablk: one target per job (got %u files)\n", td->files_index);
 		return 1;
 	}
-	if (rb_connect(td, 1, &ctrl, &nsid))
+	if (pipe(p)) {
+		log_err("rdmablk: pipe: %s\n", strerror(errno));
 		return 1;
-	rc = rdmablk_ns_open(ctrl, nsid, &ns);
-	rc = rc ?: rdmablk_ns_get_info(ns, &info);
-	if (rc)
-		log_err("rdmablk: namespace %u: %s\n", nsid, rdmablk_errmsg());
-	else
-		td->files[0]->real_file_size = info.capacity_bytes;
-	if (!rc)
-		fio_file_set_size_known(td->files[0]);
-	rdmablk_ns_free(ns);
-	rdmablk_ctrl_free(ctrl);
-	return rc ? 1 : 0;
+	}
+	pid = fork();
+	if (pid < 0) {
+		log_err("rdmablk: fork: %s\n", strerror(errno));
+		close(p[0]);
+		close(p[1]);
+		return 1;
+	}
+	if (pid == 0) {
+		close(p[0]);
+		if (rb_probe(td, &capacity) ||
+		    write(p[1], &capacity, sizeof(capacity)) != (ssize_t)sizeof(capacity))
+			_exit(1);
+		_exit(0);
+	}
+	close(p[1]);
+	do
+		n = read(p[0], &capacity, sizeof(capacity));
+	while (n < 0 && errno == EINTR);
+	close(p[0]);
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	if (n != (ssize_t)sizeof(capacity) || !WIFEXITED(status) || WEXITSTATUS(status))
+		return 1; /* the probe printed why */
+	td->files[0]->real_file_size = capacity;
+	fio_file_set_size_known(td->files[0]);
+	return 0;
 }
 
 static int rb_init(struct thread_data *td)
