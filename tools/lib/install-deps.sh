@@ -37,6 +37,9 @@ RDMABLK_BUILD_PKGS=(libibverbs-dev librdmacm-dev libclang-dev clang pkg-config g
 # (the alert rules' unit tests, and every metric config/prometheus/ and config/grafana/ name
 # exists in a live target's scrape).
 RDMABLK_MONITORING_PKGS=(prometheus python3-yaml)
+# What tools/package needs besides the build dependencies (and cargo-deb, from crates.io):
+# dpkg-shlibdeps and dpkg-architecture, and Debian's package checker.
+RDMABLK_PACKAGE_PKGS=(dpkg-dev lintian)
 # What tools/test-rxe needs to run a Soft-RoCE VM, plus the Linux NVMe-oF peers' user tools.
 # tools/test-rxe installs them (the guest runs this machine's user space over 9p).
 RDMABLK_VM_PKGS=(qemu-system-x86 busybox-static cpio kmod dpkg rdma-core ibverbs-utils

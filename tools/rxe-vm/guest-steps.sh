@@ -55,6 +55,11 @@ unset RDMABLK_E2E_PROVIDER RDMABLK_E2E_ADDR
 RXE_VM_IP=$RXE_ADDR STEP_TIMEOUT=1200 run_step linux-host bash "$ROOT/tests/vm/linux-host.sh"
 RXE_VM_IP=$RXE_ADDR run_step multipath bash "$ROOT/tests/vm/multipath.sh"
 NVMET_IP=$RXE_ADDR run_step nvmet-interop bash "$ROOT/tests/vm/nvmet-interop.sh"
+# The Debian packages (tools/package built them): install, run from the installed config
+# with the Linux host, the C API and fio connecting, purge.
+if [ "${RXE_NO_PACKAGES:-0}" != 1 ]; then
+  RXE_VM_IP=$RXE_ADDR STEP_TIMEOUT=600 run_step packages bash "$ROOT/tests/vm/packages.sh"
+fi
 # The Linux host against an RBD namespace, Ceph (tools/ceph-dev) inside this VM.
 RXE_VM_IP=$RXE_ADDR STEP_TIMEOUT=900 run_step rbd-linux-host bash "$ROOT/tests/vm/rbd-linux-host.sh"
 # Whole-VM stalls of 2 s (the host side SIGSTOPs qemu: tools/rxe-vm/stall-watcher.sh, which
