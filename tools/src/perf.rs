@@ -11,6 +11,7 @@
 pub mod args;
 pub mod engine;
 pub mod job;
+pub mod plot;
 pub mod report;
 pub mod rng;
 pub mod stats;
@@ -48,6 +49,13 @@ pub fn main(args: &Args) -> i32 {
             return EXIT_USAGE;
         }
     };
+    // An unwritable --plot file is a usage error found before the run, not after it.
+    if let Some(p) = &cfg.plot {
+        if let Err(e) = std::fs::File::create(p) {
+            eprintln!("rdmablk-perf: --plot {}: {e}", p.display());
+            return EXIT_USAGE;
+        }
+    }
     let plan = match plan(&cfg) {
         Ok(p) => p,
         Err(e) => {
@@ -60,6 +68,12 @@ pub fn main(args: &Args) -> i32 {
         println!("{:#}", report::json(&report));
     } else {
         print!("{}", report::text(&report));
+    }
+    if let Some(p) = &cfg.plot {
+        if let Err(e) = plot::write_svg(p, &report, &report.timeline) {
+            eprintln!("rdmablk-perf: --plot {}: {e:#}", p.display());
+            return report.exit_code.max(EXIT_USAGE);
+        }
     }
     report.exit_code
 }
@@ -197,12 +211,14 @@ pub fn run<'a>(cfg: &'a Config, plan: Plan) -> RunReport<'a> {
             })
             .collect();
         drop(tx);
-        progress_loop(cfg, &live, &rx, start, measure_from);
-        handles
+        let timeline = progress_loop(cfg, &live, &rx, start, measure_from);
+        let outcomes = handles
             .into_iter()
             .map(|h| h.join().expect("job thread panicked"))
-            .collect::<Vec<_>>()
+            .collect::<Vec<_>>();
+        (timeline, outcomes)
     });
+    let (timeline, outcomes) = outcomes;
 
     let mut jobs = Vec::new();
     let mut total = JobStats::default();
@@ -240,28 +256,31 @@ pub fn run<'a>(cfg: &'a Config, plan: Plan) -> RunReport<'a> {
         jobs,
         total,
         exit_code,
+        timeline,
     }
 }
 
-/// Prints `[Ns] read ... write ...` on stderr each second until every job has reported done.
+/// Prints `[Ns] read ... write ...` on stderr each second until every job has reported done,
+/// and returns what each second saw (for `--plot`).
 fn progress_loop(
     cfg: &Config,
     live: &[LiveCounters],
     done: &mpsc::Receiver<()>,
     start: Instant,
     measure_from: Instant,
-) {
+) -> Vec<plot::Sample> {
     let (reads, writes) = cfg.rw.directions(cfg.rwmixread);
     let mut finished = 0;
     let mut tick = 1u64;
-    let mut prev = [0u64; 4];
+    let mut prev = [0u64; 6];
+    let mut timeline = Vec::new();
     while finished < live.len() {
         let next = start + Duration::from_secs(tick);
         match done.recv_timeout(worker::until(next)) {
             Ok(()) => finished += 1,
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
             Err(mpsc::RecvTimeoutError::Timeout) => {
-                let now = live.iter().fold([0u64; 4], |mut acc, l| {
+                let now = live.iter().fold([0u64; 6], |mut acc, l| {
                     for (a, v) in acc.iter_mut().zip(l.snapshot()) {
                         *a += v;
                     }
@@ -294,9 +313,19 @@ fn progress_loop(
                     }
                     eprintln!("{line}");
                 }
+                let d = |i: usize| now[i] - prev[i];
+                let mean_us = |ios: u64, lat: u64| (ios > 0).then(|| lat as f64 / ios as f64 / 1e3);
+                timeline.push(plot::Sample {
+                    t_s: tick,
+                    read_iops: d(0) as f64,
+                    write_iops: d(2) as f64,
+                    read_lat_us: mean_us(d(0), d(4)),
+                    write_lat_us: mean_us(d(2), d(5)),
+                });
                 prev = now;
                 tick += 1;
             }
         }
     }
+    timeline
 }

@@ -292,3 +292,82 @@ fn setup_and_usage_errors_exit_1_with_a_clear_message() {
         );
     }
 }
+
+/// `--plot`: the SVG holds the run's own numbers: each direction's legend line is the JSON
+/// report's IOPS and p50 / p99 / p99.9 as the text report formats them, and each per-second
+/// curve has one point per progress line the run printed.
+#[test]
+fn plot_draws_the_runs_numbers_and_every_second() {
+    use rdmablk_tools::perf::report::{format_count, sig_us};
+    let f = TempFile::new("/tmp", "plot");
+    let svg = TempFile::new("/tmp", "plot-svg");
+    let r = perf(
+        &f.target(),
+        &[
+            "--rw",
+            "randrw",
+            "--size",
+            "4m",
+            "--iodepth",
+            "4",
+            "--runtime",
+            "3.5",
+            "--json",
+            "--plot",
+            svg.0.to_str().unwrap(),
+        ],
+    );
+    assert_exit(&r, 0);
+    let v: serde_json::Value = serde_json::from_slice(&r.stdout).expect("stdout is JSON alone");
+    let doc = std::fs::read_to_string(&svg.0).expect("the plot was written");
+    assert!(
+        doc.trim_start().starts_with("<svg") && doc.trim_end().ends_with("</svg>"),
+        "not an SVG document: {}",
+        &doc[..doc.len().min(200)]
+    );
+    for op in ["read", "write"] {
+        let o = &v["total"][op];
+        let pct = |k: &str| sig_us(o["clat_ns"]["percentile"][k].as_u64().unwrap() as f64 / 1000.0);
+        let line = format!(
+            "{op}: {} IOPS, p50 {} µs, p99 {} µs, p99.9 {} µs",
+            format_count(o["iops"].as_f64().unwrap()),
+            pct("50.000000"),
+            pct("99.000000"),
+            pct("99.900000")
+        );
+        assert!(doc.contains(&line), "the plot lacks {line:?}");
+    }
+    // One curve point per second of the run: IOPS and latency, read (#1F77B4) and write
+    // (#D62728). Legend swatches are 2-point polylines of the same colours.
+    let seconds = text(&r.stderr)
+        .lines()
+        .filter(|l| l.starts_with('[') && l.contains("s] read "))
+        .count();
+    assert!(seconds >= 3, "{}", text(&r.stderr));
+    for color in ["#1F77B4", "#D62728"] {
+        let curves: Vec<usize> = doc
+            .split("<polyline")
+            .skip(1)
+            .filter(|p| p[..p.find("/>").unwrap_or(p.len())].contains(color))
+            .map(|p| {
+                let pts = &p[p.find("points=\"").expect("points") + 8..];
+                pts[..pts.find('"').unwrap()].split_whitespace().count()
+            })
+            .filter(|&n| n != 2)
+            .collect();
+        assert_eq!(curves, [seconds, seconds], "{color}: points of its curves");
+    }
+}
+
+#[test]
+fn plot_to_an_unwritable_file_is_a_usage_error_before_the_run() {
+    let f = TempFile::new("/tmp", "plot-bad");
+    let r = perf(
+        &f.target(),
+        &["--size", "1m", "--plot", "/nonexistent-dir/x.svg", "-q"],
+    );
+    assert_exit(&r, 1);
+    let err = text(&r.stderr);
+    assert!(err.contains("--plot /nonexistent-dir/x.svg"), "{err}");
+    assert!(!text(&r.stdout).contains("IOPS"), "no run happened");
+}

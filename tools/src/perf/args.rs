@@ -114,6 +114,11 @@ pub struct Args {
     /// No per-second progress line on stderr.
     #[arg(long, short)]
     pub quiet: bool,
+
+    /// Also draw the run as an SVG file: IOPS and mean latency each second, and the latency
+    /// distribution (log scale) with IOPS, p50, p99 and p99.9 in its legend.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<std::path::PathBuf>,
 }
 
 /// The seed used when `--seed` is not given, so a write run and a later `--verify-only` run
@@ -451,6 +456,8 @@ pub struct Config {
     pub json: bool,
     /// No progress line.
     pub quiet: bool,
+    /// Where to draw the run (SVG).
+    pub plot: Option<std::path::PathBuf>,
 }
 
 impl Args {
@@ -547,6 +554,7 @@ impl Args {
             seed: self.seed,
             json: self.json,
             quiet: self.quiet,
+            plot: self.plot.clone(),
         })
     }
 }

@@ -77,6 +77,8 @@ pub struct RunReport<'a> {
     pub total: JobStats,
     /// The process exit code.
     pub exit_code: i32,
+    /// Each second of the run, as the progress line measured it (`--plot`).
+    pub timeline: Vec<super::plot::Sample>,
 }
 
 // ---- text ----
@@ -171,7 +173,7 @@ fn write_op(out: &mut String, name: &str, op: &OpStats, elapsed_ns: u64) {
 }
 
 /// Microseconds: whole above 10, else two decimals (local I/O is often a few µs).
-fn sig_us(us: f64) -> String {
+pub fn sig_us(us: f64) -> String {
     if us >= 10.0 {
         format!("{us:.0}")
     } else {
@@ -464,6 +466,7 @@ mod tests {
             }],
             total: s,
             exit_code: 0,
+            timeline: Vec::new(),
         };
         let v: Value = serde_json::from_str(&json(&r).to_string()).unwrap();
         let read = &v["jobs"][0]["read"];
@@ -503,6 +506,7 @@ mod tests {
             }],
             total: s,
             exit_code: 0,
+            timeline: Vec::new(),
         };
         let t = text(&r);
         assert!(

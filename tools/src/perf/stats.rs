@@ -105,6 +105,22 @@ impl Latency {
         }
     }
 
+    /// The samples in log-spaced bins, `per_decade` bins per power of ten: `(low_ns, high_ns,
+    /// count)` of each non-empty bin, in increasing order (for `--plot`).
+    pub fn log_bins(&self, per_decade: u32) -> Vec<(f64, f64, u64)> {
+        let per = f64::from(per_decade.max(1));
+        let mut bins: Vec<(f64, f64, u64)> = Vec::new();
+        for v in self.hist.iter_recorded() {
+            let i = ((v.value_iterated_to().max(1) as f64).log10() * per).floor();
+            let lo = 10f64.powf(i / per);
+            match bins.last_mut() {
+                Some(b) if b.0 == lo => b.2 += v.count_at_value(),
+                _ => bins.push((lo, 10f64.powf((i + 1.0) / per), v.count_at_value())),
+            }
+        }
+        bins
+    }
+
     /// The value below which `pct` percent of samples fall (0 when empty).
     pub fn percentile_ns(&self, pct: f64) -> u64 {
         if self.n == 0 {
@@ -295,29 +311,37 @@ pub struct LiveCounters {
     pub write_ios: AtomicU64,
     /// Bytes written.
     pub write_bytes: AtomicU64,
+    /// Sum of the completion latencies of the reads and of the writes, ns (the per-second
+    /// mean latency of `--plot`).
+    pub read_lat_ns: AtomicU64,
+    pub write_lat_ns: AtomicU64,
     /// Set when the job has finished.
     pub done: AtomicBool,
 }
 
 impl LiveCounters {
-    /// Counts one completion.
+    /// Counts one completion of `bytes` that took `lat_ns`. Each counter is this job's own
+    /// (no other thread writes it): uncontended relaxed adds.
     #[inline]
-    pub fn add(&self, op: Op, bytes: u64) {
-        let (ios, b) = match op {
-            Op::Read => (&self.read_ios, &self.read_bytes),
-            Op::Write => (&self.write_ios, &self.write_bytes),
+    pub fn add(&self, op: Op, bytes: u64, lat_ns: u64) {
+        let (ios, b, l) = match op {
+            Op::Read => (&self.read_ios, &self.read_bytes, &self.read_lat_ns),
+            Op::Write => (&self.write_ios, &self.write_bytes, &self.write_lat_ns),
         };
         ios.fetch_add(1, Ordering::Relaxed);
         b.fetch_add(bytes, Ordering::Relaxed);
+        l.fetch_add(lat_ns, Ordering::Relaxed);
     }
 
-    /// (read ios, read bytes, write ios, write bytes).
-    pub fn snapshot(&self) -> [u64; 4] {
+    /// (read ios, read bytes, write ios, write bytes, read latency sum, write latency sum).
+    pub fn snapshot(&self) -> [u64; 6] {
         [
             self.read_ios.load(Ordering::Relaxed),
             self.read_bytes.load(Ordering::Relaxed),
             self.write_ios.load(Ordering::Relaxed),
             self.write_bytes.load(Ordering::Relaxed),
+            self.read_lat_ns.load(Ordering::Relaxed),
+            self.write_lat_ns.load(Ordering::Relaxed),
         ]
     }
 }

@@ -324,13 +324,14 @@ impl<'a> Worker<'a> {
             note_error(&mut self.printed_errors, self.index, "I/O error", &msg);
         }
         if main_phase {
-            self.live.add(c.op, if ok { u64::from(c.len) } else { 0 });
+            let lat_ns = now.saturating_duration_since(submitted).as_nanos() as u64;
+            self.live
+                .add(c.op, if ok { u64::from(c.len) } else { 0 }, lat_ns);
             if self.measuring.is_some() {
                 let op = self.stats.op_mut(c.op);
                 op.ios += 1;
                 op.bytes += if ok { u64::from(c.len) } else { 0 };
-                op.lat
-                    .record(now.saturating_duration_since(submitted).as_nanos() as u64);
+                op.lat.record(lat_ns);
                 let since = self.last_completion.or(self.measuring.map(|(t0, _)| t0));
                 if let Some(prev) = since {
                     let gap = now.saturating_duration_since(prev).as_nanos() as u64;
