@@ -1,4 +1,4 @@
-//! `rdmablk-perf --generate man|bash` and `rdmablk-powercut --generate man|bash`: pages groff
+//! `--generate man|bash` of rdmablk-perf, rdmablk-chart and rdmablk-powercut: pages groff
 //! renders without a warning, naming their options; completion scripts bash accepts.
 
 use std::process::Command;
@@ -18,6 +18,10 @@ fn pages_render_and_completions_parse() {
         (
             env!("CARGO_BIN_EXE_rdmablk-perf"),
             &["--rw", "--bs", "--iodepth", "--verify"][..],
+        ),
+        (
+            env!("CARGO_BIN_EXE_rdmablk-chart"),
+            &["--out", "--title"][..],
         ),
         (
             env!("CARGO_BIN_EXE_rdmablk-powercut"),
