@@ -366,6 +366,8 @@ fn top_prints_rates_and_hosts_as_plain_lines_without_a_terminal() {
         text.contains("HOSTS") && text.contains(" controller "),
         "{text}"
     );
+    // Each host with its transport, provider and address.
+    assert!(text.contains("  rdma/soft from 127.0.0.1:"), "{text}");
     // A target that is not there is a clear error, exit 2.
     let gone = Command::new(CTL)
         .args(["-s", "/nonexistent/ctl.sock", "top", "-n", "1"])

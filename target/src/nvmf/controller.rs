@@ -42,6 +42,8 @@ pub struct Controller {
     pub hostid: [u8; 16],
     /// The ANA states of the listener the host connected through.
     pub ana: Arc<AnaPort>,
+    /// How the host reached it (its admin queue's connection).
+    pub path: HostPath,
     state: Mutex<CtrlState>,
     /// Keep-alive timeout, ms (0: none).
     kato_ms: AtomicU64,
@@ -244,6 +246,15 @@ impl Controller {
     }
 }
 
+/// How a host reached its controller: the transport and provider of the listener its admin
+/// queue came through, and the host's address (`rdmablk-ctl status` and `top`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostPath {
+    pub transport: crate::config::Transport,
+    pub provider: rdmablk::fabric::ProviderKind,
+    pub peer: std::net::SocketAddr,
+}
+
 /// What a new controller is made of (an admin-queue Connect's answer).
 #[derive(Debug)]
 pub struct NewController {
@@ -251,6 +262,7 @@ pub struct NewController {
     pub hostnqn: String,
     pub hostid: [u8; 16],
     pub ana: Arc<AnaPort>,
+    pub path: HostPath,
     pub kato_ms: u64,
     pub max_queues: u16,
 }
@@ -276,6 +288,7 @@ impl ControllerTable {
             hostnqn,
             hostid,
             ana,
+            path,
             kato_ms,
             max_queues,
         } = new;
@@ -296,6 +309,7 @@ impl ControllerTable {
             hostnqn,
             hostid,
             ana,
+            path,
             state: Mutex::new(CtrlState {
                 cc: Cc(0),
                 csts: Csts(0),

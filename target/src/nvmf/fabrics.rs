@@ -11,7 +11,7 @@ use rdmablk::nvme::{
 
 use super::command::{data_phase, Next, SglFit};
 use super::connection::Connection;
-use super::controller::NewController;
+use super::controller::{HostPath, NewController};
 use super::request::{Action, DataDir};
 use super::Shared;
 use super::{auth, discovery};
@@ -217,18 +217,23 @@ fn connect_controller(
         } else {
             shared.cfg.limits.max_queues_per_controller.min(0xFFFF) as u16
         };
-        let ana = shared
+        let port = shared
             .lock_listeners()
             .iter()
             .find(|l| l.id == conn.listener)
-            .map(|l| Arc::clone(&l.ana));
+            .map(|l| (Arc::clone(&l.ana), l.cfg.transport));
         // The listener was removed since this queue connected: its connections are closing.
-        let ana = ana.ok_or(ConnectFailure::from(Status::CONNECT_CONTROLLER_BUSY))?;
+        let (ana, transport) = port.ok_or(ConnectFailure::from(Status::CONNECT_CONTROLLER_BUSY))?;
         let new = NewController {
             subsys: subsys.clone(),
             hostnqn: d.hostnqn.as_str().to_owned(),
             hostid: d.hostid,
             ana,
+            path: HostPath {
+                transport,
+                provider: conn.provider,
+                peer: conn.peer,
+            },
             kato_ms: kato,
             max_queues,
         };

@@ -415,10 +415,13 @@ fn print_human(cmd: &Cmd, r: &Value) {
             println!("CONTROLLERS");
             for c in r["controllers"].as_array().into_iter().flatten() {
                 println!(
-                    "  {:<5} {}  host {}  io_queues {}  kato {} ms",
+                    "  {:<5} {}  host {}  {}/{} from {}  io_queues {}  kato {} ms",
                     s(&c["cntlid"]),
                     s(&c["subnqn"]),
                     s(&c["hostnqn"]),
+                    s(&c["transport"]),
+                    s(&c["provider"]),
+                    s(&c["peer"]),
                     s(&c["io_queues"]),
                     s(&c["kato_ms"])
                 );

@@ -179,9 +179,12 @@ fn render(a: &Sample, b: &Sample) -> String {
             ""
         };
         s.push_str(&format!(
-            "  {}  {}{kind}  controller {}  I/O queues {}  keep-alive {} ms\n",
+            "  {}  {}{kind}  {}/{} from {}  controller {}  I/O queues {}  keep-alive {} ms\n",
             c["hostnqn"].as_str().unwrap_or("?"),
             c["subnqn"].as_str().unwrap_or("?"),
+            c["transport"].as_str().unwrap_or("?"),
+            c["provider"].as_str().unwrap_or("?"),
+            c["peer"].as_str().unwrap_or("?"),
             u(&c["cntlid"]),
             u(&c["io_queues"]),
             u(&c["kato_ms"]),
