@@ -19,13 +19,13 @@ use rdmablk::nvme::{
 };
 
 use super::ana::ANATT_SECS;
-use super::command::{data_phase, Next, SglFit};
 use super::connection::{Connection, MAX_HELD_AERS};
 use super::controller::Controller;
+use super::data_phase::{data_phase, Next, SglFit};
 use super::discovery;
 use super::request::DataDir;
 use super::subsystem::fnv1a;
-use super::{Shared, FIRMWARE_REVISION, MODEL};
+use super::{mdts, Shared, FIRMWARE_REVISION, MODEL};
 use crate::config::{ANA_GROUP_MAX, MAX_NAMESPACES_PER_SUBSYSTEM};
 
 /// Checks and runs an admin command on the admin queue of `ctrl`.
@@ -191,12 +191,6 @@ fn uuid_of(nqn: &str, ns: &crate::namespace::Namespace) -> [u8; 16] {
 
 /// Identify Namespace NMIC bit 0: may be attached to two or more controllers.
 const NMIC_SHARED: u8 = 1 << 0;
-
-/// MDTS: log2 of the largest transfer in 4 KiB pages (CAP.MPSMIN = 4 KiB).
-pub fn mdts(max_io_size: u32) -> u8 {
-    let pages = (max_io_size / 4096).max(1);
-    (31 - pages.leading_zeros()) as u8
-}
 
 fn identify_controller(ctrl: &Controller, shared: &Shared) -> IdentifyController {
     let limits = &shared.cfg.limits;

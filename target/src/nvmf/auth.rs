@@ -33,8 +33,8 @@ use rdmablk::nvme::auth::{
 use rdmablk::nvme::opcodes::fctype;
 use rdmablk::nvme::Status;
 
-use super::command::{data_phase, Next, SglFit};
 use super::connection::Connection;
+use super::data_phase::{data_phase, Next, SglFit};
 use super::request::{Action, DataDir};
 use super::Shared;
 use crate::config::HostAuth;

@@ -59,7 +59,7 @@ pub fn identify_controller(ctrl: &Controller, shared: &Shared) -> IdentifyContro
     id.iorcsz = 0;
     id.lpa = rdmablk::nvme::identify::lpa::EXTENDED;
     id.sgls &= !rdmablk::nvme::identify::sgls::OFFSET;
-    id.mdts = super::admin::mdts(shared.cfg.limits.max_io_size);
+    id.mdts = super::mdts(shared.cfg.limits.max_io_size);
     id.maxcmd = shared.cfg.limits.max_queue_depth.min(0xFFFF) as u16;
     id.kas = (shared.cfg.target.keep_alive_granularity_ms / 100).clamp(1, 0xFFFF) as u16;
     id.aerl = (super::connection::MAX_HELD_AERS - 1) as u8;

@@ -9,9 +9,9 @@ use rdmablk::nvme::{
     Cap, Connect, ConnectData, ConnectFailure, Disconnect, PropertyGet, PropertySet, Status, Vs,
 };
 
-use super::command::{data_phase, Next, SglFit};
 use super::connection::Connection;
 use super::controller::{HostPath, NewController};
+use super::data_phase::{data_phase, Next, SglFit};
 use super::request::{Action, DataDir};
 use super::Shared;
 use super::{auth, discovery};

@@ -9,9 +9,9 @@ use rdmablk::nvme::io::{DsmRange, DSM_RANGE_LEN};
 use rdmablk::nvme::opcodes::io as op;
 use rdmablk::nvme::{Dsm, ReadWrite, Sct, Status, WriteZeroes};
 
-use super::command::{data_phase, Next, SglFit};
 use super::connection::Connection;
 use super::controller::Controller;
+use super::data_phase::{data_phase, Next, SglFit};
 use super::ns_queues::NsQueues;
 use super::request::{Action, DataDir, WrId, WrKind};
 use super::Shared;

@@ -28,6 +28,7 @@ pub mod auth;
 pub mod command;
 pub mod connection;
 pub mod controller;
+pub mod data_phase;
 pub mod discovery;
 pub mod fabrics;
 pub mod io_commands;
@@ -67,6 +68,13 @@ pub const ADMIN_QUEUE_DEPTH: u32 = 32;
 pub const SEND_WRS_PER_REQUEST: u32 = 2;
 /// Firmware revision reported in Identify Controller.
 pub const FIRMWARE_REVISION: &str = concat!("rb", env!("CARGO_PKG_VERSION"));
+
+/// MDTS of Identify Controller (I/O and discovery controllers alike): log2 of the largest
+/// transfer in 4 KiB pages (CAP.MPSMIN = 4 KiB).
+pub fn mdts(max_io_size: u32) -> u8 {
+    let pages = (max_io_size / 4096).max(1);
+    (31 - pages.leading_zeros()) as u8
+}
 /// Model number reported in Identify Controller.
 pub const MODEL: &str = "rdmablk";
 

@@ -11,8 +11,9 @@ use std::time::Instant;
 
 use rdmablk::nvme::{Sqe, Status, SQE_LEN};
 
-use super::command::{self, Next};
+use super::command;
 use super::connection::{begin_close, Connection};
+use super::data_phase::Next;
 use super::ns_queues::NsQueues;
 use super::request::{Action, ReqState, Request};
 use super::{auth, fabrics, io_commands, Shared};
