@@ -34,6 +34,7 @@ NQN=nqn.2026-11.io.rdmablk:disks # the packaged configuration's subsystem
 CONF=/etc/rdmablk/target.toml
 WORK=$(mktemp -d /tmp/rdmablk-pkg.XXXXXX)
 TPID=
+MADE_RUN=0
 
 say() { echo "packages: $*"; }
 exec 3>&1
@@ -50,7 +51,8 @@ cleanup() {
   nvme disconnect -n "$NQN" >/dev/null 2>&1
   [ -n "$TPID" ] && { kill -TERM "$TPID" 2>/dev/null; wait "$TPID" 2>/dev/null; TPID=; }
   dpkg --purge "${PKGS[@]}" >/dev/null 2>&1
-  rm -rf /var/lib/rdmablk /run/rdmablk "$WORK"
+  rm -rf /var/lib/rdmablk "$WORK"
+  [ "$MADE_RUN" = 1 ] && rm -rf /run/rdmablk
 }
 STEP=setup
 step() { STEP=$1; say "--- step $STEP"; }
@@ -66,7 +68,9 @@ for p in "${PKGS[@]}"; do
     fail "$p is installed already (this test installs and purges it)"
 done
 [ -e /var/lib/rdmablk ] && fail "/var/lib/rdmablk exists already"
-[ -e /run/rdmablk ] && fail "/run/rdmablk exists already"
+# /run/rdmablk may be left by an earlier step's target (the default control socket's
+# directory): it is made here only if missing, and removed at the end only if made here.
+[ -e /run/rdmablk ] || MADE_RUN=1
 
 step install
 # man-db's dpkg trigger rebuilds the whole manual index, minutes under TCG; the guest's root
@@ -188,5 +192,6 @@ for p in "${PKGS[@]}"; do
 done
 [ -f /var/lib/rdmablk/disk1.img ] || fail "the purge removed the namespace's data"
 say "purged: ${#owned[@]} files gone, /etc/rdmablk gone, /var/lib/rdmablk/disk1.img kept"
-rm -rf /var/lib/rdmablk /run/rdmablk "$WORK"
+rm -rf /var/lib/rdmablk "$WORK"
+[ "$MADE_RUN" = 1 ] && rm -rf /run/rdmablk
 echo "RESULT: PASS"
