@@ -4,6 +4,8 @@
   benchjson.py point FILE          -> "iops p50_us p99_us errors" of one report (or "ERR why")
   benchjson.py soft-vs-local DIR   -> the soft-vs-local tables (markdown) from DIR/manifest
   benchjson.py rxe-vs-kernel DIR   -> the rxe-vs-kernel tables (markdown) from DIR/manifest
+                                      (both also write DIR/ratios.tsv, the IOPS ratios for
+                                      rdmablk-chart)
   benchjson.py rusage FILE CMD...  -> runs CMD, writes the CPU time of CMD and everything it
                                       waited for ("user_us sys_us") to FILE, exits as CMD did
 
@@ -188,17 +190,37 @@ def combine(runs):
     return tuple(median([r[i] for r in ok]) for i in range(len(ok[0])))
 
 
-def ratio_runs(a_runs, b_runs, field=0):
-    """Median of the per-repeat ratios a/b of a point's FIELD (0: IOPS; 5: target us/IO)
-    (repeat k of a against repeat k of b, measured seconds apart), with their range when there
-    are several: "1.02 (0.95-1.10)"."""
+def ratio_stats(a_runs, b_runs, field=0):
+    """(median, min, max) of the per-repeat ratios a/b of a point's FIELD (0: IOPS; 5: target
+    us/IO) (repeat k of a against repeat k of b, measured seconds apart), and how many there
+    were; None if none could be formed."""
     rs = [a[field] / b[field] for a, b in zip(a_runs or [], b_runs or [])
           if not isinstance(a, str) and not isinstance(b, str)
           and a[field] is not None and b[field]]
-    if not rs:
+    return (median(rs), min(rs), max(rs), len(rs)) if rs else None
+
+
+def ratio_runs(a_runs, b_runs, field=0):
+    """ratio_stats as the table shows it, with the range when there are several repeats:
+    "1.02 (0.95-1.10)"."""
+    st = ratio_stats(a_runs, b_runs, field)
+    if st is None:
         return "-"
-    m = f"{median(rs):.2f}"
-    return m if len(rs) == 1 else f"{m} ({min(rs):.2f}-{max(rs):.2f})"
+    m, lo, hi, n = st
+    return f"{m:.2f}" if n == 1 else f"{m:.2f} ({lo:.2f}-{hi:.2f})"
+
+
+def write_ratios(d, rows):
+    """DIR/ratios.tsv for rdmablk-chart: (label, ratio_stats or None) per bar; rows without a
+    ratio are left out."""
+    with open(os.path.join(d, "ratios.tsv"), "w") as f:
+        f.write("# label\tratio\tlow\thigh (rdmablk-chart draws this)\n")
+        for label, st in rows:
+            if st is None:
+                continue
+            m, lo, hi, n = st
+            rng = f"{lo:.4f}\t{hi:.4f}" if n > 1 else "-\t-"
+            f.write(f"{label}\t{m:.4f}\t{rng}\n")
 
 
 def fmt_cpu(pt, i):
@@ -224,13 +246,17 @@ def soft_vs_local(d):
     head = ["workload"] + [f"{label[c]} IOPS" for c in shown] + [r[0] for r in ratios]
     head += [f"{label[c]} p50/p99 us" for c in shown]
     rows = [head]
+    bars = []
     for w in order:
         pts = {c: combine(runs.get((w, c))) for c in shown}
         row = [w] + [cell_iops(pts[c]) for c in shown]
         row += [ratio_runs(runs.get((w, a)), runs.get((w, b))) for _, a, b in ratios]
         row += [fmt_lat(pts[c]) for c in shown]
         rows.append(row)
+        bars += [(f"{w}: {name}", ratio_stats(runs.get((w, a)), runs.get((w, b))))
+                 for name, a, b in ratios]
     print_table(rows)
+    write_ratios(d, bars)
     # CPU per I/O: the tool's whole process (host) and the target (soft and fio+rdmablk).
     print()
     head = ["workload"] + [f"{label[c]} host us/IO" for c in shown]
@@ -256,6 +282,7 @@ def rxe_vs_kernel(d):
     # workload keys are "BACKING TOOL WORKLOAD" (e.g. "null fio 4k-randread-qd1")
     rows = [["backing", "host", "workload", "rdmablk IOPS", "nvmet IOPS", "rdmablk / nvmet",
              "rdmablk p50/p99 us", "nvmet p50/p99 us", "RNR rdmablk/nvmet"]]
+    bars = []
     for w in order:
         backing, tool, workload = w.split(" ", 2)
         r, n = points.get((w, "rdmablk")), points.get((w, "nvmet"))
@@ -265,7 +292,10 @@ def rxe_vs_kernel(d):
                        for c in ("rdmablk", "nvmet"))
         rows.append([backing, host, workload, cell_iops(r), cell_iops(n), ratio(r, n),
                      fmt_lat(r), fmt_lat(n), rnr])
+        bars.append((f"{backing} {tool} {workload}: rdmablk / nvmet",
+                     ratio_stats([r] if r else [], [n] if n else [])))
     print_table(rows)
+    write_ratios(d, bars)
     print_notes(notes)
 
 
