@@ -70,7 +70,7 @@ pub fn main(args: &Args) -> i32 {
         print!("{}", report::text(&report));
     }
     if let Some(p) = &cfg.plot {
-        if let Err(e) = plot::write_svg(p, &report, &report.timeline) {
+        if let Err(e) = plot::write_svg(p, &report) {
             eprintln!("rdmablk-perf: --plot {}: {e:#}", p.display());
             return report.exit_code.max(EXIT_USAGE);
         }

@@ -246,12 +246,14 @@ impl Controller {
     }
 }
 
-/// How a host reached its controller: the transport and provider of the listener its admin
-/// queue came through, and the host's address (`rdmablk-ctl status` and `top`).
+/// How a host reached its controller: the transport of the listener its admin queue came
+/// through, the transport's own word for how (the RDMA provider: "verbs", "soft"), and the
+/// host's address (`rdmablk-ctl status` and `top`). Plain values: the controller knows no
+/// transport type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HostPath {
     pub transport: crate::config::Transport,
-    pub provider: rdmablk::fabric::ProviderKind,
+    pub provider: &'static str,
     pub peer: std::net::SocketAddr,
 }
 

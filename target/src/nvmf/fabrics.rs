@@ -231,7 +231,7 @@ fn connect_controller(
             ana,
             path: HostPath {
                 transport,
-                provider: conn.provider,
+                provider: conn.provider.as_str(),
                 peer: conn.peer,
             },
             kato_ms: kato,

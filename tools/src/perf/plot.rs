@@ -68,7 +68,7 @@ fn directions<'r>(report: &'r RunReport<'_>) -> Vec<Direction<'r>> {
 
 /// The legend line of one direction: `read: 52.3k IOPS, p50 18 µs, p99 40 µs, p99.9 61 µs`,
 /// the figures as the text report prints them.
-pub fn summary(name: &str, op: &OpStats, elapsed_ns: u64) -> String {
+fn summary(name: &str, op: &OpStats, elapsed_ns: u64) -> String {
     let (iops, _) = rates(op, elapsed_ns);
     let p = |pct: f64| sig_us(op.lat.percentile_ns(pct) as f64 / 1000.0);
     format!(
@@ -84,8 +84,9 @@ fn err<E: std::fmt::Display>(e: E) -> anyhow::Error {
     anyhow!("drawing the plot: {e}")
 }
 
-/// Writes the plot of `report` and its `timeline` to `path`.
-pub fn write_svg(path: &Path, report: &RunReport<'_>, timeline: &[Sample]) -> anyhow::Result<()> {
+/// Writes the plot of `report` (its totals and its per-second timeline) to `path`.
+pub fn write_svg(path: &Path, report: &RunReport<'_>) -> anyhow::Result<()> {
+    let timeline = &report.timeline;
     let root = SVGBackend::new(path, (1000, 1000)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
     let (top, rest) = root.split_vertically(40);
