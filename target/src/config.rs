@@ -222,6 +222,16 @@ pub enum Provider {
     Soft,
 }
 
+impl Provider {
+    /// The name as written in the file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Provider::Verbs => "verbs",
+            Provider::Soft => "soft",
+        }
+    }
+}
+
 impl From<Provider> for ProviderKind {
     fn from(p: Provider) -> ProviderKind {
         match p {

@@ -19,17 +19,23 @@ use rdmablk::nvme::{
 };
 
 use super::ana::ANATT_SECS;
-use super::connection::{Connection, MAX_HELD_AERS};
 use super::controller::Controller;
 use super::data_phase::{data_phase, Next, SglFit};
 use super::discovery;
+use super::queue::{Queue, MAX_HELD_AERS};
 use super::request::DataDir;
 use super::subsystem::fnv1a;
+use super::transport::QueueTransport;
 use super::{mdts, Shared, FIRMWARE_REVISION, MODEL};
 use crate::config::{ANA_GROUP_MAX, MAX_NAMESPACES_PER_SUBSYSTEM};
 
 /// Checks and runs an admin command on the admin queue of `ctrl`.
-pub fn prepare(conn: &mut Connection, slot: u32, shared: &Shared, ctrl: &Arc<Controller>) -> Next {
+pub fn prepare<X: QueueTransport>(
+    conn: &mut Queue<X>,
+    slot: u32,
+    shared: &Shared,
+    ctrl: &Arc<Controller>,
+) -> Next {
     let sqe = conn.reqs[slot as usize].sqe;
     if !ctrl.is_ready() {
         // Every admin command (Fabrics commands are not admin commands) waits for CC.EN and
@@ -73,8 +79,8 @@ pub fn prepare(conn: &mut Connection, slot: u32, shared: &Shared, ctrl: &Arc<Con
 }
 
 /// Sets up a controller-to-host transfer of `page` (zero-filled to `len`) into the data slot.
-fn send_page(
-    conn: &mut Connection,
+fn send_page<X: QueueTransport>(
+    conn: &mut Queue<X>,
     slot: u32,
     shared: &Shared,
     len: u32,
@@ -93,7 +99,7 @@ fn send_page(
     )?;
     let ds = conn.reqs[slot as usize].data_slot;
     let n = page.len().min(len as usize);
-    let write = |off: usize, b: &[u8]| conn.mr().write_at(conn.data_offset(ds, off), b);
+    let write = |off: usize, b: &[u8]| conn.write_data(ds, off, b);
     write(0, &page[..n]).map_err(|_| Status::INTERNAL)?;
     let zeros = [0u8; 512];
     let mut off = n;
@@ -105,8 +111,8 @@ fn send_page(
     Ok(next)
 }
 
-fn identify(
-    conn: &mut Connection,
+fn identify<X: QueueTransport>(
+    conn: &mut Queue<X>,
     slot: u32,
     shared: &Shared,
     ctrl: &Arc<Controller>,
@@ -224,8 +230,8 @@ fn identify_controller(ctrl: &Controller, shared: &Shared) -> IdentifyController
     id
 }
 
-fn set_features(
-    conn: &mut Connection,
+fn set_features<X: QueueTransport>(
+    conn: &mut Queue<X>,
     slot: u32,
     shared: &Shared,
     ctrl: &Controller,
@@ -259,7 +265,11 @@ fn set_features(
     Ok(Next::Respond)
 }
 
-fn get_features(conn: &mut Connection, slot: u32, ctrl: &Controller) -> Result<Next, Status> {
+fn get_features<X: QueueTransport>(
+    conn: &mut Queue<X>,
+    slot: u32,
+    ctrl: &Controller,
+) -> Result<Next, Status> {
     let gf = GetFeatures::from_sqe(&conn.reqs[slot as usize].sqe)?;
     if ctrl.subsys.is_discovery() && !discovery_feature(gf.fid) {
         return Err(Status::INVALID_FIELD.with_dnr());
@@ -283,8 +293,8 @@ fn discovery_feature(f: u8) -> bool {
     matches!(f, fid::KEEP_ALIVE_TIMER | fid::ASYNC_EVENT_CONFIG)
 }
 
-fn get_log_page(
-    conn: &mut Connection,
+fn get_log_page<X: QueueTransport>(
+    conn: &mut Queue<X>,
     slot: u32,
     shared: &Shared,
     ctrl: &Controller,

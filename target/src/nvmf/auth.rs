@@ -33,9 +33,10 @@ use rdmablk::nvme::auth::{
 use rdmablk::nvme::opcodes::fctype;
 use rdmablk::nvme::Status;
 
-use super::connection::Connection;
 use super::data_phase::{data_phase, Next, SglFit};
+use super::queue::Queue;
 use super::request::{Action, DataDir};
+use super::transport::QueueTransport;
 use super::Shared;
 use crate::config::HostAuth;
 
@@ -333,8 +334,8 @@ impl QueueAuth {
 
 /// Connect of a queue whose host must authenticate: sets the queue's state up and returns
 /// the AUTHREQ bits for the Connect response.
-pub fn on_connect(
-    conn: &mut Connection,
+pub fn on_connect<X: QueueTransport>(
+    conn: &mut Queue<X>,
     host: Option<Arc<HostAuth>>,
     hostnqn: &str,
     subnqn: &str,
@@ -354,7 +355,7 @@ pub fn admitted(auth: &Option<Box<QueueAuth>>) -> bool {
 }
 
 /// Checks an Authentication Send / Receive and sets up its data phase.
-pub fn prepare(conn: &mut Connection, slot: u32, shared: &Shared) -> Next {
+pub fn prepare<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, shared: &Shared) -> Next {
     let r = &mut conn.reqs[slot as usize];
     if conn.auth.is_none() {
         // Nothing to authenticate on this queue (the host is not listed with a key).
@@ -383,39 +384,35 @@ pub fn prepare(conn: &mut Connection, slot: u32, shared: &Shared) -> Next {
     }
 }
 
-fn fail(conn: &mut Connection, slot: u32, st: Status) -> Next {
+fn fail<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, st: Status) -> Next {
     conn.reqs[slot as usize].fail(st);
     Next::Respond
 }
 
 /// Runs an Authentication Send / Receive whose data is in place.
-pub fn execute(conn: &mut Connection, slot: u32) {
+pub fn execute<X: QueueTransport>(conn: &mut Queue<X>, slot: u32) {
     let r = conn.reqs[slot as usize];
     let qid = conn.qid;
-    let off = conn.data_offset(r.data_slot, 0);
-    let Some(auth) = conn.auth.as_mut() else {
+    if conn.auth.is_none() {
         conn.reqs[slot as usize].fail(Status::INTERNAL);
         return;
-    };
+    }
     if r.dir == DataDir::HostToController {
         let mut buf = Zeroizing::new(vec![0u8; r.data_len as usize]);
-        if conn
-            .window
-            .arena()
-            .mr()
-            .map_or(true, |mr| mr.read_at(off, &mut buf).is_err())
-        {
+        if conn.read_data(r.data_slot, 0, &mut buf).is_err() {
             conn.reqs[slot as usize].fail(Status::INTERNAL);
             return;
         }
+        let auth = conn.auth.as_mut().expect("checked above");
         if let SendOutcome::Close(why) = auth.on_send(&buf, qid) {
             conn.reqs[slot as usize].close_after = Some(why);
         }
         return;
     }
+    let auth = conn.auth.as_mut().expect("checked above");
     let (msg, close) = auth.on_receive(qid);
     let n = msg.len().min(r.data_len as usize);
-    if conn.mr().write_at(off, &msg[..n]).is_err() {
+    if conn.write_data(r.data_slot, 0, &msg[..n]).is_err() {
         conn.reqs[slot as usize].fail(Status::INTERNAL);
         return;
     }

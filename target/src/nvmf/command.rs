@@ -12,12 +12,13 @@
 use rdmablk::nvme::opcodes;
 use rdmablk::nvme::Status;
 
-use super::connection::Connection;
 use super::data_phase::Next;
+use super::queue::Queue;
+use super::transport::QueueTransport;
 use super::{admin, auth, fabrics, io_commands, Shared};
 
 /// Checks the command in request `slot` and decides its course. Fills `status` on failure.
-pub fn prepare(conn: &mut Connection, slot: u32, shared: &Shared) -> Next {
+pub fn prepare<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, shared: &Shared) -> Next {
     let r = &mut conn.reqs[slot as usize];
     let sqe = r.sqe;
     if let Err(st) = sqe.check_fabrics_flags() {

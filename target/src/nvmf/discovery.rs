@@ -16,8 +16,6 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use rdmablk::fabric::ProviderKind;
-
 use rdmablk::nvme::discovery::{adrfam, encode_log, subtype, treq, trtype, DiscoveryLogEntry};
 use rdmablk::nvme::identify::CNTRLTYPE_DISCOVERY;
 use rdmablk::nvme::opcodes::admin as op;
@@ -25,7 +23,7 @@ use rdmablk::nvme::{IdentifyController, Nqn};
 
 use super::controller::Controller;
 use super::{Shared, ADMIN_QUEUE_DEPTH};
-use crate::config::Transport;
+use crate::config::{Provider, Transport};
 
 /// Keep-alive timeout of a discovery controller whose host asked for none (KATO 0), so that
 /// hosts that vanish do not hold controllers forever (nvmet: NVMET_DISC_KATO_MS).
@@ -62,18 +60,18 @@ pub fn identify_controller(ctrl: &Controller, shared: &Shared) -> IdentifyContro
     id.mdts = super::mdts(shared.cfg.limits.max_io_size);
     id.maxcmd = shared.cfg.limits.max_queue_depth.min(0xFFFF) as u16;
     id.kas = (shared.cfg.target.keep_alive_granularity_ms / 100).clamp(1, 0xFFFF) as u16;
-    id.aerl = (super::connection::MAX_HELD_AERS - 1) as u8;
+    id.aerl = (super::queue::MAX_HELD_AERS - 1) as u8;
     id
 }
 
 /// The whole Discovery Log Page for the host of `ctrl`, which came in through listener
 /// `listener`.
-pub fn log_page(shared: &Shared, ctrl: &Controller, provider: ProviderKind) -> Vec<u8> {
+pub fn log_page(shared: &Shared, ctrl: &Controller, provider: Provider) -> Vec<u8> {
     let ports: Vec<(u16, SocketAddr, Transport)> = shared
         .lock_listeners()
         .iter()
         .enumerate()
-        .filter(|(_, l)| l.cfg.provider_kind() == provider)
+        .filter(|(_, l)| l.cfg.provider == provider)
         .map(|(i, l)| {
             let portid = u16::try_from(i + 1).unwrap_or(u16::MAX);
             (portid, l.addr, l.cfg.transport)

@@ -9,17 +9,18 @@ use rdmablk::nvme::{
     Cap, Connect, ConnectData, ConnectFailure, Disconnect, PropertyGet, PropertySet, Status, Vs,
 };
 
-use super::connection::Connection;
 use super::controller::{HostPath, NewController};
 use super::data_phase::{data_phase, Next, SglFit};
+use super::queue::Queue;
 use super::request::{Action, DataDir};
+use super::transport::QueueTransport;
 use super::Shared;
 use super::{auth, discovery};
 
 /// CAP.TO: worst-case time to ready, in 500 ms units (as nvmet: 7.5 s).
 const CAP_TIMEOUT_500MS: u8 = 15;
 
-fn fail_connect(conn: &mut Connection, slot: u32, f: ConnectFailure) -> Next {
+fn fail_connect<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, f: ConnectFailure) -> Next {
     let r = &mut conn.reqs[slot as usize];
     r.fail(f.status);
     r.dw0 = f.dw0();
@@ -27,7 +28,7 @@ fn fail_connect(conn: &mut Connection, slot: u32, f: ConnectFailure) -> Next {
 }
 
 /// Checks a Fabrics command (opcode 0x7F) and runs those that need no data.
-pub fn prepare(conn: &mut Connection, slot: u32, shared: &Shared) -> Next {
+pub fn prepare<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, shared: &Shared) -> Next {
     let sqe = conn.reqs[slot as usize].sqe;
     let ft = sqe.fctype();
     if ft == fctype::CONNECT {
@@ -108,7 +109,7 @@ fn property_value(
     })
 }
 
-fn prepare_connect(conn: &mut Connection, slot: u32, shared: &Shared) -> Next {
+fn prepare_connect<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, shared: &Shared) -> Next {
     let sqe = conn.reqs[slot as usize].sqe;
     if conn.ctrl.is_some() {
         conn.reqs[slot as usize].fail(Status::COMMAND_SEQUENCE_ERROR.with_dnr());
@@ -142,7 +143,7 @@ fn prepare_connect(conn: &mut Connection, slot: u32, shared: &Shared) -> Next {
 }
 
 /// Executes a Connect whose 1024 data bytes are in the request's data slot.
-pub fn execute_connect(conn: &mut Connection, slot: u32, shared: &Shared) {
+pub fn execute_connect<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, shared: &Shared) {
     let r = conn.reqs[slot as usize];
     let connect = match Connect::from_sqe(&r.sqe) {
         Ok(c) => c,
@@ -152,11 +153,7 @@ pub fn execute_connect(conn: &mut Connection, slot: u32, shared: &Shared) {
         }
     };
     let mut bytes = [0u8; CONNECT_DATA_LEN];
-    if conn
-        .mr()
-        .read_at(conn.data_offset(r.data_slot, 0), &mut bytes)
-        .is_err()
-    {
+    if conn.read_data(r.data_slot, 0, &mut bytes).is_err() {
         conn.reqs[slot as usize].fail(Status::INTERNAL);
         return;
     }
@@ -183,8 +180,8 @@ pub fn execute_connect(conn: &mut Connection, slot: u32, shared: &Shared) {
     }
 }
 
-fn connect_controller(
-    conn: &mut Connection,
+fn connect_controller<X: QueueTransport>(
+    conn: &mut Queue<X>,
     c: &Connect,
     d: &ConnectData,
     shared: &Shared,

@@ -9,11 +9,12 @@ use rdmablk::nvme::io::{DsmRange, DSM_RANGE_LEN};
 use rdmablk::nvme::opcodes::io as op;
 use rdmablk::nvme::{Dsm, ReadWrite, Sct, Status, WriteZeroes};
 
-use super::connection::Connection;
 use super::controller::Controller;
 use super::data_phase::{data_phase, Next, SglFit};
 use super::ns_queues::NsQueues;
-use super::request::{Action, DataDir, WrId, WrKind};
+use super::queue::Queue;
+use super::request::{Action, DataDir, Tag};
+use super::transport::QueueTransport;
 use super::Shared;
 use crate::backend::{IoBuf, IoError, IoErrorKind, IoOp, IoRequest, SubmitError};
 
@@ -21,7 +22,12 @@ use crate::backend::{IoBuf, IoError, IoErrorKind, IoOp, IoRequest, SubmitError};
 const NSID_ALL: u32 = 0xFFFF_FFFF;
 
 /// Checks an I/O command; sets the request's action and data phase.
-pub fn prepare(conn: &mut Connection, slot: u32, shared: &Shared, ctrl: &Arc<Controller>) -> Next {
+pub fn prepare<X: QueueTransport>(
+    conn: &mut Queue<X>,
+    slot: u32,
+    shared: &Shared,
+    ctrl: &Arc<Controller>,
+) -> Next {
     match check(conn, slot, shared, ctrl) {
         Ok(n) => n,
         Err(st) => {
@@ -31,8 +37,8 @@ pub fn prepare(conn: &mut Connection, slot: u32, shared: &Shared, ctrl: &Arc<Con
     }
 }
 
-fn check(
-    conn: &mut Connection,
+fn check<X: QueueTransport>(
+    conn: &mut Queue<X>,
     slot: u32,
     shared: &Shared,
     ctrl: &Arc<Controller>,
@@ -129,7 +135,7 @@ fn check(
 
 /// Prepares the backend operations of request `slot` once its data is in place: validates
 /// DSM ranges, counts operations. Returns false if nothing needs the backend.
-pub fn plan(conn: &mut Connection, slot: u32, shared: &Shared) -> bool {
+pub fn plan<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, shared: &Shared) -> bool {
     let r = conn.reqs[slot as usize];
     let total = match r.action {
         Action::ReadWrite { .. } | Action::WriteZeroes { .. } => 1,
@@ -166,18 +172,22 @@ pub fn plan(conn: &mut Connection, slot: u32, shared: &Shared) -> bool {
     total > 0
 }
 
-fn dsm_range(conn: &Connection, slot: u32, i: u32) -> Option<DsmRange> {
+fn dsm_range<X: QueueTransport>(conn: &Queue<X>, slot: u32, i: u32) -> Option<DsmRange> {
     let ds = conn.reqs[slot as usize].data_slot;
     let mut b = [0u8; DSM_RANGE_LEN];
-    conn.mr()
-        .read_at(conn.data_offset(ds, i as usize * DSM_RANGE_LEN), &mut b)
+    conn.read_data(ds, i as usize * DSM_RANGE_LEN, &mut b)
         .ok()?;
     Some(DsmRange::decode(&b))
 }
 
 /// Submits the request's remaining backend operations. On `Busy` the request is queued on
 /// `backlog` to be resumed when the backend has room.
-pub fn submit(conn: &mut Connection, slot: u32, nsq: &mut NsQueues, backlog: &mut VecDeque<u64>) {
+pub fn submit<X: QueueTransport>(
+    conn: &mut Queue<X>,
+    slot: u32,
+    nsq: &mut NsQueues,
+    backlog: &mut VecDeque<u64>,
+) {
     let key = conn.key;
     while conn.reqs[slot as usize].ops_next < conn.reqs[slot as usize].ops_total {
         let r = conn.reqs[slot as usize];
@@ -194,7 +204,7 @@ pub fn submit(conn: &mut Connection, slot: u32, nsq: &mut NsQueues, backlog: &mu
                 continue;
             }
         };
-        let tag = WrId::new(key, WrKind::Backend, slot).encode();
+        let tag = Tag::new(key, slot).encode();
         let Some(q) = nsq.get(ns) else {
             // Removed while the request waited: it fails, the namespace's other I/O is done.
             let r = &mut conn.reqs[slot as usize];
@@ -223,7 +233,11 @@ pub fn submit(conn: &mut Connection, slot: u32, nsq: &mut NsQueues, backlog: &mu
 }
 
 /// Operation `i` of the request: `Ok(None)` when there is nothing to do (an empty DSM range).
-fn backend_op(conn: &Connection, slot: u32, i: u32) -> Result<Option<(usize, IoOp)>, ()> {
+fn backend_op<X: QueueTransport>(
+    conn: &Queue<X>,
+    slot: u32,
+    i: u32,
+) -> Result<Option<(usize, IoOp)>, ()> {
     let r = &conn.reqs[slot as usize];
     Ok(Some(match r.action {
         Action::ReadWrite {
@@ -238,10 +252,10 @@ fn backend_op(conn: &Connection, slot: u32, i: u32) -> Result<Option<(usize, IoO
             let ptr = NonNull::new(region.as_ptr()).ok_or(())?;
             // SAFETY: the data slot belongs to this request until it is free again, which
             // happens only after this operation's completion has been polled; the window
-            // stays mapped until the connection is dropped, which waits for every backend
-            // operation of the connection (`Connection::backend_ops`). No RDMA work request
-            // names the slot while the backend owns it (READ completed before, WRITE is
-            // posted after the completion).
+            // stays mapped until the queue is dropped, which waits for every backend
+            // operation of the queue (`Queue::backend_ops`). No transport operation names
+            // the slot while the backend owns it (host data is fetched before, and
+            // controller-to-host data sent after, the backend's completion).
             let buf = unsafe { IoBuf::from_raw_parts(ptr, r.data_len) };
             if write {
                 (

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use rdmablk::fabric::{ConnRequest, Cq, ProviderKind, QpCaps, QpInit};
+use rdmablk::fabric::{ConnRequest, Cq, QpCaps, QpInit};
 use rdmablk::nvme::transport::rdma::{CmReject, CmRejectStatus, CmRequest};
 
 use super::ana::AnaPort;
@@ -92,7 +92,7 @@ pub(super) fn start(
     let workers = shared.workers.get().cloned().unwrap_or_default();
     let mut l = Acceptor {
         listener: id,
-        provider: cfg.provider_kind(),
+        provider: cfg.provider,
         shared: Arc::clone(shared),
         workers,
         cqs: shared.cqs.clone(),
@@ -128,7 +128,7 @@ pub(super) fn start(
 struct Acceptor {
     /// This listener's id ([`RunningListener::id`]).
     listener: u64,
-    provider: ProviderKind,
+    provider: crate::config::Provider,
     shared: Arc<Shared>,
     workers: Vec<WorkerTx>,
     cqs: Vec<Cq>,

@@ -1,29 +1,30 @@
-//! One command's life, as an explicit state machine, and the work-request IDs that tie RDMA
-//! and backend completions back to it.
+//! One command's life, as an explicit state machine, and the tag that ties backend
+//! completions back to it. The states are the core's; what a transport does inside one (an
+//! RDMA READ waiting for a read credit, an RDMA WRITE chained before the response SEND) is
+//! the transport's.
 //!
 //! ```text
 //!            capsule received
 //!   Free ───────────────────────▶ New ──(bad command / sync admin)──────────────┐
 //!    ▲                             │                                            │
-//!    │                             ├─(keyed host->controller data)▶ NeedData    │
-//!    │                             │                                  │ read    │
-//!    │                             │                                  ▼ credit  │
-//!    │                             │                          ReadingFromHost   │
-//!    │                             │                                  │ READ    │
-//!    │                             ▼ (in-capsule, push, no data)      ▼ done    │
-//!    │                         Executing ◀─────────────────────────────┘        │
+//!    │                             ├─(host->controller data to fetch)           │
+//!    │                             │                 ▼                          │
+//!    │                             │           AwaitingData                     │
+//!    │                             │                 │ data in the data slot    │
+//!    │                             ▼ (in-capsule,    ▼                          │
+//!    │                         Executing ◀── pushed, no data)                   │
 //!    │                             │ backend completions                        │
 //!    │                             ▼                                            ▼
-//!    └──── SEND completion ── Responding (RDMA WRITE chained before the SEND) ◀─┘
+//!    └─── response sent ───── Responding (with any controller-to-host data) ◀───┘
 //!                                  ▲
 //!                         Held ────┘ (Async Event Request: completed at teardown)
 //! ```
-//! A request context is taken from the connection's free list when a capsule arrives; the
-//! capsule's receive buffer is reposted as soon as the command is prepared (the SQE decoded
-//! into the request, in-capsule data copied to the data slot), before any response can be
-//! posted. A host that sends its next command the moment it sees a response therefore always
-//! finds a receive posted (no RNR), even while the previous request still waits for its
-//! response SEND to complete.
+//! A request context is taken from the queue's free list when a capsule arrives; the
+//! capsule's buffer is given back to the transport as soon as the command is prepared (the SQE
+//! decoded into the request, in-capsule data copied to the data slot), before any response
+//! can be posted. A host that sends its next command the moment it sees a response therefore
+//! always finds a receive posted (no RNR on RDMA), even while the previous request still waits
+//! for its response to be sent.
 
 use rdmablk::nvme::{Sgl, Sqe, Status};
 
@@ -34,10 +35,9 @@ pub enum ReqState {
     Free,
     /// A capsule arrived and is being checked.
     New,
-    /// Host data must be fetched by RDMA READ; waiting for a read credit.
-    NeedData,
-    /// The RDMA READ is posted.
-    ReadingFromHost,
+    /// Host data is being fetched by the transport (an RDMA READ, waiting for a read credit or
+    /// posted; later an NVMe/TCP R2T and its H2C data).
+    AwaitingData,
     /// Backend operations are queued or in flight.
     Executing,
     /// An Async Event Request, held until an event or teardown.
@@ -112,8 +112,9 @@ pub struct Request {
     /// Tear the connection down once the response is sent, and why (Fabrics Disconnect, a
     /// failed authentication).
     pub close_after: Option<&'static str>,
-    /// The request reserved its push-write data slot (push connections).
-    pub holds_push_slot: bool,
+    /// The request claimed its data slot from its transport (RDMA push connections, where
+    /// the slot follows the command ID).
+    pub holds_data_slot: bool,
     /// When the capsule was taken up (latency metrics).
     pub received: Option<std::time::Instant>,
     /// Counted as started in its namespace's metrics (reached execution).
@@ -154,7 +155,7 @@ impl Request {
             ops_next: 0,
             ops_total: 0,
             close_after: None,
-            holds_push_slot: false,
+            holds_data_slot: false,
             received: None,
             counted: false,
         }
@@ -167,9 +168,8 @@ impl Request {
         let ok = matches!(
             (self.state, to),
             (Free, New)
-                | (New, NeedData | Executing | Responding | Held)
-                | (NeedData, ReadingFromHost | Responding)
-                | (ReadingFromHost, Executing | Responding)
+                | (New, AwaitingData | Executing | Responding | Held)
+                | (AwaitingData, Executing | Responding)
                 | (Executing, Responding)
                 | (Held, Responding)
                 | (Responding, Free)
@@ -205,51 +205,28 @@ impl Default for Request {
     }
 }
 
-/// What a work request or backend operation was, encoded in its 64-bit ID.
+/// A request's tag on its backend operations: the queue's key in its worker (slab index and
+/// generation) and the request slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WrKind {
-    Recv = 1,
-    Send = 2,
-    Read = 3,
-    Write = 4,
-    Bind = 5,
-    Invalidate = 6,
-    Backend = 7,
-}
-
-/// A decoded work-request ID: `conn` (worker slab index and generation), kind, slot.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct WrId {
+pub struct Tag {
     pub conn: u32,
-    pub kind: WrKind,
     pub slot: u32,
 }
 
-impl WrId {
-    pub fn new(conn: u32, kind: WrKind, slot: u32) -> WrId {
-        WrId { conn, kind, slot }
+impl Tag {
+    pub fn new(conn: u32, slot: u32) -> Tag {
+        Tag { conn, slot }
     }
 
     pub fn encode(self) -> u64 {
-        u64::from(self.conn) << 32 | (self.kind as u64) << 24 | u64::from(self.slot & 0xFF_FFFF)
+        u64::from(self.conn) << 32 | u64::from(self.slot)
     }
 
-    pub fn decode(v: u64) -> Option<WrId> {
-        let kind = match (v >> 24) as u8 {
-            1 => WrKind::Recv,
-            2 => WrKind::Send,
-            3 => WrKind::Read,
-            4 => WrKind::Write,
-            5 => WrKind::Bind,
-            6 => WrKind::Invalidate,
-            7 => WrKind::Backend,
-            _ => return None,
-        };
-        Some(WrId {
+    pub fn decode(v: u64) -> Tag {
+        Tag {
             conn: (v >> 32) as u32,
-            kind,
-            slot: (v & 0xFF_FFFF) as u32,
-        })
+            slot: v as u32,
+        }
     }
 }
 
@@ -258,17 +235,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn wr_ids_round_trip() {
-        for kind in [
-            WrKind::Recv,
-            WrKind::Send,
-            WrKind::Backend,
-            WrKind::Invalidate,
-        ] {
-            let id = WrId::new(0xABCD_0012, kind, 1023);
-            assert_eq!(WrId::decode(id.encode()), Some(id));
-        }
-        assert_eq!(WrId::decode(0), None);
+    fn tags_round_trip() {
+        let t = Tag::new(0xABCD_0012, 0xFFFF_FFFF);
+        assert_eq!(Tag::decode(t.encode()), t);
     }
 
     #[test]
@@ -276,8 +245,7 @@ mod tests {
         let mut r = Request::new();
         for s in [
             ReqState::New,
-            ReqState::NeedData,
-            ReqState::ReadingFromHost,
+            ReqState::AwaitingData,
             ReqState::Executing,
             ReqState::Responding,
             ReqState::Free,

@@ -1,25 +1,27 @@
 //! The request flow: what the worker does with a command from the moment its capsule
-//! arrives to the completion of its response SEND, as transitions of the state machine in
-//! [`super::request`]: check it (`command::prepare`), fetch its data from the host (RDMA READ,
-//! bounded by the queue's read credits), run it on the backend ([`super::io_commands`]), post its
-//! response (any RDMA WRITE of data first), and free the context or hand it the next capsule
-//! waiting for one.
+//! arrives to the moment its response is sent, as transitions of the state machine in
+//! [`super::request`]: check it (`command::prepare`), have the transport fetch its data from
+//! the host, run it on the backend ([`super::io_commands`]), have the transport post its
+//! response (with any data), and free the context or hand it the next capsule waiting for
+//! one. Transport-neutral: every transport's events come here through the functions below, and
+//! everything of the transport is reached through [`QueueTransport`].
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
-use rdmablk::nvme::{Sqe, Status, SQE_LEN};
+use rdmablk::nvme::SQE_LEN;
 
 use super::command;
-use super::connection::{begin_close, Connection};
 use super::data_phase::Next;
 use super::ns_queues::NsQueues;
+use super::queue::{begin_close, Queue};
 use super::request::{Action, ReqState, Request};
+use super::transport::QueueTransport;
 use super::{auth, fabrics, io_commands, Shared};
 use crate::metrics::{NsCounters, OpKind};
 
-/// What request handlers need besides their connection.
+/// What request handlers need besides their queue.
 pub(super) struct Ctx<'a> {
     pub shared: &'a Shared,
     /// This worker's metrics counters, by namespace slot.
@@ -35,7 +37,12 @@ impl Ctx<'_> {
 }
 
 /// A command capsule of `len` bytes arrived in receive slot `recv`.
-pub(super) fn on_capsule(conn: &mut Connection, recv: u32, len: u32, ctx: &mut Ctx<'_>) {
+pub(super) fn on_capsule<X: QueueTransport>(
+    conn: &mut Queue<X>,
+    recv: u32,
+    len: u32,
+    ctx: &mut Ctx<'_>,
+) {
     if (len as usize) < SQE_LEN {
         tracing::warn!(peer = %conn.peer, qid = conn.qid, len,
             "command capsule shorter than an SQE: fatal for the queue");
@@ -52,40 +59,38 @@ pub(super) fn on_capsule(conn: &mut Connection, recv: u32, len: u32, ctx: &mut C
 
 /// Starts request context `slot` on the capsule in receive slot `recv`, and gives the receive
 /// back as soon as the capsule is consumed.
-fn start_request(conn: &mut Connection, slot: u32, recv: u32, len: u32, ctx: &mut Ctx<'_>) {
+fn start_request<X: QueueTransport>(
+    conn: &mut Queue<X>,
+    slot: u32,
+    recv: u32,
+    len: u32,
+    ctx: &mut Ctx<'_>,
+) {
     debug_assert_eq!(conn.reqs[slot as usize].state, ReqState::Free);
-    let mut b = [0u8; SQE_LEN];
-    if conn.mr().read_at(conn.recv_offset(recv), &mut b).is_err() {
+    let Some(sqe) = X::read_capsule(conn, recv, len) else {
         begin_close(conn, "receive slot unreadable", ctx.shared);
         return;
-    }
-    let sqe = Sqe::decode(&b);
-    conn.sq_head = ((u32::from(conn.sq_head) + 1) % conn.depth) as u16;
-    let data_slot = match &conn.push {
-        Some(_) => u32::from(sqe.cid) % conn.depth,
-        None => slot,
     };
-    let (qid, push) = (conn.qid, conn.push.is_some());
+    conn.sq_head = ((u32::from(conn.sq_head) + 1) % conn.depth) as u16;
+    let data_slot = X::data_slot(conn, slot, sqe.cid);
+    let qid = conn.qid;
     let r = &mut conn.reqs[slot as usize];
     r.reset(sqe, len, recv, data_slot);
     if ctx.shared.cfg.target.io_statistics {
         r.received = Some(Instant::now());
     }
     r.enter(ReqState::New, qid, slot);
-    let next = if push && conn.push_busy[data_slot as usize] {
-        conn.reqs[slot as usize].fail(Status::CID_CONFLICT.with_dnr());
-        Next::Respond
-    } else {
-        if push {
-            conn.push_busy[data_slot as usize] = true;
-            conn.reqs[slot as usize].holds_push_slot = true;
+    let next = match X::claim_data_slot(conn, slot) {
+        Err(st) => {
+            conn.reqs[slot as usize].fail(st);
+            Next::Respond
         }
-        command::prepare(conn, slot, ctx.shared)
+        Ok(()) => command::prepare(conn, slot, ctx.shared),
     };
-    // The capsule is consumed (SQE decoded, in-capsule data copied): repost its receive
-    // before any response can reach the host.
+    // The capsule is consumed (SQE decoded, in-capsule data copied): give its buffer back
+    // (repost its receive) before any response can reach the host.
     if conn.is_live() {
-        if let Err(e) = conn.post_recv(recv) {
+        if let Err(e) = X::release_capsule(conn, recv) {
             tracing::warn!(peer = %conn.peer, error = %e, "receive not reposted");
             begin_close(conn, "receive not reposted", ctx.shared);
         }
@@ -93,7 +98,7 @@ fn start_request(conn: &mut Connection, slot: u32, recv: u32, len: u32, ctx: &mu
     proceed(conn, slot, next, ctx);
 }
 
-fn proceed(conn: &mut Connection, slot: u32, next: Next, ctx: &mut Ctx<'_>) {
+fn proceed<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, next: Next, ctx: &mut Ctx<'_>) {
     let qid = conn.qid;
     match next {
         Next::Respond => respond(conn, slot, ctx),
@@ -109,31 +114,14 @@ fn proceed(conn: &mut Connection, slot: u32, next: Next, ctx: &mut Ctx<'_>) {
             free(conn, slot);
         }
         Next::Fetch => {
-            conn.reqs[slot as usize].enter(ReqState::NeedData, qid, slot);
-            conn.read_wait.push_back(slot);
-            start_reads(conn, ctx.shared);
-        }
-    }
-}
-
-/// Posts queued RDMA READs while read credits last.
-pub(super) fn start_reads(conn: &mut Connection, shared: &Shared) {
-    while conn.is_live() && conn.reads_in_flight < conn.read_depth {
-        let Some(slot) = conn.read_wait.pop_front() else {
-            break;
-        };
-        let qid = conn.qid;
-        conn.reqs[slot as usize].enter(ReqState::ReadingFromHost, qid, slot);
-        if let Err(e) = conn.post_read(slot) {
-            tracing::warn!(peer = %conn.peer, error = %e, "RDMA READ not posted");
-            begin_close(conn, "RDMA READ not posted", shared);
-            return;
+            conn.reqs[slot as usize].enter(ReqState::AwaitingData, qid, slot);
+            X::fetch(conn, slot, ctx.shared);
         }
     }
 }
 
 /// The request's data is in place: run it.
-pub(super) fn execute(conn: &mut Connection, slot: u32, ctx: &mut Ctx<'_>) {
+pub(super) fn execute<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, ctx: &mut Ctx<'_>) {
     let r = conn.reqs[slot as usize];
     match r.action {
         Action::Connect => {
@@ -175,9 +163,9 @@ pub(super) fn execute(conn: &mut Connection, slot: u32, ctx: &mut Ctx<'_>) {
     }
 }
 
-/// Completes request `slot`: posts its response (and data), or on a closing connection
-/// just frees it.
-pub(super) fn respond(conn: &mut Connection, slot: u32, ctx: &mut Ctx<'_>) {
+/// Completes request `slot`: posts its response (and data), or on a closing queue just frees
+/// it.
+pub(super) fn respond<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, ctx: &mut Ctx<'_>) {
     let qid = conn.qid;
     conn.reqs[slot as usize].enter(ReqState::Responding, qid, slot);
     if qid != 0 {
@@ -191,15 +179,16 @@ pub(super) fn respond(conn: &mut Connection, slot: u32, ctx: &mut Ctx<'_>) {
     if !r.status.is_success() {
         tracing::debug!(qid, cid = r.sqe.cid, opcode = r.sqe.opcode, status = %r.status, "command failed");
     }
-    if let Err(e) = conn.post_response(slot) {
+    if let Err(e) = X::post_response(conn, slot) {
         tracing::warn!(peer = %conn.peer, error = %e, "response not posted");
         begin_close(conn, "response not posted", ctx.shared);
         return;
     }
-    // The data phase is over once the response is posted: RC ordering delivers any RDMA
-    // WRITE of the data slot before the response, so a host that has seen the response may
-    // reuse the command ID, and push into its slot, before the SEND's completion reaches us.
-    release_push_slot(conn, slot);
+    // The data phase is over once the response is posted: the transport delivers any data
+    // before the response (RDMA: RC ordering of the WRITE before the SEND), so a host that has
+    // seen the response may reuse the command ID, and push into its slot, before we learn the
+    // response was sent.
+    X::release_data_slot(conn, slot);
 }
 
 /// The namespace slot and operation of an I/O request, for its metrics.
@@ -225,10 +214,10 @@ fn record(r: &Request, ctx: &Ctx<'_>) {
     }
 }
 
-fn free(conn: &mut Connection, slot: u32) {
+fn free<X: QueueTransport>(conn: &mut Queue<X>, slot: u32) {
     let qid = conn.qid;
     conn.reqs[slot as usize].enter(ReqState::Free, qid, slot);
-    release_push_slot(conn, slot);
+    X::release_data_slot(conn, slot);
     debug_assert!(
         !conn.free_reqs.contains(&slot),
         "request {slot} freed twice"
@@ -236,20 +225,8 @@ fn free(conn: &mut Connection, slot: u32) {
     conn.free_reqs.push(slot);
 }
 
-/// Gives back request `slot`'s push data slot, if it holds one.
-fn release_push_slot(conn: &mut Connection, slot: u32) {
-    let r = &mut conn.reqs[slot as usize];
-    if r.holds_push_slot {
-        r.holds_push_slot = false;
-        let ds = r.data_slot as usize;
-        if let Some(b) = conn.push_busy.get_mut(ds) {
-            *b = false;
-        }
-    }
-}
-
-/// The response SEND completed: the request is free, and serves a waiting capsule if any.
-pub(super) fn on_sent(conn: &mut Connection, slot: u32, ctx: &mut Ctx<'_>) {
+/// The response was sent: the request is free, and serves a waiting capsule if any.
+pub(super) fn on_sent<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, ctx: &mut Ctx<'_>) {
     let close = conn.reqs[slot as usize].close_after;
     free(conn, slot);
     if let Some(why) = close {

@@ -10,8 +10,10 @@ use rdmablk::fabric::{Access, ConnParam, Mr, Pd, SendFlags, SendWr, WrOp};
 use rdmablk::nvme::transport::rdma::{CmAccept, PushAnswer, PushRequest, PushWindow};
 
 use super::{PendingConn, Worker};
-use crate::nvmf::connection::{begin_close, Connection, Phase, RemoteKey, MAX_HELD_AERS};
-use crate::nvmf::request::{Request, WrId, WrKind};
+use crate::nvmf::queue::{begin_close, Phase, Queue, MAX_HELD_AERS};
+use crate::nvmf::request::Request;
+use crate::nvmf::transport::rdma::queue::{post_recv, Connection, RdmaQueue, RemoteKey};
+use crate::nvmf::transport::rdma::wr_id::{WrId, WrKind};
 
 impl Worker {
     pub(super) fn add(&mut self, p: PendingConn) {
@@ -31,14 +33,27 @@ impl Worker {
         } else {
             shared.cfg.limits.in_capsule_data_size
         };
-        let mut conn = Connection {
-            qp: p.qp,
-            remote_key: None,
+        let mut conn = Queue {
+            xport: RdmaQueue {
+                remote_key: None,
+                qp: p.qp,
+                lkey,
+                read_depth: p.read_depth,
+                reads_in_flight: 0,
+                read_wait: VecDeque::with_capacity(p.depth as usize),
+                sends_out: 0,
+                send_completions: 0,
+                send_watch: (0, Instant::now()),
+                recvs_out: 0,
+                push: None,
+                push_busy: Box::new([]),
+                accept: None,
+                cqes: p.cqes,
+            },
             window: p.window,
             key,
             qid: p.qid,
             depth: p.depth,
-            lkey,
             peer: p.peer,
             listener: p.listener,
             provider: p.provider,
@@ -46,29 +61,18 @@ impl Worker {
             reqs: vec![Request::new(); p.depth as usize].into_boxed_slice(),
             free_reqs: (0..p.depth).rev().collect(),
             pending_capsules: VecDeque::with_capacity(p.depth as usize),
-            read_depth: p.read_depth,
-            reads_in_flight: 0,
-            read_wait: VecDeque::with_capacity(p.depth as usize),
             sq_head: 0,
             sqhd_disabled: false,
             ctrl: None,
-            sends_out: 0,
-            send_completions: 0,
-            send_watch: (0, Instant::now()),
-            recvs_out: 0,
             backend_ops: 0,
-            push: None,
-            push_busy: Box::new([]),
-            accept: None,
             icd_bytes,
             aers: Vec::with_capacity(MAX_HELD_AERS),
-            cqes: p.cqes,
             close_reason: "",
             created: Instant::now(),
             auth: None,
         };
         for slot in 0..p.depth {
-            if let Err(e) = conn.post_recv(slot) {
+            if let Err(e) = post_recv(&mut conn, slot) {
                 tracing::warn!(peer = %p.peer, error = %e, "cannot post receives; dropping");
                 drop(conn);
                 self.release(p.cqes);
@@ -88,7 +92,7 @@ impl Worker {
             retry_count: 7,
             rnr_retry_count: 7,
         };
-        conn.accept = Some(param);
+        conn.xport.accept = Some(param);
         self.conns[i] = Some(conn);
         self.accept(key);
     }
@@ -124,9 +128,9 @@ impl Worker {
         else {
             return PushAnswer::Declined;
         };
-        conn.remote_key = Some(key);
-        conn.push = Some(grant);
-        conn.push_busy = vec![false; usize::from(slots)].into_boxed_slice();
+        conn.xport.remote_key = Some(key);
+        conn.xport.push = Some(grant);
+        conn.xport.push_busy = vec![false; usize::from(slots)].into_boxed_slice();
         PushAnswer::Granted(grant)
     }
 
@@ -148,7 +152,7 @@ impl Worker {
                 return None;
             }
         };
-        // The window is bound over this region, not over the arena's: see the `connection`
+        // The window is bound over this region, not over the arena's: see the `rdma::queue`
         // module documentation (devices that bound a window by its region's range).
         let mr = register_data_area(conn, pd, Access::LOCAL_WRITE | Access::MW_BIND)?;
         Some(RemoteKey::Window { mw, mr })
@@ -158,10 +162,10 @@ impl Worker {
         let Some((conn, ctx)) = self.ctx_and_conn(key) else {
             return;
         };
-        let Some(param) = conn.accept.take() else {
+        let Some(param) = conn.xport.accept.take() else {
             return;
         };
-        match conn.qp.accept(&param) {
+        match conn.xport.qp.accept(&param) {
             Ok(()) => {
                 conn.phase = Phase::Live;
                 if !bind_push_window(conn) {
@@ -169,7 +173,7 @@ impl Worker {
                     return;
                 }
                 tracing::info!(peer = %conn.peer, qid = conn.qid, depth = conn.depth,
-                    read_depth = conn.read_depth, push = conn.push.is_some(),
+                    read_depth = conn.xport.read_depth, push = conn.xport.push.is_some(),
                     window_bytes = conn.window.len(), "queue connected");
                 ctx.shared.log_arena("queue connected");
             }
@@ -209,11 +213,11 @@ fn next_rkey(rkey: u32) -> u32 {
 /// The send queue executes in order, so the bind is done before the response to the
 /// queue's Connect: a host pushes only after that response. True if nothing was to be bound.
 fn bind_push_window(conn: &mut Connection) -> bool {
-    let Some(RemoteKey::Window { mw, mr }) = &conn.remote_key else {
+    let Some(RemoteKey::Window { mw, mr }) = &conn.xport.remote_key else {
         return true;
     };
     let area = conn.window.data_area();
-    let expected = conn.push.map(|p| p.rkey);
+    let expected = conn.xport.push.map(|p| p.rkey);
     let wr = SendWr {
         wr_id: WrId::new(conn.key, WrKind::Bind, 0).encode(),
         op: WrOp::BindMw {
@@ -226,11 +230,11 @@ fn bind_push_window(conn: &mut Connection) -> bool {
         sgl: &[],
         flags: SendFlags::SIGNALED,
     };
-    if let Err(e) = conn.qp.post_send(&[wr]) {
+    if let Err(e) = conn.xport.qp.post_send(&[wr]) {
         tracing::warn!(peer = %conn.peer, error = %e, "memory window bind not posted");
         return false;
     }
-    conn.sends_out += 1;
+    conn.xport.sends_out += 1;
     if expected != Some(mw.rkey()) {
         tracing::error!(offered = ?expected, bound = mw.rkey(), "push window key mismatch");
         return false;

@@ -10,8 +10,12 @@ use rdmablk::fabric::CmEvent;
 
 use super::Worker;
 use crate::nvmf::auth;
-use crate::nvmf::connection::{begin_close, disconnect, Phase, DRAIN_TIMEOUT, INVALIDATE_TIMEOUT};
+use crate::nvmf::queue::{begin_close, disconnect, Phase};
 use crate::nvmf::request_flow::respond;
+use crate::nvmf::transport::rdma::queue::{
+    send_stalled, RdmaQueue, DRAIN_TIMEOUT, INVALIDATE_TIMEOUT,
+};
+use crate::nvmf::transport::QueueTransport;
 
 impl Worker {
     /// Completes held Async Event Requests with the events their controllers raised.
@@ -52,7 +56,7 @@ impl Worker {
                 continue;
             };
             let shared = &*self.shared;
-            while let Ok(Some(ev)) = conn.qp.cm_event(Some(Duration::ZERO)) {
+            while let Ok(Some(ev)) = conn.xport.qp.cm_event(Some(Duration::ZERO)) {
                 match ev {
                     CmEvent::Established => {
                         tracing::debug!(peer = %conn.peer, qid = conn.qid, "established")
@@ -75,8 +79,8 @@ impl Worker {
                             connect_timeout_ms = connect_ms as u64,
                             "no Fabrics Connect in time: dropping the queue");
                         begin_close(conn, "no Fabrics Connect in time", shared);
-                    } else if conn.send_stalled(shared.cfg.target.response_timeout_ms) {
-                        tracing::warn!(peer = %conn.peer, qid = conn.qid, sends = conn.sends_out,
+                    } else if send_stalled(&mut conn.xport, shared.cfg.target.response_timeout_ms) {
+                        tracing::warn!(peer = %conn.peer, qid = conn.qid, sends = conn.xport.sends_out,
                             response_timeout_ms = shared.cfg.target.response_timeout_ms,
                             "the host takes no responses (it stopped posting receives, or \
                              stopped): tearing the queue down");
@@ -114,11 +118,12 @@ impl Worker {
                 Phase::Invalidating { .. } => {}
                 Phase::Draining { since } => {
                     let timed_out = since.elapsed() > DRAIN_TIMEOUT && conn.backend_ops == 0;
-                    if timed_out && !conn.drained() {
-                        tracing::warn!(peer = %conn.peer, qid = conn.qid, sends = conn.sends_out,
-                            recvs = conn.recvs_out, "flushed completions missing; destroying the QP anyway");
+                    let drained = RdmaQueue::drained(conn) && conn.backend_ops == 0;
+                    if timed_out && !drained {
+                        tracing::warn!(peer = %conn.peer, qid = conn.qid, sends = conn.xport.sends_out,
+                            recvs = conn.xport.recvs_out, "flushed completions missing; destroying the QP anyway");
                     }
-                    if conn.drained() || timed_out {
+                    if drained || timed_out {
                         self.finish(i);
                     }
                 }
@@ -139,7 +144,7 @@ impl Worker {
                 ctrl.detach_queue(conn.qid);
             }
         }
-        let (peer, qid, reason, cqes) = (conn.peer, conn.qid, conn.close_reason, conn.cqes);
+        let (peer, qid, reason, cqes) = (conn.peer, conn.qid, conn.close_reason, conn.xport.cqes);
         drop(conn);
         self.release(cqes);
         tracing::info!(%peer, qid, reason, "queue closed");

@@ -23,10 +23,12 @@ use rdmablk::fabric::{Cq, Qp, SendBatch, Wc, WcStatus};
 use rdmablk::nvme::transport::rdma::PushRequest;
 use rdmablk::nvme::Status;
 
-use super::connection::{begin_close, disconnect, Connection};
 use super::ns_queues::{Ack, NsQueues};
-use super::request::{ReqState, WrId, WrKind};
-use super::request_flow::{execute, on_capsule, on_sent, respond, start_reads, Ctx};
+use super::queue::{begin_close, disconnect};
+use super::request::{ReqState, Tag};
+use super::request_flow::{execute, on_capsule, on_sent, respond, Ctx};
+use super::transport::rdma::queue::{start_reads, Connection};
+use super::transport::rdma::wr_id::{WrId, WrKind};
 use super::{io_commands, Shared, TargetError};
 use crate::arena::Window;
 use crate::backend::{BackendError, Completion};
@@ -101,7 +103,7 @@ pub struct PendingConn {
     pub cqes: u32,
     /// The listener the host came in through ([`super::listener::RunningListener::id`]).
     pub listener: u64,
-    pub provider: rdmablk::fabric::ProviderKind,
+    pub provider: crate::config::Provider,
 }
 
 pub(super) fn spawn(
@@ -335,7 +337,7 @@ impl Worker {
         };
         let ok = wc.status.is_success();
         if id.kind != WrKind::Recv {
-            conn.send_completions += 1;
+            conn.xport.send_completions += 1;
         }
         if !ok && wc.status != WcStatus::WrFlushErr {
             tracing::warn!(peer = %conn.peer, qid = conn.qid, kind = ?id.kind, status = %wc.status,
@@ -343,7 +345,7 @@ impl Worker {
         }
         match id.kind {
             WrKind::Recv => {
-                conn.recvs_out -= 1;
+                conn.xport.recvs_out -= 1;
                 if ok {
                     on_capsule(conn, id.slot, wc.byte_len, &mut ctx);
                 } else {
@@ -351,7 +353,7 @@ impl Worker {
                 }
             }
             WrKind::Send => {
-                conn.sends_out -= 1;
+                conn.xport.sends_out -= 1;
                 if ok {
                     on_sent(conn, id.slot, &mut ctx);
                 } else {
@@ -359,8 +361,8 @@ impl Worker {
                 }
             }
             WrKind::Read => {
-                conn.sends_out -= 1;
-                conn.reads_in_flight -= 1;
+                conn.xport.sends_out -= 1;
+                conn.xport.reads_in_flight -= 1;
                 if ok {
                     execute(conn, id.slot, &mut ctx);
                     start_reads(conn, ctx.shared);
@@ -370,10 +372,10 @@ impl Worker {
             }
             WrKind::Write => begin_close(conn, "RDMA WRITE to the host failed", ctx.shared),
             WrKind::Invalidate => {
-                conn.sends_out -= 1;
+                conn.xport.sends_out -= 1;
                 disconnect(conn);
             }
-            WrKind::Bind | WrKind::Backend => {}
+            WrKind::Bind => {}
         }
     }
 
@@ -381,8 +383,8 @@ impl Worker {
         let Some((conn, ctx)) = self.ctx_and_conn(id.conn) else {
             return;
         };
-        conn.sends_out -= 1;
-        conn.send_completions += 1;
+        conn.xport.sends_out -= 1;
+        conn.xport.send_completions += 1;
         if !wc.status.is_success() {
             tracing::warn!(peer = %conn.peer, status = %wc.status, "memory window bind failed");
             begin_close(conn, "memory window bind failed", ctx.shared);
@@ -404,9 +406,7 @@ impl Worker {
     }
 
     fn on_backend(&mut self, c: Completion) {
-        let Some(id) = WrId::decode(c.tag) else {
-            return;
-        };
+        let id = Tag::decode(c.tag);
         let Some((conn, mut ctx)) = self.ctx_and_conn(id.conn) else {
             tracing::error!(?id, "backend completion of a connection that is gone");
             return;
@@ -428,9 +428,7 @@ impl Worker {
             let Some(tag) = self.backlog.pop_front() else {
                 break;
             };
-            let Some(id) = WrId::decode(tag) else {
-                continue;
-            };
+            let id = Tag::decode(tag);
             let before = self.backlog.len();
             let Some((conn, mut ctx)) = self.ctx_and_conn(id.conn) else {
                 continue;

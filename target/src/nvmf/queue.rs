@@ -1,0 +1,190 @@
+//! One NVMe queue as the core sees it, whatever carries it: its submission-queue state, its
+//! request contexts and their free list, its controller, held Async Event Requests and
+//! authentication, its window of the arena (receive, response and data slots), and the
+//! transport's own state for it (`xport`, behind [`super::transport::QueueTransport`]).
+//!
+//! # Teardown and the window's memory
+//! A queue's window may be named by things that outlive a disconnect: the transport's
+//! operations on it (an RDMA queue's work requests and remote key), and backend I/O into its
+//! data slots. The window returns to the arena only after all of them are gone: the
+//! transport's state (`xport`) is declared, and so dropped, before the window, and the worker
+//! drops a queue only once it is drained ([`super::transport::QueueTransport::drained`] and
+//! no backend operation in flight). What each transport must revoke first is in its own
+//! module (for RDMA, [`super::transport::rdma::queue`]).
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::controller::Controller;
+use super::request::{ReqState, Request};
+use super::transport::QueueTransport;
+use super::Shared;
+use crate::arena::Window;
+use crate::config::Provider;
+
+/// SQHD of every completion on a queue whose Connect disabled SQ flow control.
+pub const SQHD_DISABLED: u16 = 0xFFFF;
+/// Async Event Requests held at once (Identify Controller AERL + 1).
+pub const MAX_HELD_AERS: usize = 4;
+
+/// Where a queue is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Set up by its transport (receives posted, an RDMA push window's bind in flight) and
+    /// not yet accepted.
+    Binding,
+    /// Accepted and serving commands.
+    Live,
+    /// Target-initiated teardown: the transport revokes what the host could still reach
+    /// (an RDMA push window's LOCAL_INV) before it disconnects.
+    Invalidating { since: Instant },
+    /// Disconnected; waiting for the transport's operations and backend I/O to finish.
+    Draining { since: Instant },
+}
+
+/// One queue. Field order is drop order: the transport's state before the window (see the
+/// module documentation).
+pub struct Queue<X> {
+    /// The transport's state of this queue.
+    pub xport: X,
+    pub window: Window,
+    /// Key of this queue in its worker (slab index | generation << 16).
+    pub key: u32,
+    pub qid: u16,
+    pub depth: u32,
+    pub peer: SocketAddr,
+    /// The listener the host came in through ([`super::listener::RunningListener::id`]).
+    pub listener: u64,
+    /// That listener's provider (what discovery lists to this host).
+    pub provider: Provider,
+    pub phase: Phase,
+    /// Request contexts (response slot and data slot `i` each), taken from `free_reqs` when a
+    /// capsule arrives. They are separate from receive buffers: a receive is reposted as soon
+    /// as its capsule is decoded, while its request may still wait for its response to be
+    /// sent.
+    pub reqs: Box<[Request]>,
+    /// Free request contexts (capacity `depth`).
+    pub free_reqs: Vec<u32>,
+    /// Capsules that arrived while every request context was waiting for its response to be
+    /// sent: `(receive slot, bytes)`, served in order as contexts free up.
+    pub pending_capsules: VecDeque<(u32, u32)>,
+    /// Submission queue head reported in completions.
+    pub sq_head: u16,
+    /// The host's Connect set CATTR bit 2 (SQ flow control disabled): SQHD in this queue's
+    /// completions is reserved and reads 0xFFFF, as nvmet and SPDK report it.
+    pub sqhd_disabled: bool,
+    pub ctrl: Option<Arc<Controller>>,
+    /// Backend operations in flight.
+    pub backend_ops: u32,
+    /// In-capsule data bytes accepted on this queue (0 on the admin queue).
+    pub icd_bytes: u32,
+    /// Held Async Event Requests (request slots), at most [`MAX_HELD_AERS`].
+    pub aers: Vec<u32>,
+    /// Why teardown started (for the log line).
+    pub close_reason: &'static str,
+    /// In-band authentication, when the host must authenticate this queue.
+    pub auth: Option<Box<super::auth::QueueAuth>>,
+    /// When the listener handed the queue to its worker (the Fabrics Connect deadline runs
+    /// from here).
+    pub created: Instant,
+}
+
+/// A read or write outside a request's data slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OutOfSlot;
+
+impl<X> Queue<X> {
+    pub fn is_live(&self) -> bool {
+        self.phase == Phase::Live
+    }
+
+    pub fn is_closing(&self) -> bool {
+        matches!(
+            self.phase,
+            Phase::Invalidating { .. } | Phase::Draining { .. }
+        )
+    }
+
+    /// SQHD of the next completion.
+    pub fn sqhd(&self) -> u16 {
+        if self.sqhd_disabled {
+            SQHD_DISABLED
+        } else {
+            self.sq_head
+        }
+    }
+
+    /// Copies `dst.len()` bytes at `off` of data slot `slot` into `dst`.
+    pub fn read_data(&self, slot: u32, off: usize, dst: &mut [u8]) -> Result<(), OutOfSlot> {
+        let region = self.window.data_slot(slot);
+        if off
+            .checked_add(dst.len())
+            .map_or(true, |end| end > region.len)
+        {
+            return Err(OutOfSlot);
+        }
+        // SAFETY: the range is inside this queue's data slot (checked), which the arena keeps
+        // mapped while the queue lives; the arena's memory is only accessed through raw
+        // pointers, and `dst` is ordinary memory it cannot overlap.
+        unsafe {
+            std::ptr::copy_nonoverlapping(region.as_ptr().add(off), dst.as_mut_ptr(), dst.len())
+        };
+        Ok(())
+    }
+
+    /// Copies `src` to `off` of data slot `slot`. Only for a request whose data slot no
+    /// transport or backend operation is using.
+    pub fn write_data(&self, slot: u32, off: usize, src: &[u8]) -> Result<(), OutOfSlot> {
+        let region = self.window.data_slot(slot);
+        if off
+            .checked_add(src.len())
+            .map_or(true, |end| end > region.len)
+        {
+            return Err(OutOfSlot);
+        }
+        // SAFETY: as in `read_data`; no operation reads or writes the slot now (caller).
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), region.as_ptr().add(off), src.len()) };
+        Ok(())
+    }
+
+    /// Requests neither free nor held (for the shutdown drain).
+    pub fn busy_requests(&self) -> usize {
+        self.reqs
+            .iter()
+            .filter(|r| !matches!(r.state, ReqState::Free | ReqState::Held))
+            .count()
+    }
+}
+
+/// Starts tearing a queue down (idempotent).
+pub fn begin_close<X: QueueTransport>(q: &mut Queue<X>, reason: &'static str, shared: &Shared) {
+    if q.is_closing() {
+        return;
+    }
+    q.close_reason = reason;
+    tracing::info!(peer = %q.peer, qid = q.qid,
+        cntlid = q.ctrl.as_ref().map(|c| c.cntlid), reason, "queue closing");
+    if let Some(ctrl) = &q.ctrl {
+        if q.qid == 0 {
+            // The controller goes with its admin queue; its I/O queues follow.
+            shared.controllers.remove(ctrl.cntlid);
+        }
+    }
+    if q.phase == Phase::Live && X::revoke(q) {
+        q.phase = Phase::Invalidating {
+            since: Instant::now(),
+        };
+        return;
+    }
+    disconnect(q);
+}
+
+/// Disconnects the queue's transport; the queue drains from here.
+pub fn disconnect<X: QueueTransport>(q: &mut Queue<X>) {
+    X::disconnect(q);
+    q.phase = Phase::Draining {
+        since: Instant::now(),
+    };
+}
