@@ -340,7 +340,7 @@ impl Collector for TargetCollector {
         groups.sort_unstable();
         groups.dedup();
         let mut ana: Vec<(Labels, i64)> = Vec::new();
-        for l in s.lock_listeners().iter() {
+        for l in s.lock_ports().iter() {
             for &g in &groups {
                 let now = l.ana.state(g);
                 for st in rdmablk::nvme::ana::AnaState::ALL {

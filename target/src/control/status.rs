@@ -12,11 +12,11 @@ impl TargetHandle {
         let s = &self.0;
         let config = s.config.load_full();
         let listeners: Vec<Value> = s
-            .lock_listeners()
+            .lock_ports()
             .iter()
             .map(|l| {
                 json!({
-                    "provider": l.cfg.provider_kind().as_str(),
+                    "provider": l.cfg.provider.as_str(),
                     "address": l.addr.to_string(),
                     "accepting": l.accepting(),
                     // Groups in a state other than optimized (the default).

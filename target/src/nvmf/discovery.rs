@@ -68,7 +68,7 @@ pub fn identify_controller(ctrl: &Controller, shared: &Shared) -> IdentifyContro
 /// `listener`.
 pub fn log_page(shared: &Shared, ctrl: &Controller, provider: Provider) -> Vec<u8> {
     let ports: Vec<(u16, SocketAddr, Transport)> = shared
-        .lock_listeners()
+        .lock_ports()
         .iter()
         .enumerate()
         .filter(|(_, l)| l.cfg.provider == provider)

@@ -215,7 +215,7 @@ fn connect_controller<X: QueueTransport>(
             shared.cfg.limits.max_queues_per_controller.min(0xFFFF) as u16
         };
         let port = shared
-            .lock_listeners()
+            .lock_ports()
             .iter()
             .find(|l| l.id == conn.listener)
             .map(|l| (Arc::clone(&l.ana), l.cfg.transport));

@@ -185,6 +185,7 @@ fn dsm_range<X: QueueTransport>(conn: &Queue<X>, slot: u32, i: u32) -> Option<Ds
 pub fn submit<X: QueueTransport>(
     conn: &mut Queue<X>,
     slot: u32,
+    group: u8,
     nsq: &mut NsQueues,
     backlog: &mut VecDeque<u64>,
 ) {
@@ -204,7 +205,7 @@ pub fn submit<X: QueueTransport>(
                 continue;
             }
         };
-        let tag = Tag::new(key, slot).encode();
+        let tag = Tag::new(group, key, slot).encode();
         let Some(q) = nsq.get(ns) else {
             // Removed while the request waited: it fails, the namespace's other I/O is done.
             let r = &mut conn.reqs[slot as usize];

@@ -1,25 +1,28 @@
-//! The NVMe-oF/RDMA protocol engine: listeners, connections, controllers and workers.
+//! The NVMe-oF target: the transport-neutral core (queues, requests, command sets,
+//! controllers, subsystems, ports, workers) and, behind [`transport`], the transports that
+//! carry it.
 //!
 //! ```text
-//!  listener thread (per [[listener]])          worker threads (target.worker_threads)
-//!  ─────────────────────────────────           ───────────────────────────────────────
-//!  get_request ─▶ CM private data checks        own: one CQ, the namespace queues (io_uring)
-//!             ─▶ carve a Window (arena)         poll CQ ─▶ requests' state machines
-//!             ─▶ create QP on a worker's CQ ──▶ post receives, accept, bind MW (push)
-//!                (round robin)                  poll backends ─▶ RDMA WRITE + SEND
-//!                                               keep-alive, CM events, teardown
+//!  listener thread (per [[listener]], its      worker threads (target.worker_threads)
+//!  transport's)                                ───────────────────────────────────────
+//!  ───────────────────────────────────         own: a poll group per transport, the
+//!  accept ─▶ transport checks                       namespace queues (io_uring)
+//!         ─▶ carve a Window (arena)            poll groups ─▶ requests' state machines
+//!         ─▶ hand to a worker (round robin) ──▶ poll backends ─▶ responses with data
+//!                                              timers, connection events, teardown
 //! ```
 //!
-//! - [`listener`]: connection requests: queue sizing, window carving, CM rejects.
-//! - [`connection`]: one queue pair with its window, requests and teardown.
-//! - [`request`]: the request state machine and work-request IDs.
-//! - [`command`]: checking a command and its data pointer; [`fabrics`], [`admin`], [`io`]:
-//!   the command sets.
+//! - [`port`]: the port table (the listeners that run, their addresses and ANA states).
+//! - [`queue`]: one NVMe queue with its window, requests and teardown.
+//! - [`request`]: the request state machine; [`request_flow`]: its transitions.
+//! - [`command`]: the dispatcher; [`data_phase`]: a command's data; [`fabrics`], [`admin`],
+//!   [`io_commands`], [`auth`]: the command sets.
 //! - [`controller`]: controllers, keep-alive; [`subsystem`]: NQNs, hosts, namespaces.
 //! - [`discovery`]: the discovery controller and its log page.
 //! - [`worker`]: the poll loop.
+//! - [`transport`]: the seam, and [`transport::rdma`].
 //!
-//! Memory: everything a connection uses is its window, carved at connect and returned at
+//! Memory: everything a queue uses is its window, carved at connect and returned at
 //! teardown; per-I/O processing allocates nothing.
 
 pub mod admin;
@@ -31,9 +34,9 @@ pub mod data_phase;
 pub mod discovery;
 pub mod fabrics;
 pub mod io_commands;
-pub mod listener;
 pub mod ns_queues;
 pub mod ns_table;
+pub mod port;
 pub mod queue;
 pub mod reload;
 pub mod request;
@@ -43,14 +46,12 @@ pub mod transport;
 pub mod worker;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use arc_swap::ArcSwap;
 use std::thread::JoinHandle;
 use std::time::Instant;
-
-use rdmablk::fabric::{Cq, Device, DeviceAttr, FabricError, Pd, ProviderKind};
 
 use crate::arena::{Arena, ArenaError, ArenaStats};
 use crate::backend::BackendError;
@@ -59,14 +60,14 @@ use crate::metrics::{TargetCounters, WorkerCounters};
 use crate::namespace::Namespace;
 
 use controller::ControllerTable;
-use listener::RunningListener;
 use ns_table::NamespaceTable;
+use port::Port;
 use subsystem::Subsystem;
+use transport::rdma::RdmaTransport;
+use transport::Transport;
 
 /// Admin queue entries (NVMe-oF: the admin queue has 32 entries).
 pub const ADMIN_QUEUE_DEPTH: u32 = 32;
-/// Send work requests one request may have outstanding (RDMA WRITE + response SEND).
-pub const SEND_WRS_PER_REQUEST: u32 = 2;
 /// Firmware revision reported in Identify Controller.
 pub const FIRMWARE_REVISION: &str = concat!("rb", env!("CARGO_PKG_VERSION"));
 
@@ -84,29 +85,13 @@ pub const MODEL: &str = "rdmablk";
 pub enum TargetError {
     #[error(transparent)]
     Config(#[from] ConfigError),
-    #[error("listener[{index}] ({provider} {addr}): cannot open the RDMA device: {source}")]
-    OpenDevice {
+    /// A transport could not start (its device, its listener).
+    #[error(transparent)]
+    Transport(Box<dyn std::error::Error + Send + Sync>),
+    #[error("listener[{index}]: transport {transport} is not served by this target")]
+    NoTransport {
         index: usize,
-        provider: ProviderKind,
-        addr: std::net::IpAddr,
-        #[source]
-        source: FabricError,
-    },
-    #[error(
-        "listener[{index}] is on device {device} but listener[0] is on {first}: one target \
-         serves one RDMA device (run a target per device)"
-    )]
-    SecondDevice {
-        index: usize,
-        device: String,
-        first: String,
-    },
-    #[error("device {device}: {op}: {source}")]
-    Device {
-        device: String,
-        op: &'static str,
-        #[source]
-        source: FabricError,
+        transport: &'static str,
     },
     #[error(transparent)]
     Arena(#[from] ArenaError),
@@ -122,13 +107,6 @@ pub enum TargetError {
         index: usize,
         #[source]
         source: BackendError,
-    },
-    #[error("listener[{index}]: cannot listen on {addr}: {source}")]
-    Listen {
-        index: usize,
-        addr: SocketAddr,
-        #[source]
-        source: FabricError,
     },
     #[error("cannot start a thread: {0}")]
     Thread(#[source] std::io::Error),
@@ -155,33 +133,22 @@ pub struct Shared {
     pub workers: OnceLock<Vec<worker::WorkerTx>>,
     pub controllers: ControllerTable,
     pub arena: Arc<Arena>,
-    pub pd: Pd,
-    pub attr: DeviceAttr,
-    /// Whether the device has type-2 memory windows (else push-write connections get a
-    /// per-connection memory region).
-    pub has_mw: bool,
+    /// The transports served, each with a poll group on every worker (in this order).
+    pub transports: Vec<Arc<dyn Transport>>,
     pub epoch: Instant,
     /// Set by [`Target::shutdown`]: stop accepting, drain, flush, exit.
     pub stop: AtomicBool,
     /// Queues (connections) alive.
     pub connections: AtomicUsize,
-    /// Per worker: completion-queue entries reserved by its connections.
-    pub cq_reserved: Vec<AtomicU32>,
-    /// Per worker: CQ capacity.
-    pub cq_capacity: u32,
     /// Namespaces whose flush at shutdown failed or was refused, with why.
     pub final_flush_failures: Mutex<Vec<String>>,
     /// The discovery subsystem (the well-known NQN, or `target.discovery_nqn`).
     pub discovery: Arc<Subsystem>,
     /// The Discovery Log Page's generation counter: changes whenever the log may have.
     pub discovery_genctr: AtomicU64,
-    /// The listeners running, in configuration order.
-    pub listeners: Mutex<Vec<RunningListener>>,
+    /// The port table: the listeners running, in configuration order.
+    pub ports: Mutex<Vec<Port>>,
     pub next_listener_id: AtomicU64,
-    /// The RDMA device every listener is on, and each worker's completion queue (what a
-    /// listener added at run time needs).
-    pub device: Device,
-    pub cqs: Vec<Cq>,
     /// Serializes reloads and control-socket changes.
     pub reload_lock: Mutex<()>,
     /// The file the configuration came from (what a reload re-reads).
@@ -210,8 +177,13 @@ impl Shared {
             .cloned()
     }
 
-    pub fn lock_listeners(&self) -> std::sync::MutexGuard<'_, Vec<RunningListener>> {
-        self.listeners.lock().unwrap_or_else(|p| p.into_inner())
+    pub fn lock_ports(&self) -> std::sync::MutexGuard<'_, Vec<Port>> {
+        self.ports.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The transport that serves listeners of `kind`, if this target serves it.
+    pub fn transport(&self, kind: crate::config::Transport) -> Option<&Arc<dyn Transport>> {
+        self.transports.iter().find(|t| t.kind() == kind)
     }
 
     pub fn stopping(&self) -> bool {
@@ -247,42 +219,17 @@ impl std::fmt::Debug for Target {
 }
 
 impl Target {
-    /// Starts a target for a validated configuration: opens the device, registers the
-    /// arena, opens the namespaces, starts the workers and the listeners.
+    /// Starts a target for a validated configuration: opens the transports (for RDMA: the
+    /// device, with the arena registered on it), opens the namespaces, starts the workers and
+    /// the listeners.
     pub fn start(cfg: Config) -> Result<Target, TargetError> {
         cfg.validate()?;
-        let device = open_device(&cfg)?;
-        let dev_err = |op, source| TargetError::Device {
-            device: device.name(),
-            op,
-            source,
-        };
-        let attr = device.attr().map_err(|e| dev_err("query attributes", e))?;
-        cfg.check_device(&attr, SEND_WRS_PER_REQUEST)?;
-        let pd = device
-            .alloc_pd()
-            .map_err(|e| dev_err("allocate a protection domain", e))?;
-        let arena = Arc::new(Arena::map(&cfg.arena)?.register(&pd)?);
-        let has_mw = match pd.alloc_mw() {
-            Ok(_) => true,
-            Err(FabricError::Unsupported { .. }) => {
-                tracing::warn!(
-                    device = %device.name(),
-                    "device has no memory windows: push-write connections get a \
-                     per-connection memory region instead"
-                );
-                false
-            }
-            Err(e) => return Err(dev_err("allocate a memory window", e)),
-        };
+        let arena = Arena::map(&cfg.arena)?;
+        let (rdma, arena) = RdmaTransport::open(&cfg, arena)?;
+        let arena = Arc::new(arena);
         let namespaces = NamespaceTable::default();
         let subsystems = open_subsystems(&cfg, &namespaces)?;
         let workers_n = cfg.target.worker_threads.max(1) as usize;
-        let cq_capacity = cq_capacity(&cfg, &attr, workers_n);
-        let cqs = (0..workers_n)
-            .map(|_| device.create_cq(cq_capacity))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| dev_err("create a completion queue", e))?;
         let shared = Arc::new(Shared {
             config: ArcSwap::from_pointee(cfg.clone()),
             subsystems: ArcSwap::from_pointee(subsystems),
@@ -290,23 +237,17 @@ impl Target {
             workers: OnceLock::new(),
             controllers: ControllerTable::default(),
             arena,
-            pd,
-            attr,
-            has_mw,
+            transports: vec![Arc::new(rdma)],
             epoch: Instant::now(),
             stop: AtomicBool::new(false),
             connections: AtomicUsize::new(0),
-            cq_reserved: (0..workers_n).map(|_| AtomicU32::new(0)).collect(),
-            cq_capacity,
             final_flush_failures: Mutex::new(Vec::new()),
             discovery: Arc::new(Subsystem::discovery(
                 cfg.target.discovery_nqn.as_deref().unwrap_or(DISCOVERY_NQN),
             )),
             discovery_genctr: AtomicU64::new(1),
-            listeners: Mutex::new(Vec::new()),
+            ports: Mutex::new(Vec::new()),
             next_listener_id: AtomicU64::new(1),
-            device: device.clone(),
-            cqs,
             reload_lock: Mutex::new(()),
             config_path: OnceLock::new(),
             counters_by_worker: (0..workers_n).map(|_| Arc::default()).collect(),
@@ -318,15 +259,15 @@ impl Target {
             workers: Vec::new(),
         };
         let mut senders = Vec::new();
-        for (index, cq) in shared.cqs.iter().enumerate() {
-            let (tx, handle) = worker::spawn(index, Arc::clone(&shared), cq.clone())?;
+        for index in 0..workers_n {
+            let (tx, handle) = worker::spawn(index, Arc::clone(&shared))?;
             target.workers.push(handle);
             senders.push(tx);
         }
         let _ = shared.workers.set(senders);
         for (index, l) in shared.cfg.listeners.iter().enumerate() {
-            let running = listener::start(&shared, l, index)?;
-            shared.lock_listeners().push(running);
+            let running = Port::start(&shared, l, index)?;
+            shared.lock_ports().push(running);
         }
         shared.log_arena("started");
         Ok(target)
@@ -335,11 +276,7 @@ impl Target {
     /// The addresses listened on (with the real port where the configuration said 0), in
     /// configuration order.
     pub fn local_addrs(&self) -> Vec<SocketAddr> {
-        self.shared
-            .lock_listeners()
-            .iter()
-            .map(|l| l.addr)
-            .collect()
+        self.shared.lock_ports().iter().map(|l| l.addr).collect()
     }
 
     /// What the control socket, SIGHUP and `rdmablk-ctl` act on.
@@ -352,8 +289,9 @@ impl Target {
         self.shared.arena.stats()
     }
 
-    /// The remote key of the arena's memory region. The region is registered without remote
-    /// access, so the key lets no host touch the arena (isolation tests use it as a guess).
+    /// The remote key of the arena's memory region (RDMA). The region is registered without
+    /// remote access, so the key lets no host touch the arena (isolation tests use it as a
+    /// guess).
     pub fn arena_rkey(&self) -> Option<u32> {
         self.shared.arena.mr().map(|mr| mr.rkey())
     }
@@ -396,7 +334,7 @@ impl Target {
 
     fn stop_and_join(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
-        let listeners = std::mem::take(&mut *self.shared.lock_listeners());
+        let listeners = std::mem::take(&mut *self.shared.lock_ports());
         for l in listeners {
             l.stop();
         }
@@ -452,7 +390,7 @@ impl TargetHandle {
         let want: SocketAddr = addr
             .parse()
             .map_err(|e| format!("{addr:?} is not ADDR:PORT: {e}"))?;
-        let ls = self.0.lock_listeners();
+        let ls = self.0.lock_ports();
         let l = ls
             .iter()
             .find(|l| l.addr == want)
@@ -461,49 +399,6 @@ impl TargetHandle {
         tracing::info!(addr, "listener drained: no new connections");
         Ok(())
     }
-}
-
-impl crate::config::ListenerConfig {
-    /// The fabric provider of this listener.
-    pub fn provider_kind(&self) -> ProviderKind {
-        self.provider.into()
-    }
-}
-
-fn open_device(cfg: &Config) -> Result<Device, TargetError> {
-    let mut first: Option<Device> = None;
-    for (index, l) in cfg.listeners.iter().enumerate() {
-        let provider = l.provider_kind();
-        let d = Device::open_for_addr(provider, l.address).map_err(|source| {
-            TargetError::OpenDevice {
-                index,
-                provider,
-                addr: l.address,
-                source,
-            }
-        })?;
-        match &first {
-            None => first = Some(d),
-            Some(f) if f.provider() == d.provider() && f.name() == d.name() => {}
-            Some(f) => {
-                return Err(TargetError::SecondDevice {
-                    index,
-                    device: format!("{}:{}", d.provider(), d.name()),
-                    first: format!("{}:{}", f.provider(), f.name()),
-                })
-            }
-        }
-    }
-    // Validation guarantees at least one listener.
-    first.ok_or_else(|| {
-        TargetError::Config(ConfigError::Invalid {
-            path: None,
-            problems: vec![crate::config::Problem {
-                key: "listener".into(),
-                message: "no listener is configured".into(),
-            }],
-        })
-    })
 }
 
 fn open_subsystems(
@@ -535,21 +430,4 @@ pub(crate) fn open_namespace(
     tracing::info!(subsystem = %nqn, nsid = n.nsid, kind = n.backend.kind(),
         blocks = ns.num_blocks(), block_size = ns.block_size(), "namespace open");
     Ok(table.insert(ns))
-}
-
-/// CQ entries one connection of `depth` may need: its receives, and per request at most a
-/// signalled READ or a WRITE + SEND pair, plus the bind and invalidate of its window.
-pub fn cqes_per_connection(depth: u32) -> u32 {
-    depth + SEND_WRS_PER_REQUEST * depth + 2
-}
-
-fn cq_capacity(cfg: &Config, attr: &DeviceAttr, workers: usize) -> u32 {
-    let per_worker = cfg.limits.max_connections.div_ceil(workers as u32).max(1);
-    let want = u64::from(per_worker) * u64::from(cqes_per_connection(cfg.limits.max_queue_depth));
-    let max = if attr.max_cqe == 0 {
-        u32::MAX
-    } else {
-        attr.max_cqe
-    };
-    want.min(u64::from(max)).min(1 << 20) as u32
 }

@@ -55,7 +55,7 @@ pub struct Queue<X> {
     pub qid: u16,
     pub depth: u32,
     pub peer: SocketAddr,
-    /// The listener the host came in through ([`super::listener::RunningListener::id`]).
+    /// The listener the host came in through ([`super::port::Port::id`]).
     pub listener: u64,
     /// That listener's provider (what discovery lists to this host).
     pub provider: Provider,

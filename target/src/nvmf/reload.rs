@@ -23,8 +23,8 @@ use std::time::Duration;
 
 use crossbeam_channel::bounded;
 
-use super::listener::{self, RunningListener};
 use super::ns_queues::Ack;
+use super::port::Port;
 use super::subsystem::{HostList, Subsystem};
 use super::worker::WorkerMsg;
 use super::{open_namespace, Shared, TargetHandle};
@@ -268,7 +268,7 @@ impl Plan {
 /// What step 1 made ready: namespaces open (by subsystem NQN) and listeners bound.
 struct Prepared {
     namespaces: Vec<(String, Arc<Namespace>)>,
-    listeners: Vec<RunningListener>,
+    listeners: Vec<Port>,
 }
 
 fn prepare(shared: &Arc<Shared>, plan: &Plan, new: &Config) -> Result<Prepared, ReloadError> {
@@ -305,7 +305,7 @@ fn prepare(shared: &Arc<Shared>, plan: &Plan, new: &Config) -> Result<Prepared, 
             .iter()
             .position(|x| x == l)
             .unwrap_or_default();
-        match listener::start(shared, l, index) {
+        match Port::start(shared, l, index) {
             Ok(running) => ready.listeners.push(running),
             Err(e) => {
                 undo(shared, ready);
@@ -458,7 +458,7 @@ fn publish(shared: &Arc<Shared>, plan: &Plan, new: &Config, ready: Prepared) -> 
 
     // Listeners.
     {
-        let mut ls = shared.lock_listeners();
+        let mut ls = shared.lock_ports();
         let key = |l: &ListenerConfig| (l.provider, l.address, l.port);
         let gone: HashSet<_> = plan.removed_listeners.iter().map(key).collect();
         let mut kept = Vec::new();

@@ -205,27 +205,33 @@ impl Default for Request {
     }
 }
 
-/// A request's tag on its backend operations: the queue's key in its worker (slab index and
-/// generation) and the request slot.
+/// A request's tag on its backend operations: the worker's poll group (transport) of its
+/// queue, the queue's key in it (slab index and generation), and the request slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Tag {
+    pub group: u8,
     pub conn: u32,
     pub slot: u32,
 }
 
 impl Tag {
-    pub fn new(conn: u32, slot: u32) -> Tag {
-        Tag { conn, slot }
+    pub fn new(group: u8, conn: u32, slot: u32) -> Tag {
+        debug_assert!(
+            slot < 1 << 24,
+            "request slots are fewer than a queue's 65536 entries"
+        );
+        Tag { group, conn, slot }
     }
 
     pub fn encode(self) -> u64 {
-        u64::from(self.conn) << 32 | u64::from(self.slot)
+        u64::from(self.conn) << 32 | u64::from(self.group) << 24 | u64::from(self.slot & 0xFF_FFFF)
     }
 
     pub fn decode(v: u64) -> Tag {
         Tag {
+            group: (v >> 24) as u8,
             conn: (v >> 32) as u32,
-            slot: v as u32,
+            slot: (v & 0xFF_FFFF) as u32,
         }
     }
 }
@@ -236,7 +242,7 @@ mod tests {
 
     #[test]
     fn tags_round_trip() {
-        let t = Tag::new(0xABCD_0012, 0xFFFF_FFFF);
+        let t = Tag::new(3, 0xABCD_0012, 0xFF_FFFF);
         assert_eq!(Tag::decode(t.encode()), t);
     }
 

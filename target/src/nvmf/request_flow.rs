@@ -22,8 +22,10 @@ use super::{auth, fabrics, io_commands, Shared};
 use crate::metrics::{NsCounters, OpKind};
 
 /// What request handlers need besides their queue.
-pub(super) struct Ctx<'a> {
+pub struct Ctx<'a> {
     pub shared: &'a Shared,
+    /// The worker's poll group the queue belongs to (in its requests' backend tags).
+    pub group: u8,
     /// This worker's metrics counters, by namespace slot.
     pub counters: &'a [Option<Arc<NsCounters>>],
     pub nsq: &'a mut NsQueues,
@@ -37,12 +39,7 @@ impl Ctx<'_> {
 }
 
 /// A command capsule of `len` bytes arrived in receive slot `recv`.
-pub(super) fn on_capsule<X: QueueTransport>(
-    conn: &mut Queue<X>,
-    recv: u32,
-    len: u32,
-    ctx: &mut Ctx<'_>,
-) {
+pub fn on_capsule<X: QueueTransport>(conn: &mut Queue<X>, recv: u32, len: u32, ctx: &mut Ctx<'_>) {
     if (len as usize) < SQE_LEN {
         tracing::warn!(peer = %conn.peer, qid = conn.qid, len,
             "command capsule shorter than an SQE: fatal for the queue");
@@ -121,7 +118,7 @@ fn proceed<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, next: Next, ctx: &
 }
 
 /// The request's data is in place: run it.
-pub(super) fn execute<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, ctx: &mut Ctx<'_>) {
+pub fn execute<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, ctx: &mut Ctx<'_>) {
     let r = conn.reqs[slot as usize];
     match r.action {
         Action::Connect => {
@@ -154,7 +151,7 @@ pub(super) fn execute<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, ctx: &m
                 conn.reqs[slot as usize].counted = true;
             }
             conn.reqs[slot as usize].enter(ReqState::Executing, qid, slot);
-            io_commands::submit(conn, slot, ctx.nsq, ctx.backlog);
+            io_commands::submit(conn, slot, ctx.group, ctx.nsq, ctx.backlog);
             let r = &conn.reqs[slot as usize];
             if r.ops_in_flight == 0 && r.ops_next >= r.ops_total {
                 respond(conn, slot, ctx);
@@ -165,7 +162,7 @@ pub(super) fn execute<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, ctx: &m
 
 /// Completes request `slot`: posts its response (and data), or on a closing queue just frees
 /// it.
-pub(super) fn respond<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, ctx: &mut Ctx<'_>) {
+pub fn respond<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, ctx: &mut Ctx<'_>) {
     let qid = conn.qid;
     conn.reqs[slot as usize].enter(ReqState::Responding, qid, slot);
     if qid != 0 {
@@ -226,7 +223,7 @@ fn free<X: QueueTransport>(conn: &mut Queue<X>, slot: u32) {
 }
 
 /// The response was sent: the request is free, and serves a waiting capsule if any.
-pub(super) fn on_sent<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, ctx: &mut Ctx<'_>) {
+pub fn on_sent<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, ctx: &mut Ctx<'_>) {
     let close = conn.reqs[slot as usize].close_after;
     free(conn, slot);
     if let Some(why) = close {

@@ -1,21 +1,38 @@
 //! The seam between the NVMe-oF core and the transports that carry it (SPDK's
 //! `spdk_nvmf_transport_ops`, nvmet's `nvmet_fabrics_ops`).
 //!
-//! The core ([`super::request_flow`], the command sets, controllers, subsystems) drives every
-//! queue through [`QueueTransport`]: it reads a command capsule, gives the capsule's buffer
-//! back, has the transport map a command's data pointer and fetch host data, posts responses
-//! (with any controller-to-host data), and tears the queue down. A transport is a folder here
-//! ([`rdma`]) that implements it for its per-queue state, and nothing of it is named by the
-//! core.
+//! Three traits, and nothing else of a transport is named by the core:
+//! - [`Transport`]: one per transport the target serves: starts listeners, makes each
+//!   worker's poll group.
+//! - [`PollGroup`]: one transport's queues on one worker: the worker hands it new
+//!   connections, polls it for events, routes backend completions to it, runs its timers,
+//!   and sleeps on it.
+//! - [`QueueTransport`]: the transport's state of one queue. The core
+//!   ([`super::request_flow`], the command sets, controllers, subsystems) drives every queue
+//!   through it: it reads a command capsule, gives the capsule's buffer back, has the
+//!   transport map a command's data pointer and fetch host data, posts responses (with any
+//!   controller-to-host data), and tears the queue down.
+//!
+//! A transport is a folder here ([`rdma`]).
 
+use std::any::Any;
 use std::fmt::Display;
+use std::net::SocketAddr;
+use std::os::fd::RawFd;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
 
 use rdmablk::nvme::{Sqe, Status};
 
 use super::data_phase::{Next, SglFit};
 use super::queue::Queue;
-use super::request::DataDir;
-use super::Shared;
+use super::request::{DataDir, Tag};
+use super::request_flow::Ctx;
+use super::{Shared, TargetError};
+use crate::backend::Completion;
+use crate::config::{self, ListenerConfig};
 
 pub mod rdma;
 
@@ -25,6 +42,16 @@ pub mod rdma;
 pub trait QueueTransport: Sized {
     /// Why an operation could not be started (the core closes the queue and logs it).
     type Error: Display;
+    /// What [`QueueTransport::outstanding`] reports (for log lines).
+    type Outstanding: Display;
+
+    /// How long a target-initiated teardown waits for [`QueueTransport::revoke`] to finish
+    /// before it disconnects anyway.
+    const REVOKE_TIMEOUT: Duration;
+    /// How long a disconnected queue waits for the transport's operations to finish
+    /// ([`QueueTransport::drained`]) before it is dropped anyway (backend I/O is always
+    /// waited for).
+    const DRAIN_TIMEOUT: Duration;
 
     /// The command of the capsule `len` bytes long in receive slot `recv` (at least an SQE:
     /// the core checked), or None if it cannot be read (the core closes the queue).
@@ -77,4 +104,89 @@ pub trait QueueTransport: Sized {
 
     /// Whether every operation of the transport on this queue has finished.
     fn drained(q: &Queue<Self>) -> bool;
+
+    /// The transport's operations in flight, for log lines.
+    fn outstanding(q: &Queue<Self>) -> Self::Outstanding;
+
+    /// Called every housekeeping tick: whether responses have been waiting to leave with no
+    /// progress for longer than `limit_ms` (0: never): the host takes nothing.
+    fn send_stalled(q: &mut Queue<Self>, limit_ms: u32) -> bool;
+}
+
+/// A transport the target serves hosts over: it starts listeners and gives each worker a
+/// poll group.
+pub trait Transport: Send + Sync + std::fmt::Debug {
+    /// Which `[[listener]] transport` it serves.
+    fn kind(&self) -> config::Transport;
+
+    /// Starts accepting connections for listener `cfg` (number `index` in the configuration;
+    /// `id` for the target's life); its connections go to the workers' poll groups of this
+    /// transport as [`super::worker::WorkerMsg::Conn`]. Accepting ends when `stop` is set or
+    /// the target stops. Returns the bound address and the accepting thread.
+    fn listen(
+        &self,
+        shared: &Arc<Shared>,
+        cfg: &ListenerConfig,
+        index: usize,
+        id: u64,
+        stop: Arc<AtomicBool>,
+    ) -> Result<(SocketAddr, JoinHandle<()>), TargetError>;
+
+    /// This transport's poll group on worker `worker` (made on the worker's thread).
+    fn poll_group(&self, worker: usize) -> Box<dyn PollGroup>;
+}
+
+/// What a poll group's wait found ready.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Ready {
+    /// The transport has events (poll it).
+    pub events: bool,
+    /// The caller's other descriptor is readable.
+    pub other: bool,
+}
+
+/// One transport's queues on one worker, and the worker's way into them. Implemented by a
+/// transport with a [`super::worker::queues::Queues`] for what every transport shares.
+pub trait PollGroup {
+    /// Takes a connection this transport's listener handed to the worker.
+    fn add(&mut self, conn: Box<dyn Any + Send>, ctx: &mut Ctx<'_>);
+
+    /// Refuses a connection handed over while the target stops (frees what it holds).
+    fn refuse(&mut self, conn: Box<dyn Any + Send>, shared: &Shared);
+
+    /// A pass of the worker's loop begins: what the group sends until
+    /// [`PollGroup::end_pass`] may leave together then (one write for many responses).
+    fn begin_pass(&mut self);
+
+    /// The pass ends (before the worker sleeps or runs its timers): send what was held.
+    fn end_pass(&mut self);
+
+    /// Takes the transport's events (commands in, data in, responses sent, closes) and
+    /// drives their requests. True if there were any.
+    fn poll(&mut self, ctx: &mut Ctx<'_>) -> bool;
+
+    /// A backend operation of one of its queues' requests finished.
+    fn on_backend(&mut self, tag: Tag, c: &Completion, ctx: &mut Ctx<'_>);
+
+    /// A request that waited for backend room may go on.
+    fn resume(&mut self, tag: Tag, ctx: &mut Ctx<'_>);
+
+    /// Every few milliseconds: held events, connection events, timers, drained queues.
+    fn housekeeping(&mut self, ctx: &mut Ctx<'_>);
+
+    /// Listener `id` was removed: close the queues that came through it.
+    fn close_listener(&mut self, id: u64, shared: &Shared);
+
+    /// One step of the target's shutdown; true once it holds no queue.
+    fn shutdown_step(&mut self, first: bool, grace_over: bool, ctx: &mut Ctx<'_>) -> bool;
+
+    /// Arms the transport's wake-up before the worker sleeps, then takes what arrived since
+    /// the last poll (the race between the two). None if it cannot be armed (the worker
+    /// naps instead); Some(true) if events were taken (the worker does not sleep).
+    fn arm(&mut self, ctx: &mut Ctx<'_>) -> Option<bool>;
+
+    /// Sleeps until the armed transport has events, `other` is readable, or `timeout`
+    /// passes; the transport's event is consumed (the next poll takes its work). None if the
+    /// wait failed.
+    fn wait(&mut self, other: Option<RawFd>, timeout: Duration) -> Option<Ready>;
 }

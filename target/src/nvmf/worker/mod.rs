@@ -1,44 +1,40 @@
-//! Worker threads: each owns one completion queue (shared by its connections' QPs), one
-//! queue per namespace on its own io_uring, and the connections the listeners gave it.
+//! Worker threads: each owns a poll group of every transport (for RDMA: one completion
+//! queue shared by its queues' QPs), one queue per namespace on its own io_uring, and the
+//! queues the listeners gave it.
 //!
-//! The loop: take new connections; poll the CQ and drive each completion's request; poll
-//! the backends and answer finished requests; resume requests the backend had no room for;
-//! every few milliseconds look at connection events, keep-alive timers and closing
-//! connections. In `busy` poll mode it spins; in `interrupt` mode it arms the CQ and sleeps
-//! when nothing is in flight: [`IDLE_WAIT`] at first, longer while nothing comes (up to
-//! [`IDLE_WAIT_MAX`]); a completion on the CQ or a message wakes it at once.
+//! The loop: take new connections; poll the transports and drive each event's request;
+//! poll the backends and answer finished requests; resume requests the backend had no room
+//! for; every few milliseconds look at held events, connection events, timers and closing
+//! queues. In `busy` poll mode it spins; in `interrupt` mode it arms the transport and
+//! sleeps when nothing is in flight: [`IDLE_WAIT`] at first, longer while nothing comes (up
+//! to [`IDLE_WAIT_MAX`]); a transport event or a message wakes it at once.
 //!
-//! What a completion means for its request is in [`super::request_flow`]; a new connection's
-//! set-up in `admit.rs`; the timers in `housekeeping.rs`.
+//! What an event means for its request is in [`super::request_flow`]; what every transport's
+//! queues share (backend completions, timers, shutdown) in [`queues`]; the rest in each
+//! transport's poll group ([`super::transport::PollGroup`]).
 
+use std::any::Any;
 use std::collections::VecDeque;
-use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
-use rdmablk::fabric::{Cq, Qp, SendBatch, Wc, WcStatus};
-use rdmablk::nvme::transport::rdma::PushRequest;
-use rdmablk::nvme::Status;
 
 use super::ns_queues::{Ack, NsQueues};
-use super::queue::{begin_close, disconnect};
-use super::request::{ReqState, Tag};
-use super::request_flow::{execute, on_capsule, on_sent, respond, Ctx};
-use super::transport::rdma::queue::{start_reads, Connection};
-use super::transport::rdma::wr_id::{WrId, WrKind};
-use super::{io_commands, Shared, TargetError};
-use crate::arena::Window;
+use super::request::Tag;
+use super::request_flow::Ctx;
+use super::transport::PollGroup;
+use super::{Shared, TargetError};
 use crate::backend::{BackendError, Completion};
-use crate::config::PollMode;
+use crate::config::{self, PollMode};
 use crate::metrics::NsCounters;
 use crate::ring::wake::BackendWake;
 use crate::ring::WorkerIo;
+use queues::SHUTDOWN_GRACE;
 
-mod admit;
-mod housekeeping;
+pub mod queues;
 
 /// How long an idle worker in interrupt mode sleeps on its CQ before looking at connection
 /// events and timers again, right after work; each wait that finds nothing doubles it, up to
@@ -50,8 +46,6 @@ const IDLE_WAIT: Duration = Duration::from_millis(5);
 const IDLE_WAIT_MAX: Duration = Duration::from_millis(80);
 /// How often connection events, keep-alive and teardown are looked at.
 const TICK: Duration = Duration::from_millis(5);
-/// At shutdown, how long connections get to finish in-flight commands.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 /// Backend queue depth per (worker, namespace).
 const BACKEND_DEPTH_MAX: u32 = 1024;
 
@@ -75,8 +69,12 @@ impl WorkerTx {
 
 /// What a worker is sent.
 pub enum WorkerMsg {
-    /// A new connection (boxed: the other messages are small).
-    Conn(Box<PendingConn>),
+    /// A new connection for the worker's poll group of `transport` (the transport's own
+    /// hand-over type, which its poll group takes back).
+    Conn {
+        transport: config::Transport,
+        conn: Box<dyn Any + Send>,
+    },
     /// A namespace was added: open a queue to it, then answer.
     OpenNamespace(Arc<crate::namespace::Namespace>, Ack),
     /// The namespace in this slot was removed: close the queue once its I/O is done (flush
@@ -86,30 +84,9 @@ pub enum WorkerMsg {
     CloseListener(u64),
 }
 
-/// A connection handed from a listener to a worker: QP created on the worker's CQ, window
-/// carved, nothing posted yet.
-pub struct PendingConn {
-    pub qp: Qp,
-    pub window: Window,
-    pub qid: u16,
-    pub depth: u32,
-    pub read_depth: u32,
-    pub responder_resources: u8,
-    /// The host's push-write request (never on the admin queue).
-    pub push: Option<PushRequest>,
-    /// Whether the host sent the extension at all (then it gets an answer).
-    pub push_asked: bool,
-    pub peer: SocketAddr,
-    pub cqes: u32,
-    /// The listener the host came in through ([`super::listener::RunningListener::id`]).
-    pub listener: u64,
-    pub provider: crate::config::Provider,
-}
-
 pub(super) fn spawn(
     index: usize,
     shared: Arc<Shared>,
-    cq: Cq,
 ) -> Result<(WorkerTx, JoinHandle<()>), TargetError> {
     let (tx, rx) = crossbeam_channel::unbounded::<WorkerMsg>();
     // Without an eventfd (the system refused one) an idle worker keeps to its shortest wait.
@@ -141,15 +118,18 @@ pub(super) fn spawn(
             }
             let _ = ready_tx.send(Ok(()));
             let backend_wake = io.wake_in_use();
+            let groups = shared
+                .transports
+                .iter()
+                .map(|t| (t.kind(), t.poll_group(index)))
+                .collect();
             let w = Worker {
                 index,
                 backend_depth: depth,
                 busy_poll: shared.cfg.target.poll_mode == PollMode::Busy,
                 shared,
-                cq,
+                groups,
                 rx,
-                conns: Vec::new(),
-                gens: Vec::new(),
                 nsq,
                 ns_counters,
                 _io: io,
@@ -157,7 +137,6 @@ pub(super) fn spawn(
                 msg_wake,
                 idle_streak: 0,
                 backlog: VecDeque::with_capacity(1024),
-                wcs: vec![Wc::default(); 32],
                 comps: vec![Completion::EMPTY; 64],
                 done: Vec::with_capacity(1024),
                 last_tick: Instant::now(),
@@ -187,11 +166,10 @@ struct Worker {
     backend_depth: u32,
     busy_poll: bool,
     shared: Arc<Shared>,
-    cq: Cq,
+    /// One poll group per transport served, in [`Shared::transports`] order (its index is
+    /// the group of its requests' backend tags).
+    groups: Vec<(config::Transport, Box<dyn PollGroup>)>,
     rx: Receiver<WorkerMsg>,
-    /// Connection slab; a connection's key is `index | generation << 16`.
-    conns: Vec<Option<Connection>>,
-    gens: Vec<u16>,
     /// One queue per namespace slot. Dropped before `_io`.
     nsq: NsQueues,
     /// Metrics counters by namespace slot (published in `shared.counters_by_worker`).
@@ -206,16 +184,11 @@ struct Worker {
     idle_streak: u32,
     /// Requests (as backend tags) waiting for backend room.
     backlog: VecDeque<u64>,
-    wcs: Vec<Wc>,
     comps: Vec<Completion>,
     /// Backend completions collected by a poll, handled after it (capacity kept).
     done: Vec<Completion>,
     last_tick: Instant,
     stop_since: Option<Instant>,
-}
-
-fn slab_index(key: u32) -> usize {
-    (key & 0xFFFF) as usize
 }
 
 impl Worker {
@@ -225,14 +198,18 @@ impl Worker {
         loop {
             // Everything this pass posts leaves together at its end (one write per connection
             // on the soft provider), before the worker can sleep.
-            let batch = SendBatch::begin();
+            for (_, g) in &mut self.groups {
+                g.begin_pass();
+            }
             let mut busy = self.take_new();
-            busy |= self.poll_cq();
+            busy |= self.poll_groups();
             busy |= self.poll_backends();
             if !self.backlog.is_empty() {
                 self.resume_backlog();
             }
-            drop(batch);
+            for (_, g) in &mut self.groups {
+                g.end_pass();
+            }
             if self.last_tick.elapsed() >= TICK {
                 self.last_tick = Instant::now();
                 self.housekeeping();
@@ -256,21 +233,20 @@ impl Worker {
         tracing::debug!(worker = self.index, "worker stopped");
     }
 
-    fn ctx_and_conn(&mut self, key: u32) -> Option<(&mut Connection, Ctx<'_>)> {
-        let i = slab_index(key);
-        if self.gens.get(i).copied() != Some((key >> 16) as u16) {
-            return None;
-        }
-        let conn = self.conns.get_mut(i)?.as_mut()?;
-        Some((
-            conn,
-            Ctx {
-                shared: &self.shared,
-                counters: &self.ns_counters,
-                nsq: &mut self.nsq,
-                backlog: &mut self.backlog,
-            },
-        ))
+    /// Runs `f` on poll group `g` with the worker's context for its requests.
+    fn with_group<R>(
+        &mut self,
+        g: usize,
+        f: impl FnOnce(&mut dyn PollGroup, &mut Ctx<'_>) -> R,
+    ) -> R {
+        let mut ctx = Ctx {
+            shared: &self.shared,
+            group: g as u8,
+            counters: &self.ns_counters,
+            nsq: &mut self.nsq,
+            backlog: &mut self.backlog,
+        };
+        f(self.groups[g].1.as_mut(), &mut ctx)
     }
 
     // ---------------------------------------------------------------- new connections
@@ -280,8 +256,21 @@ impl Worker {
         while let Ok(msg) = self.rx.try_recv() {
             any = true;
             match msg {
-                WorkerMsg::Conn(p) if self.shared.stopping() => self.release(p.cqes),
-                WorkerMsg::Conn(p) => self.add(*p),
+                WorkerMsg::Conn { transport, conn } => {
+                    let Some(g) = self.groups.iter().position(|(k, _)| *k == transport) else {
+                        tracing::error!(
+                            transport = transport.as_str(),
+                            "no poll group for a connection"
+                        );
+                        continue;
+                    };
+                    if self.shared.stopping() {
+                        let shared = Arc::clone(&self.shared);
+                        self.groups[g].1.refuse(conn, &shared);
+                    } else {
+                        self.with_group(g, |group, ctx| group.add(conn, ctx));
+                    }
+                }
                 WorkerMsg::OpenNamespace(ns, ack) => {
                     set_counters(&mut self.ns_counters, &self.shared, self.index, ns.slot());
                     let _ = ack.send(self.nsq.open(&ns, &self._io, self.backend_depth));
@@ -289,10 +278,8 @@ impl Worker {
                 WorkerMsg::CloseNamespace(slot, ack) => self.nsq.close(slot, ack),
                 WorkerMsg::CloseListener(id) => {
                     let shared = Arc::clone(&self.shared);
-                    for conn in self.conns.iter_mut().flatten() {
-                        if conn.listener == id && !conn.is_closing() {
-                            begin_close(conn, "listener removed", &shared);
-                        }
+                    for (_, group) in &mut self.groups {
+                        group.close_listener(id, &shared);
                     }
                 }
             }
@@ -300,95 +287,14 @@ impl Worker {
         any
     }
 
-    fn release(&self, cqes: u32) {
-        self.shared.cq_reserved[self.index].fetch_sub(cqes, Ordering::AcqRel);
-        self.shared.connections.fetch_sub(1, Ordering::AcqRel);
-    }
+    // ---------------------------------------------------------------- events
 
-    // ---------------------------------------------------------------- completions
-
-    fn poll_cq(&mut self) -> bool {
-        let n = match self.cq.poll(&mut self.wcs) {
-            Ok(n) => n,
-            Err(e) => {
-                tracing::error!(worker = self.index, error = %e, "CQ poll failed");
-                return false;
-            }
-        };
-        for i in 0..n {
-            let wc = self.wcs[i];
-            self.on_wc(wc);
+    fn poll_groups(&mut self) -> bool {
+        let mut any = false;
+        for g in 0..self.groups.len() {
+            any |= self.with_group(g, |group, ctx| group.poll(ctx));
         }
-        n > 0
-    }
-
-    fn on_wc(&mut self, wc: Wc) {
-        let Some(id) = WrId::decode(wc.wr_id) else {
-            tracing::warn!(wr_id = wc.wr_id, "completion of an unknown work request");
-            return;
-        };
-        if id.kind == WrKind::Bind {
-            self.on_bind(id, wc);
-            return;
-        }
-        let Some((conn, mut ctx)) = self.ctx_and_conn(id.conn) else {
-            tracing::trace!(?id, "completion of a closed connection");
-            return;
-        };
-        let ok = wc.status.is_success();
-        if id.kind != WrKind::Recv {
-            conn.xport.send_completions += 1;
-        }
-        if !ok && wc.status != WcStatus::WrFlushErr {
-            tracing::warn!(peer = %conn.peer, qid = conn.qid, kind = ?id.kind, status = %wc.status,
-                vendor_err = wc.vendor_err, "work request failed");
-        }
-        match id.kind {
-            WrKind::Recv => {
-                conn.xport.recvs_out -= 1;
-                if ok {
-                    on_capsule(conn, id.slot, wc.byte_len, &mut ctx);
-                } else {
-                    begin_close(conn, "receive failed", ctx.shared);
-                }
-            }
-            WrKind::Send => {
-                conn.xport.sends_out -= 1;
-                if ok {
-                    on_sent(conn, id.slot, &mut ctx);
-                } else {
-                    begin_close(conn, "response send failed", ctx.shared);
-                }
-            }
-            WrKind::Read => {
-                conn.xport.sends_out -= 1;
-                conn.xport.reads_in_flight -= 1;
-                if ok {
-                    execute(conn, id.slot, &mut ctx);
-                    start_reads(conn, ctx.shared);
-                } else {
-                    begin_close(conn, "RDMA READ of host data failed", ctx.shared);
-                }
-            }
-            WrKind::Write => begin_close(conn, "RDMA WRITE to the host failed", ctx.shared),
-            WrKind::Invalidate => {
-                conn.xport.sends_out -= 1;
-                disconnect(conn);
-            }
-            WrKind::Bind => {}
-        }
-    }
-
-    fn on_bind(&mut self, id: WrId, wc: Wc) {
-        let Some((conn, ctx)) = self.ctx_and_conn(id.conn) else {
-            return;
-        };
-        conn.xport.sends_out -= 1;
-        conn.xport.send_completions += 1;
-        if !wc.status.is_success() {
-            tracing::warn!(peer = %conn.peer, status = %wc.status, "memory window bind failed");
-            begin_close(conn, "memory window bind failed", ctx.shared);
-        }
+        any
     }
 
     fn poll_backends(&mut self) -> bool {
@@ -406,21 +312,13 @@ impl Worker {
     }
 
     fn on_backend(&mut self, c: Completion) {
-        let id = Tag::decode(c.tag);
-        let Some((conn, mut ctx)) = self.ctx_and_conn(id.conn) else {
-            tracing::error!(?id, "backend completion of a connection that is gone");
+        let tag = Tag::decode(c.tag);
+        let g = usize::from(tag.group);
+        if g >= self.groups.len() {
+            tracing::error!(?tag, "backend completion of an unknown poll group");
             return;
-        };
-        conn.backend_ops -= 1;
-        let r = &mut conn.reqs[id.slot as usize];
-        r.ops_in_flight -= 1;
-        if let Err(e) = c.result {
-            tracing::debug!(qid = conn.qid, cid = r.sqe.cid, error = %e, "backend operation failed");
-            r.fail(io_commands::status_of(e));
         }
-        if r.ops_in_flight == 0 && r.ops_next >= r.ops_total {
-            respond(conn, id.slot, &mut ctx);
-        }
+        self.with_group(g, |group, ctx| group.on_backend(tag, &c, ctx));
     }
 
     fn resume_backlog(&mut self) {
@@ -428,31 +326,23 @@ impl Worker {
             let Some(tag) = self.backlog.pop_front() else {
                 break;
             };
-            let id = Tag::decode(tag);
+            let tag = Tag::decode(tag);
+            let g = usize::from(tag.group);
+            if g >= self.groups.len() {
+                continue;
+            }
             let before = self.backlog.len();
-            let Some((conn, mut ctx)) = self.ctx_and_conn(id.conn) else {
-                continue;
-            };
-            let slot = id.slot;
-            if conn.reqs[slot as usize].state != ReqState::Executing {
-                continue;
-            }
-            if conn.is_closing() {
-                let r = &mut conn.reqs[slot as usize];
-                r.ops_next = r.ops_total;
-                if r.ops_in_flight == 0 {
-                    respond(conn, slot, &mut ctx);
-                }
-                continue;
-            }
-            io_commands::submit(conn, slot, ctx.nsq, ctx.backlog);
-            let r = &conn.reqs[slot as usize];
-            if r.ops_in_flight == 0 && r.ops_next >= r.ops_total {
-                respond(conn, slot, &mut ctx);
-            }
+            self.with_group(g, |group, ctx| group.resume(tag, ctx));
             if self.backlog.len() > before {
                 break; // still no room
             }
+        }
+    }
+
+    fn housekeeping(&mut self) {
+        self.nsq.reap_closed(&mut self.comps);
+        for g in 0..self.groups.len() {
+            self.with_group(g, |group, ctx| group.housekeeping(ctx));
         }
     }
 
@@ -482,16 +372,23 @@ impl Worker {
                 return;
             }
         };
-        if self.cq.arm().is_err() {
-            std::thread::sleep(Duration::from_micros(200));
+        if self.groups.len() != 1 {
+            // A poll group sleeps on its own events plus one other descriptor: with more
+            // than one transport, nap briefly instead.
+            std::thread::sleep(Duration::from_micros(50));
             return;
         }
-        if self.poll_cq() {
-            return;
+        match self.with_group(0, |group, ctx| group.arm(ctx)) {
+            None => {
+                std::thread::sleep(Duration::from_micros(200));
+                return;
+            }
+            Some(true) => return,
+            Some(false) => {}
         }
         if !use_wake {
             let Some(w) = &self.msg_wake else {
-                let _ = self.cq.wait(Some(IDLE_WAIT));
+                let _ = self.groups[0].1.wait(None, IDLE_WAIT);
                 return;
             };
             // The fd is cleared only when the wait found it readable (no syscall per idle
@@ -500,17 +397,14 @@ impl Worker {
             let wait = IDLE_WAIT
                 .saturating_mul(1 << self.idle_streak.min(5))
                 .min(IDLE_WAIT_MAX);
-            let Ok(ready) = self.cq.wait_with(w.raw_fd(), wait) else {
+            let Some(ready) = self.groups[0].1.wait(Some(w.raw_fd()), wait) else {
                 std::thread::sleep(Duration::from_micros(200));
                 return;
             };
             if ready.other {
                 w.clear();
             }
-            if ready.cq {
-                // Consume the armed CQ's event; the next pass polls the CQ.
-                let _ = self.cq.wait(Some(Duration::ZERO));
-            } else if !ready.other {
+            if !ready.events && !ready.other {
                 self.idle_streak = self.idle_streak.saturating_add(1);
             }
             return;
@@ -521,50 +415,24 @@ impl Worker {
         let Some(w) = &self.backend_wake else {
             return;
         };
-        let Ok(ready) = self.cq.wait_with(w.raw_fd(), IDLE_WAIT) else {
+        let fd = w.raw_fd();
+        if self.groups[0].1.wait(Some(fd), IDLE_WAIT).is_none() {
             std::thread::sleep(Duration::from_micros(200));
-            return;
-        };
-        if ready.cq {
-            // Consume the armed CQ's event; the next pass polls the CQ.
-            let _ = self.cq.wait(Some(Duration::ZERO));
         }
     }
 
     // ---------------------------------------------------------------- shutdown
 
-    /// One step of the shutdown; true when every connection is gone.
+    /// One step of the shutdown; true when every queue is gone.
     fn shutdown_step(&mut self) -> bool {
         let first = self.stop_since.is_none();
         let since = *self.stop_since.get_or_insert_with(Instant::now);
         let grace_over = since.elapsed() > SHUTDOWN_GRACE;
-        for i in 0..self.conns.len() {
-            let key = match &self.conns[i] {
-                Some(c) => c.key,
-                None => continue,
-            };
-            let Some((conn, mut ctx)) = self.ctx_and_conn(key) else {
-                continue;
-            };
-            if first && conn.is_live() {
-                for slot in std::mem::take(&mut conn.aers) {
-                    conn.reqs[slot as usize].fail(Status::ABORT_SQ_DELETED);
-                    respond(conn, slot, &mut ctx);
-                }
-            }
-            // The admin queue goes last: closing it tears its controller down, and with it
-            // every I/O queue, whatever they are still executing.
-            let io_queues_open = conn.qid == 0
-                && conn
-                    .ctrl
-                    .as_ref()
-                    .is_some_and(|c| c.io_queues_connected() > 0);
-            let idle = conn.busy_requests() == 0 && !io_queues_open;
-            if !conn.is_closing() && (idle || grace_over) {
-                begin_close(conn, "target shutting down", ctx.shared);
-            }
+        let mut empty = true;
+        for g in 0..self.groups.len() {
+            empty &= self.with_group(g, |group, ctx| group.shutdown_step(first, grace_over, ctx));
         }
-        self.conns.iter().all(Option::is_none) && since.elapsed() > Duration::from_millis(100)
+        empty && since.elapsed() > Duration::from_millis(100)
     }
 
     /// Flushes every namespace through this worker's queues before exiting; a namespace

@@ -3,11 +3,235 @@
 //! command capsules into the queue's window; data moves by RDMA READ and WRITE against the
 //! host's keyed SGLs, in the capsule, or by the host's push writes into a memory window.
 //!
+//! - this file: [`RdmaTransport`]: the device every RDMA listener is on, its protection
+//!   domain (the arena is registered on it), each worker's completion queue.
+//! - [`listener`]: connection requests: CM private data checks, queue sizing, the QP on a
+//!   worker's CQ, CM rejects.
+//! - [`group`]: a worker's RDMA queues: work completions, CM events, sleeping on the CQ.
+//! - [`admit`]: a new queue on its worker: receives, push window, accept, bind.
 //! - [`queue`]: the per-queue state ([`queue::RdmaQueue`]) and its
 //!   [`super::QueueTransport`] implementation: receives, reads, responses, teardown.
 //! - [`data`]: mapping a command's data pointer (keyed, in-capsule, pushed).
 //! - [`wr_id`]: work-request IDs.
 
+pub mod admit;
 pub mod data;
+pub mod group;
+pub mod listener;
 pub mod queue;
 pub mod wr_id;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use rdmablk::fabric::{Cq, Device, DeviceAttr, FabricError, Pd, ProviderKind};
+
+use super::{PollGroup, Transport};
+use crate::arena::Arena;
+use crate::config::{self, Config, ConfigError, ListenerConfig};
+use crate::nvmf::{Shared, TargetError};
+
+/// Send work requests one request may have outstanding (RDMA WRITE + response SEND).
+pub const SEND_WRS_PER_REQUEST: u32 = 2;
+
+/// Why the RDMA transport could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum RdmaError {
+    #[error("listener[{index}] ({provider} {addr}): cannot open the RDMA device: {source}")]
+    OpenDevice {
+        index: usize,
+        provider: ProviderKind,
+        addr: std::net::IpAddr,
+        #[source]
+        source: FabricError,
+    },
+    #[error(
+        "listener[{index}] is on device {device} but listener[0] is on {first}: one target \
+         serves one RDMA device (run a target per device)"
+    )]
+    SecondDevice {
+        index: usize,
+        device: String,
+        first: String,
+    },
+    #[error("device {device}: {op}: {source}")]
+    Device {
+        device: String,
+        op: &'static str,
+        #[source]
+        source: FabricError,
+    },
+    #[error("listener[{index}]: cannot listen on {addr}: {source}")]
+    Listen {
+        index: usize,
+        addr: SocketAddr,
+        #[source]
+        source: FabricError,
+    },
+}
+
+impl From<RdmaError> for TargetError {
+    fn from(e: RdmaError) -> TargetError {
+        TargetError::Transport(Box::new(e))
+    }
+}
+
+/// What the RDMA listeners and poll groups share.
+#[derive(Debug)]
+pub struct RdmaDevice {
+    pub device: Device,
+    pub pd: Pd,
+    pub attr: DeviceAttr,
+    /// Whether the device has type-2 memory windows (else push-write connections get a
+    /// per-connection memory region).
+    pub has_mw: bool,
+    /// The arena region's local key.
+    pub lkey: u32,
+    /// Each worker's completion queue.
+    pub cqs: Vec<Cq>,
+    /// Per worker: completion-queue entries reserved by its connections.
+    pub cq_reserved: Vec<AtomicU32>,
+    /// Per worker: CQ capacity.
+    pub cq_capacity: u32,
+}
+
+impl RdmaDevice {
+    /// Gives back `cqes` entries of worker `w`'s CQ.
+    pub fn release_cqes(&self, w: usize, cqes: u32) {
+        self.cq_reserved[w].fetch_sub(cqes, Ordering::AcqRel);
+    }
+}
+
+/// The RDMA transport of a target.
+#[derive(Debug)]
+pub struct RdmaTransport(Arc<RdmaDevice>);
+
+impl RdmaTransport {
+    /// Opens the device the listeners are on, checks the configuration against it, and
+    /// registers `arena` on it (one memory region, no remote access).
+    pub fn open(cfg: &Config, arena: Arena) -> Result<(RdmaTransport, Arena), TargetError> {
+        let device = open_device(cfg)?;
+        let dev_err = |op, source| RdmaError::Device {
+            device: device.name(),
+            op,
+            source,
+        };
+        let attr = device.attr().map_err(|e| dev_err("query attributes", e))?;
+        cfg.check_device(&attr, SEND_WRS_PER_REQUEST)?;
+        let pd = device
+            .alloc_pd()
+            .map_err(|e| dev_err("allocate a protection domain", e))?;
+        let arena = arena.register(&pd)?;
+        let has_mw = match pd.alloc_mw() {
+            Ok(_) => true,
+            Err(FabricError::Unsupported { .. }) => {
+                tracing::warn!(
+                    device = %device.name(),
+                    "device has no memory windows: push-write connections get a \
+                     per-connection memory region instead"
+                );
+                false
+            }
+            Err(e) => return Err(dev_err("allocate a memory window", e).into()),
+        };
+        let workers = cfg.target.worker_threads.max(1) as usize;
+        let cq_capacity = cq_capacity(cfg, &attr, workers);
+        let cqs = (0..workers)
+            .map(|_| device.create_cq(cq_capacity))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| dev_err("create a completion queue", e))?;
+        let lkey = arena.lkey().expect("the arena was just registered");
+        let dev = RdmaDevice {
+            device,
+            pd,
+            attr,
+            has_mw,
+            lkey,
+            cqs,
+            cq_reserved: (0..workers).map(|_| AtomicU32::new(0)).collect(),
+            cq_capacity,
+        };
+        Ok((RdmaTransport(Arc::new(dev)), arena))
+    }
+}
+
+impl Transport for RdmaTransport {
+    fn kind(&self) -> config::Transport {
+        config::Transport::Rdma
+    }
+
+    fn listen(
+        &self,
+        shared: &Arc<Shared>,
+        cfg: &ListenerConfig,
+        index: usize,
+        id: u64,
+        stop: Arc<AtomicBool>,
+    ) -> Result<(SocketAddr, JoinHandle<()>), TargetError> {
+        listener::start(&self.0, shared, cfg, index, id, stop)
+    }
+
+    fn poll_group(&self, worker: usize) -> Box<dyn PollGroup> {
+        Box::new(group::RdmaGroup::new(worker, Arc::clone(&self.0)))
+    }
+}
+
+/// The fabric provider of listener `l`.
+pub fn provider_kind(l: &ListenerConfig) -> ProviderKind {
+    l.provider.into()
+}
+
+fn open_device(cfg: &Config) -> Result<Device, TargetError> {
+    let mut first: Option<Device> = None;
+    for (index, l) in cfg.listeners.iter().enumerate() {
+        let provider = provider_kind(l);
+        let d =
+            Device::open_for_addr(provider, l.address).map_err(|source| RdmaError::OpenDevice {
+                index,
+                provider,
+                addr: l.address,
+                source,
+            })?;
+        match &first {
+            None => first = Some(d),
+            Some(f) if f.provider() == d.provider() && f.name() == d.name() => {}
+            Some(f) => {
+                return Err(RdmaError::SecondDevice {
+                    index,
+                    device: format!("{}:{}", d.provider(), d.name()),
+                    first: format!("{}:{}", f.provider(), f.name()),
+                }
+                .into())
+            }
+        }
+    }
+    // Validation guarantees at least one listener.
+    first.ok_or_else(|| {
+        TargetError::Config(ConfigError::Invalid {
+            path: None,
+            problems: vec![crate::config::Problem {
+                key: "listener".into(),
+                message: "no listener is configured".into(),
+            }],
+        })
+    })
+}
+
+/// CQ entries one connection of `depth` may need: its receives, and per request at most a
+/// signalled READ or a WRITE + SEND pair, plus the bind and invalidate of its window.
+pub fn cqes_per_connection(depth: u32) -> u32 {
+    depth + SEND_WRS_PER_REQUEST * depth + 2
+}
+
+fn cq_capacity(cfg: &Config, attr: &DeviceAttr, workers: usize) -> u32 {
+    let per_worker = cfg.limits.max_connections.div_ceil(workers as u32).max(1);
+    let want = u64::from(per_worker) * u64::from(cqes_per_connection(cfg.limits.max_queue_depth));
+    let max = if attr.max_cqe == 0 {
+        u32::MAX
+    } else {
+        attr.max_cqe
+    };
+    want.min(u64::from(max)).min(1 << 20) as u32
+}

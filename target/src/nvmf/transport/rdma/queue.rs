@@ -175,21 +175,25 @@ pub fn start_reads(q: &mut Connection, shared: &Shared) {
     }
 }
 
-/// Called from housekeeping: whether sends have been out with no send-side completion for
-/// longer than `limit_ms` (0: never). Accurate to the housekeeping tick.
-pub fn send_stalled(x: &mut RdmaQueue, limit_ms: u32) -> bool {
-    if limit_ms == 0 {
-        return false;
+/// Work requests of a queue not completed yet (for log lines).
+#[derive(Clone, Copy, Debug)]
+pub struct WrsOut {
+    pub sends: u32,
+    pub recvs: u32,
+}
+
+impl std::fmt::Display for WrsOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} sends, {} receives", self.sends, self.recvs)
     }
-    if x.sends_out == 0 || x.send_completions != x.send_watch.0 {
-        x.send_watch = (x.send_completions, Instant::now());
-        return false;
-    }
-    x.send_watch.1.elapsed().as_millis() > u128::from(limit_ms)
 }
 
 impl QueueTransport for RdmaQueue {
     type Error = FabricError;
+    type Outstanding = WrsOut;
+
+    const REVOKE_TIMEOUT: Duration = INVALIDATE_TIMEOUT;
+    const DRAIN_TIMEOUT: Duration = DRAIN_TIMEOUT;
 
     fn read_capsule(q: &Connection, recv: u32, len: u32) -> Option<Sqe> {
         let region = q.window.recv_slot(recv);
@@ -341,5 +345,26 @@ impl QueueTransport for RdmaQueue {
 
     fn drained(q: &Connection) -> bool {
         q.xport.sends_out == 0 && q.xport.recvs_out == 0
+    }
+
+    fn outstanding(q: &Connection) -> WrsOut {
+        WrsOut {
+            sends: q.xport.sends_out,
+            recvs: q.xport.recvs_out,
+        }
+    }
+
+    /// Whether sends have been out with no send-side completion for longer than `limit_ms`.
+    /// Accurate to the housekeeping tick.
+    fn send_stalled(q: &mut Connection, limit_ms: u32) -> bool {
+        let x = &mut q.xport;
+        if limit_ms == 0 {
+            return false;
+        }
+        if x.sends_out == 0 || x.send_completions != x.send_watch.0 {
+            x.send_watch = (x.send_completions, Instant::now());
+            return false;
+        }
+        x.send_watch.1.elapsed().as_millis() > u128::from(limit_ms)
     }
 }

@@ -3,31 +3,44 @@
 //! has no windows), the accept, and the bind right after it.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
+use std::net::SocketAddr;
 use std::time::Instant;
 
-use rdmablk::fabric::{Access, ConnParam, Mr, Pd, SendFlags, SendWr, WrOp};
+use rdmablk::fabric::{Access, ConnParam, Mr, Pd, Qp, SendFlags, SendWr, WrOp};
 use rdmablk::nvme::transport::rdma::{CmAccept, PushAnswer, PushRequest, PushWindow};
 
-use super::{PendingConn, Worker};
+use super::group::RdmaGroup;
+use super::queue::{post_recv, Connection, RdmaQueue, RemoteKey};
+use super::wr_id::{WrId, WrKind};
+use crate::arena::Window;
 use crate::nvmf::queue::{begin_close, Phase, Queue, MAX_HELD_AERS};
 use crate::nvmf::request::Request;
-use crate::nvmf::transport::rdma::queue::{post_recv, Connection, RdmaQueue, RemoteKey};
-use crate::nvmf::transport::rdma::wr_id::{WrId, WrKind};
+use crate::nvmf::Shared;
 
-impl Worker {
-    pub(super) fn add(&mut self, p: PendingConn) {
-        let i = match self.conns.iter().position(Option::is_none) {
-            Some(i) => i,
-            None => {
-                self.conns.push(None);
-                self.gens.push(0);
-                self.conns.len() - 1
-            }
-        };
-        let key = i as u32 | u32::from(self.gens[i]) << 16;
-        let shared = Arc::clone(&self.shared);
-        let lkey = shared.arena.lkey().expect("the arena is registered");
+/// A connection handed from a listener to a worker: QP created on the worker's CQ, window
+/// carved, nothing posted yet.
+pub struct PendingConn {
+    pub qp: Qp,
+    pub window: Window,
+    pub qid: u16,
+    pub depth: u32,
+    pub read_depth: u32,
+    pub responder_resources: u8,
+    /// The host's push-write request (never on the admin queue).
+    pub push: Option<PushRequest>,
+    /// Whether the host sent the extension at all (then it gets an answer).
+    pub push_asked: bool,
+    pub peer: SocketAddr,
+    pub cqes: u32,
+    /// The listener the host came in through ([`crate::nvmf::port::Port::id`]).
+    pub listener: u64,
+    pub provider: crate::config::Provider,
+}
+
+impl RdmaGroup {
+    pub(super) fn add_conn(&mut self, p: PendingConn, shared: &Shared) {
+        let key = self.queues.next_key();
+        let lkey = self.dev.lkey;
         let icd_bytes = if p.qid == 0 {
             0
         } else {
@@ -75,7 +88,7 @@ impl Worker {
             if let Err(e) = post_recv(&mut conn, slot) {
                 tracing::warn!(peer = %p.peer, error = %e, "cannot post receives; dropping");
                 drop(conn);
-                self.release(p.cqes);
+                self.release(p.cqes, shared);
                 return;
             }
         }
@@ -93,8 +106,8 @@ impl Worker {
             rnr_retry_count: 7,
         };
         conn.xport.accept = Some(param);
-        self.conns[i] = Some(conn);
-        self.accept(key);
+        self.queues.put(conn);
+        self.accept(key, shared);
     }
 
     /// Sets up the push window if the host asked for one and it can be had (the memory
@@ -139,8 +152,8 @@ impl Worker {
     /// the device has no windows a region over the data area with remote write. None (the
     /// push is declined) if the device refuses either.
     fn push_key(&self, conn: &Connection) -> Option<RemoteKey> {
-        let pd = &self.shared.pd;
-        if !self.shared.has_mw {
+        let pd = &self.dev.pd;
+        if !self.dev.has_mw {
             let mr = register_data_area(conn, pd, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
             tracing::debug!(peer = %conn.peer, "push window through a per-connection memory region");
             return Some(RemoteKey::Region(mr));
@@ -158,8 +171,8 @@ impl Worker {
         Some(RemoteKey::Window { mw, mr })
     }
 
-    fn accept(&mut self, key: u32) {
-        let Some((conn, ctx)) = self.ctx_and_conn(key) else {
+    fn accept(&mut self, key: u32, shared: &Shared) {
+        let Some(conn) = self.queues.get(key) else {
             return;
         };
         let Some(param) = conn.xport.accept.take() else {
@@ -169,17 +182,17 @@ impl Worker {
             Ok(()) => {
                 conn.phase = Phase::Live;
                 if !bind_push_window(conn) {
-                    begin_close(conn, "memory window bind failed", ctx.shared);
+                    begin_close(conn, "memory window bind failed", shared);
                     return;
                 }
                 tracing::info!(peer = %conn.peer, qid = conn.qid, depth = conn.depth,
                     read_depth = conn.xport.read_depth, push = conn.xport.push.is_some(),
                     window_bytes = conn.window.len(), "queue connected");
-                ctx.shared.log_arena("queue connected");
+                shared.log_arena("queue connected");
             }
             Err(e) => {
                 tracing::warn!(peer = %conn.peer, error = %e, "accept failed");
-                begin_close(conn, "accept failed", ctx.shared);
+                begin_close(conn, "accept failed", shared);
             }
         }
     }

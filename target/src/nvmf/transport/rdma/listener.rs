@@ -13,92 +13,50 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use rdmablk::fabric::{ConnRequest, Cq, QpCaps, QpInit};
+use rdmablk::fabric::{ConnRequest, QpCaps, QpInit};
 use rdmablk::nvme::transport::rdma::{CmReject, CmRejectStatus, CmRequest};
 
-use super::ana::AnaPort;
-use super::worker::{PendingConn, WorkerMsg, WorkerTx};
-use super::{cqes_per_connection, Shared, TargetError, ADMIN_QUEUE_DEPTH, SEND_WRS_PER_REQUEST};
+use super::admit::PendingConn;
+use super::{cqes_per_connection, provider_kind, RdmaDevice, RdmaError, SEND_WRS_PER_REQUEST};
 use crate::arena::ArenaError;
-use crate::config::ListenerConfig;
+use crate::config::{self, ListenerConfig};
+use crate::nvmf::worker::{WorkerMsg, WorkerTx};
+use crate::nvmf::{Shared, TargetError, ADMIN_QUEUE_DEPTH};
 
 /// How often a listener looks at the stop flag.
 const POLL: Duration = Duration::from_millis(50);
 
-/// A listener that runs: its configuration, the address it is bound to, and its thread.
-pub struct RunningListener {
-    /// Unique for the target's life (connections remember which listener they came through).
-    pub id: u64,
-    pub cfg: ListenerConfig,
-    /// The bound address (the real port where the configuration said 0).
-    pub addr: SocketAddr,
-    /// ANA group states through this listener (its controllers hold it too).
-    pub ana: Arc<AnaPort>,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl std::fmt::Debug for RunningListener {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RunningListener")
-            .field("id", &self.id)
-            .field("addr", &self.addr)
-            .finish()
-    }
-}
-
-impl RunningListener {
-    /// Whether it still accepts connections (not drained).
-    pub fn accepting(&self) -> bool {
-        !self.stop.load(Ordering::Acquire)
-    }
-
-    /// Stops accepting (the thread ends at its next poll); connections stay.
-    pub fn drain(&self) {
-        self.stop.store(true, Ordering::Release);
-    }
-
-    /// Stops accepting and waits for the listener's thread.
-    pub fn stop(mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(t) = self.thread.take() {
-            if t.join().is_err() {
-                tracing::error!(addr = %self.addr, "a listener thread panicked");
-            }
-        }
-    }
-}
-
 /// Binds listener `cfg` on the target's device and starts accepting on it.
 pub(super) fn start(
+    dev: &Arc<RdmaDevice>,
     shared: &Arc<Shared>,
     cfg: &ListenerConfig,
     index: usize,
-) -> Result<RunningListener, TargetError> {
+    id: u64,
+    stop: Arc<AtomicBool>,
+) -> Result<(SocketAddr, JoinHandle<()>), TargetError> {
     let addr = SocketAddr::new(cfg.address, cfg.port);
-    let listener = shared
+    let listener = dev
         .device
         .listen(addr, 128)
-        .map_err(|source| TargetError::Listen {
+        .map_err(|source| RdmaError::Listen {
             index,
             addr,
             source,
         })?;
     let local = listener.local_addr();
-    tracing::info!(provider = %cfg.provider_kind(), %local, device = %shared.device.name(),
+    tracing::info!(provider = %provider_kind(cfg), %local, device = %dev.device.name(),
         "listening");
-    let id = shared.next_listener_id.fetch_add(1, Ordering::Relaxed);
-    let stop = Arc::new(AtomicBool::new(false));
     let workers = shared.workers.get().cloned().unwrap_or_default();
     let mut l = Acceptor {
         listener: id,
         provider: cfg.provider,
         shared: Arc::clone(shared),
+        dev: Arc::clone(dev),
         workers,
-        cqs: shared.cqs.clone(),
         next_worker: 0,
     };
-    let flag = Arc::clone(&stop);
+    let flag = stop;
     let thread = std::thread::Builder::new()
         .name(format!("rdmablk-l{id}"))
         .spawn(move || {
@@ -115,23 +73,16 @@ pub(super) fn start(
             tracing::info!(addr = %listener.local_addr(), "listener stopped");
         })
         .map_err(TargetError::Thread)?;
-    Ok(RunningListener {
-        id,
-        cfg: cfg.clone(),
-        addr: local,
-        ana: Arc::new(AnaPort::new(cfg)),
-        stop,
-        thread: Some(thread),
-    })
+    Ok((local, thread))
 }
 
 struct Acceptor {
-    /// This listener's id ([`RunningListener::id`]).
+    /// This listener's id ([`crate::nvmf::port::Port::id`]).
     listener: u64,
-    provider: crate::config::Provider,
+    provider: config::Provider,
     shared: Arc<Shared>,
+    dev: Arc<RdmaDevice>,
     workers: Vec<WorkerTx>,
-    cqs: Vec<Cq>,
     next_worker: usize,
 }
 
@@ -211,7 +162,7 @@ impl Acceptor {
             tracing::warn!(qid = cm.qid, "no worker has completion-queue room");
             return Err((req, CmRejectStatus::NoResources));
         };
-        let attr = &self.shared.attr;
+        let attr = &self.dev.attr;
         let read_depth = depth
             .min(attr.max_qp_init_rd_atom.max(1))
             .min(u32::from(req.responder_resources()).max(1));
@@ -223,9 +174,9 @@ impl Acceptor {
             max_recv_sge: 1,
             max_inline_data: 0,
         };
-        let cq = &self.cqs[worker];
+        let cq = &self.dev.cqs[worker];
         let init = QpInit {
-            pd: &self.shared.pd,
+            pd: &self.dev.pd,
             send_cq: cq,
             recv_cq: cq,
             caps,
@@ -254,7 +205,11 @@ impl Acceptor {
             listener: self.listener,
             provider: self.provider,
         };
-        if let Err(e) = self.workers[worker].send(WorkerMsg::Conn(Box::new(pending))) {
+        let msg = WorkerMsg::Conn {
+            transport: config::Transport::Rdma,
+            conn: Box::new(pending),
+        };
+        if let Err(e) = self.workers[worker].send(msg) {
             // The worker is gone (shutting down): dropping the QP refuses the host.
             tracing::warn!(%peer, "worker {worker} is gone; connection dropped");
             drop(e);
@@ -268,10 +223,10 @@ impl Acceptor {
         let n = self.workers.len();
         for i in 0..n {
             let w = (self.next_worker + i) % n;
-            let slot = &self.shared.cq_reserved[w];
+            let slot = &self.dev.cq_reserved[w];
             let ok = slot
                 .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
-                    (used + cqes <= self.shared.cq_capacity).then_some(used + cqes)
+                    (used + cqes <= self.dev.cq_capacity).then_some(used + cqes)
                 })
                 .is_ok();
             if ok {
@@ -283,7 +238,7 @@ impl Acceptor {
     }
 
     fn release_worker(&self, w: usize, cqes: u32) {
-        self.shared.cq_reserved[w].fetch_sub(cqes, Ordering::AcqRel);
+        self.dev.release_cqes(w, cqes);
         self.shared.connections.fetch_sub(1, Ordering::AcqRel);
     }
 }

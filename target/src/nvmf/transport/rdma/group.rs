@@ -1,0 +1,235 @@
+//! A worker's RDMA queues: one completion queue shared by their QPs, polled for work
+//! completions that drive the requests (a capsule received, host data read, a response
+//! sent), CM events looked at every housekeeping tick, and the CQ's event channel to sleep
+//! on.
+
+use std::any::Any;
+use std::os::fd::RawFd;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdmablk::fabric::{CmEvent, Cq, SendBatch, Wc, WcStatus};
+
+use super::admit::PendingConn;
+use super::queue::{start_reads, Connection, RdmaQueue};
+use super::wr_id::{WrId, WrKind};
+use super::RdmaDevice;
+use crate::backend::Completion;
+use crate::nvmf::queue::{begin_close, disconnect};
+use crate::nvmf::request::Tag;
+use crate::nvmf::request_flow::{execute, on_capsule, on_sent, Ctx};
+use crate::nvmf::transport::{PollGroup, Ready};
+use crate::nvmf::worker::queues::Queues;
+use crate::nvmf::Shared;
+
+/// Work completions taken per poll.
+const POLL_BATCH: usize = 32;
+
+/// A worker's RDMA queues.
+pub struct RdmaGroup {
+    /// The worker's index (its CQ, its CQ reservations).
+    worker: usize,
+    pub(super) dev: Arc<RdmaDevice>,
+    cq: Cq,
+    wcs: Vec<Wc>,
+    pub(super) queues: Queues<RdmaQueue>,
+    /// Held from the beginning of a worker pass to its end (the soft provider then writes
+    /// each QP's frames of the pass with one `sendmsg`).
+    batch: Option<SendBatch>,
+}
+
+impl RdmaGroup {
+    pub fn new(worker: usize, dev: Arc<RdmaDevice>) -> RdmaGroup {
+        RdmaGroup {
+            worker,
+            cq: dev.cqs[worker].clone(),
+            dev,
+            wcs: vec![Wc::default(); POLL_BATCH],
+            queues: Queues::default(),
+            batch: None,
+        }
+    }
+
+    /// Gives back what a queue held of the worker: its CQ entries, its place among the
+    /// target's connections.
+    pub(super) fn release(&self, cqes: u32, shared: &Shared) {
+        self.dev.release_cqes(self.worker, cqes);
+        shared.connections.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    fn poll_cq(&mut self, ctx: &mut Ctx<'_>) -> bool {
+        let n = match self.cq.poll(&mut self.wcs) {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::error!(worker = self.worker, error = %e, "CQ poll failed");
+                return false;
+            }
+        };
+        for i in 0..n {
+            let wc = self.wcs[i];
+            self.on_wc(wc, ctx);
+        }
+        n > 0
+    }
+
+    fn on_wc(&mut self, wc: Wc, ctx: &mut Ctx<'_>) {
+        let Some(id) = WrId::decode(wc.wr_id) else {
+            tracing::warn!(wr_id = wc.wr_id, "completion of an unknown work request");
+            return;
+        };
+        let Some(conn) = self.queues.get(id.conn) else {
+            tracing::trace!(?id, "completion of a closed connection");
+            return;
+        };
+        if id.kind == WrKind::Bind {
+            on_bind(conn, wc, ctx.shared);
+            return;
+        }
+        let ok = wc.status.is_success();
+        if id.kind != WrKind::Recv {
+            conn.xport.send_completions += 1;
+        }
+        if !ok && wc.status != WcStatus::WrFlushErr {
+            tracing::warn!(peer = %conn.peer, qid = conn.qid, kind = ?id.kind, status = %wc.status,
+                vendor_err = wc.vendor_err, "work request failed");
+        }
+        match id.kind {
+            WrKind::Recv => {
+                conn.xport.recvs_out -= 1;
+                if ok {
+                    on_capsule(conn, id.slot, wc.byte_len, ctx);
+                } else {
+                    begin_close(conn, "receive failed", ctx.shared);
+                }
+            }
+            WrKind::Send => {
+                conn.xport.sends_out -= 1;
+                if ok {
+                    on_sent(conn, id.slot, ctx);
+                } else {
+                    begin_close(conn, "response send failed", ctx.shared);
+                }
+            }
+            WrKind::Read => {
+                conn.xport.sends_out -= 1;
+                conn.xport.reads_in_flight -= 1;
+                if ok {
+                    execute(conn, id.slot, ctx);
+                    start_reads(conn, ctx.shared);
+                } else {
+                    begin_close(conn, "RDMA READ of host data failed", ctx.shared);
+                }
+            }
+            WrKind::Write => begin_close(conn, "RDMA WRITE to the host failed", ctx.shared),
+            WrKind::Invalidate => {
+                conn.xport.sends_out -= 1;
+                disconnect(conn);
+            }
+            WrKind::Bind => {}
+        }
+    }
+}
+
+fn on_bind(conn: &mut Connection, wc: Wc, shared: &Shared) {
+    conn.xport.sends_out -= 1;
+    conn.xport.send_completions += 1;
+    if !wc.status.is_success() {
+        tracing::warn!(peer = %conn.peer, status = %wc.status, "memory window bind failed");
+        begin_close(conn, "memory window bind failed", shared);
+    }
+}
+
+/// The CM events of `conn`'s QP: the host disconnected, or the connection failed.
+fn cm_events(conn: &mut Connection, shared: &Shared) {
+    while let Ok(Some(ev)) = conn.xport.qp.cm_event(Some(Duration::ZERO)) {
+        match ev {
+            CmEvent::Established => {
+                tracing::debug!(peer = %conn.peer, qid = conn.qid, "established")
+            }
+            CmEvent::Disconnected => begin_close(conn, "host disconnected", shared),
+            CmEvent::Error(e) => {
+                tracing::warn!(peer = %conn.peer, error = %e, "connection error");
+                begin_close(conn, "connection error", shared);
+            }
+        }
+    }
+}
+
+impl PollGroup for RdmaGroup {
+    fn add(&mut self, conn: Box<dyn Any + Send>, ctx: &mut Ctx<'_>) {
+        match conn.downcast::<PendingConn>() {
+            Ok(p) => self.add_conn(*p, ctx.shared),
+            Err(_) => tracing::error!("the RDMA poll group was handed another transport's queue"),
+        }
+    }
+
+    fn refuse(&mut self, conn: Box<dyn Any + Send>, shared: &Shared) {
+        if let Ok(p) = conn.downcast::<PendingConn>() {
+            self.release(p.cqes, shared);
+        }
+    }
+
+    fn begin_pass(&mut self) {
+        self.batch = Some(SendBatch::begin());
+    }
+
+    fn end_pass(&mut self) {
+        self.batch = None;
+    }
+
+    fn poll(&mut self, ctx: &mut Ctx<'_>) -> bool {
+        self.poll_cq(ctx)
+    }
+
+    fn on_backend(&mut self, tag: Tag, c: &Completion, ctx: &mut Ctx<'_>) {
+        self.queues.on_backend(tag, c, ctx);
+    }
+
+    fn resume(&mut self, tag: Tag, ctx: &mut Ctx<'_>) {
+        self.queues.resume(tag, ctx);
+    }
+
+    fn housekeeping(&mut self, ctx: &mut Ctx<'_>) {
+        self.queues.deliver_events(ctx);
+        let (dev, worker) = (&self.dev, self.worker);
+        self.queues.housekeeping(ctx.shared, cm_events, |q| {
+            dev.release_cqes(worker, q.xport.cqes)
+        });
+    }
+
+    fn close_listener(&mut self, id: u64, shared: &Shared) {
+        self.queues.close_listener(id, shared);
+    }
+
+    fn shutdown_step(&mut self, first: bool, grace_over: bool, ctx: &mut Ctx<'_>) -> bool {
+        self.queues.shutdown_step(first, grace_over, ctx);
+        self.queues.is_empty()
+    }
+
+    fn arm(&mut self, ctx: &mut Ctx<'_>) -> Option<bool> {
+        if self.cq.arm().is_err() {
+            return None;
+        }
+        Some(self.poll_cq(ctx))
+    }
+
+    fn wait(&mut self, other: Option<RawFd>, timeout: Duration) -> Option<Ready> {
+        let Some(fd) = other else {
+            let events = self.cq.wait(Some(timeout)).ok()?;
+            return Some(Ready {
+                events,
+                other: false,
+            });
+        };
+        let ready = self.cq.wait_with(fd, timeout).ok()?;
+        if ready.cq {
+            // Consume the armed CQ's event; the next pass polls the CQ.
+            let _ = self.cq.wait(Some(Duration::ZERO));
+        }
+        Some(Ready {
+            events: ready.cq,
+            other: ready.other,
+        })
+    }
+}
