@@ -7,7 +7,7 @@ use rdmablk::nvme::admin::ABORT_NOT_ABORTED;
 use rdmablk::nvme::ana::{self, LSP_RGO};
 use rdmablk::nvme::features::{fid, VWC_ENABLE};
 use rdmablk::nvme::identify::{
-    anacap, cmic, cns, encode_ns_descriptors, encode_ns_list, oaes, sgls, IDENTIFY_LEN,
+    anacap, cmic, cns, encode_ns_descriptors, encode_ns_list, oaes, IDENTIFY_LEN,
 };
 use rdmablk::nvme::log_page::{
     encode_changed_ns, lid, CommandEffects, FwSlotLog, SmartLog, PAGE_4K_LEN,
@@ -125,11 +125,11 @@ fn identify<X: QueueTransport>(
         if id.cns != cns::CONTROLLER {
             return Err(Status::INVALID_FIELD.with_dnr());
         }
-        let page = discovery::identify_controller(ctrl, shared).encode();
+        let page = discovery::identify_controller::<X>(ctrl, shared).encode();
         return send_page(conn, slot, shared, IDENTIFY_LEN as u32, &page);
     }
     let page: [u8; IDENTIFY_LEN] = match id.cns {
-        cns::CONTROLLER => identify_controller(ctrl, shared).encode(),
+        cns::CONTROLLER => identify_controller::<X>(ctrl, shared).encode(),
         cns::NAMESPACE => match id.nsid {
             0 | u32::MAX => return Err(Status::INVALID_NAMESPACE.with_dnr()),
             nsid => match subsys.namespace(nsid) {
@@ -198,14 +198,15 @@ fn uuid_of(nqn: &str, ns: &crate::namespace::Namespace) -> [u8; 16] {
 /// Identify Namespace NMIC bit 0: may be attached to two or more controllers.
 const NMIC_SHARED: u8 = 1 << 0;
 
-fn identify_controller(ctrl: &Controller, shared: &Shared) -> IdentifyController {
+fn identify_controller<X: QueueTransport>(
+    ctrl: &Controller,
+    shared: &Shared,
+) -> IdentifyController {
     let limits = &shared.cfg.limits;
     let nqn =
         Nqn::new(&ctrl.subsys.nqn).unwrap_or_else(|_| Nqn::new("nqn.invalid").expect("static NQN"));
     let mut id = IdentifyController::nvmf_defaults(ctrl.cntlid, nqn, limits.in_capsule_data_size);
-    if limits.in_capsule_data_size == 0 {
-        id.sgls &= !sgls::OFFSET;
-    }
+    X::controller_fields(&mut id, limits.in_capsule_data_size);
     id.sn = ascii_padded(&ctrl.subsys.serial);
     id.mn = ascii_padded(MODEL);
     id.fr = ascii_padded(FIRMWARE_REVISION);

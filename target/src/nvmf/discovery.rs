@@ -22,6 +22,7 @@ use rdmablk::nvme::opcodes::admin as op;
 use rdmablk::nvme::{IdentifyController, Nqn};
 
 use super::controller::Controller;
+use super::transport::QueueTransport;
 use super::{Shared, ADMIN_QUEUE_DEPTH};
 use crate::config::{Provider, Transport};
 
@@ -44,10 +45,14 @@ pub fn serves(opcode: u8) -> bool {
 
 /// Identify Controller of a discovery controller: CNTRLTYPE discovery, no namespaces, no I/O
 /// command set, the discovery subsystem's NQN.
-pub fn identify_controller(ctrl: &Controller, shared: &Shared) -> IdentifyController {
+pub fn identify_controller<X: QueueTransport>(
+    ctrl: &Controller,
+    shared: &Shared,
+) -> IdentifyController {
     let nqn = Nqn::new(&ctrl.subsys.nqn)
         .unwrap_or_else(|_| Nqn::new(crate::config::DISCOVERY_NQN).expect("static NQN"));
     let mut id = IdentifyController::nvmf_defaults(ctrl.cntlid, nqn, 0);
+    X::controller_fields(&mut id, 0);
     id.cntrltype = CNTRLTYPE_DISCOVERY;
     id.oaes = rdmablk::nvme::identify::oaes::DISCOVERY_LOG_CHANGE;
     id.oncs = 0;
@@ -56,7 +61,6 @@ pub fn identify_controller(ctrl: &Controller, shared: &Shared) -> IdentifyContro
     id.ioccsz = 0;
     id.iorcsz = 0;
     id.lpa = rdmablk::nvme::identify::lpa::EXTENDED;
-    id.sgls &= !rdmablk::nvme::identify::sgls::OFFSET;
     id.mdts = super::mdts(shared.cfg.limits.max_io_size);
     id.maxcmd = shared.cfg.limits.max_queue_depth.min(0xFFFF) as u16;
     id.kas = (shared.cfg.target.keep_alive_granularity_ms / 100).clamp(1, 0xFFFF) as u16;

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use rdmablk::nvme::{Sqe, Status};
+use rdmablk::nvme::{IdentifyController, Sqe, Status};
 
 use super::data_phase::{Next, SglFit};
 use super::queue::Queue;
@@ -52,6 +52,10 @@ pub trait QueueTransport: Sized {
     /// ([`QueueTransport::drained`]) before it is dropped anyway (backend I/O is always
     /// waited for).
     const DRAIN_TIMEOUT: Duration;
+
+    /// Sets the transport's fields of Identify Controller (SGLS, IOCCSZ, IORCSZ, ICDOFF,
+    /// MSDBD) for I/O queues that take `icd_bytes` of in-capsule data.
+    fn controller_fields(id: &mut IdentifyController, icd_bytes: u32);
 
     /// The command of the capsule `len` bytes long in receive slot `recv` (at least an SQE:
     /// the core checked), or None if it cannot be read (the core closes the queue).
