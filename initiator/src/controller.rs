@@ -37,9 +37,10 @@ use crate::error::{Error, Result};
 use crate::ioqueue::IoQueue;
 use crate::namespace::{Namespace, Via};
 use crate::options::{ConnectOptions, TargetUrl};
-use crate::queue::{Fabric, Queue};
+use crate::queue::Queue;
 use crate::session::{ana_log_bytes, ControllerInfo, Setup, AER_TAG};
 use crate::stats::{Stats, StatsSnapshot};
+use crate::transport::rdma::Fabric;
 
 struct Pool {
     /// Session generation; bumped by every successful reconnect.

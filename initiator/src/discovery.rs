@@ -123,15 +123,15 @@ pub fn discover_with(url: &str, mut opts: ConnectOptions) -> Result<Vec<Discover
     };
     let mut admin = crate::queue::Queue::connect(
         &fabric,
-        &crate::queue::QueueParams {
+        &crate::transport::rdma::QueueParams {
             addr: url.addr,
             qid: 0,
             entries: ADMIN_ENTRIES,
             in_capsule_bytes: 0,
             push: None,
             connect_timeout: opts.connect_timeout(),
-            cmd_timeout: opts.connect_timeout(),
         },
+        opts.connect_timeout(),
         stats.clone(),
     )?;
     setup.fabrics_connect(&mut admin, 0, ADMIN_ENTRIES - 1, fabrics::CNTLID_DYNAMIC, 0)?;

@@ -39,6 +39,7 @@ mod options;
 mod queue;
 mod session;
 mod stats;
+mod transport;
 
 pub use buf::{BufPool, IoBuf, PAGE_BYTES};
 pub use controller::Controller;

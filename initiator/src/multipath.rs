@@ -68,9 +68,9 @@ use crate::error::{Error, Result};
 use crate::ioqueue::IoQueue;
 use crate::namespace::{drive, Cmd, Namespace, Via};
 use crate::options::{ConnectOptions, TargetUrl};
-use crate::queue::Fabric;
 use crate::session::{ControllerInfo, NamespaceInfo};
 use crate::stats::{Stats, StatsSnapshot};
+use crate::transport::rdma::Fabric;
 use path::Path;
 
 /// How long a command waits before looking again when no path can take it.

@@ -1,49 +1,30 @@
-//! One NVMe-oF/RDMA queue (admin or I/O) over one reliable-connected QP: command capsules,
-//! 16-byte response receives, request tracking by command ID, the three ways write data
-//! travels (keyed SGL, in-capsule, pushed into a window slot), timeouts and failure.
+//! One NVMe-oF queue (admin or I/O) as the initiator sees it, whatever carries it: request
+//! tracking by command ID, deadlines, held commands, stray completions, failure. Its
+//! transport ([`crate::transport::QueueTransport`]) sends the capsules and reports what
+//! arrives.
 //!
-//! A request's life (`ReqState`): `Free` -> `Posted` (capsule posted, waiting for both the
-//! send completion and the response capsule) -> completed, back to `Free`. The capsule buffer
-//! is reused only after its send completed *and* its response arrived (the same rule as the
-//! Linux host). A queue that fails (error completion, disconnect, malformed response, command
-//! timeout) is disconnected first, then every posted request completes with a transport
-//! error: once the QP is in the error state the target can no longer reach their buffers.
-//!
-//! Work request IDs: bits 63:62 say what the WR is (capsule send, response receive), the low
-//! 16 bits are the command ID or the receive slot.
+//! A request's life (`ReqState`): `Free` -> `Posted` (capsule sent, waiting for both the
+//! transport's word that it left and the response) -> completed, back to `Free`. A command
+//! ID is reused only after its capsule left *and* its response arrived (the same rule as the
+//! Linux host). A queue that fails (transport failure, disconnect, malformed response,
+//! command timeout) is disconnected first, then every posted request completes with a
+//! transport error: once the transport is stopped the target can no longer reach their
+//! buffers.
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rdmablk::fabric::{
-    self, CmEvent, ConnParam, Cq, FabricError, MemBuf, Mr, Pd, ProviderKind, QpCaps, QpInit,
-    RecvWr, SendFlags, SendWr, Sge, Wc, WcStatus, WrOp,
-};
-use rdmablk::fabric::{Access, Qp};
-use rdmablk::nvme::opcodes;
-use rdmablk::nvme::transport::rdma::{
-    CmAccept, CmReject, CmRequest, PushAnswer, PushRequest, PushWindow, PushedSgl,
-};
-use rdmablk::nvme::{Cqe, InCapsuleSgl, KeyedSgl, Sgl, Sqe, CQE_LEN, SQE_LEN};
+use rdmablk::nvme::{Cqe, Sqe};
 
 use crate::buf::IoBuf;
 use crate::error::{Error, Result};
 use crate::stats::Stats;
+use crate::transport::rdma::{Fabric, QueueParams, RdmaLink};
+use crate::transport::{Event, QueueTransport};
 
-const WR_SEND: u64 = 1 << 62;
-const WR_RECV: u64 = 2 << 62;
-const WR_KIND: u64 = 3 << 62;
-/// How often a busy queue looks at CM events and command deadlines.
+/// How often a busy queue looks at connection events and command deadlines.
 const HOUSEKEEPING: Duration = Duration::from_millis(10);
-
-/// The fabric objects that outlive reconnects: device, PD (and the buffer pool on it).
-#[derive(Clone)]
-pub(crate) struct Fabric {
-    pub kind: ProviderKind,
-    pub pd: Pd,
-}
 
 /// One contiguous piece of registered memory a command's data lives in.
 #[derive(Clone, Copy, Debug)]
@@ -70,7 +51,7 @@ impl Seg {
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Dir {
     None,
-    /// Controller to host (Read, Identify): the target RDMA WRITEs into `Seg`.
+    /// Controller to host (Read, Identify): the target's data lands in `Seg`.
     ToHost(Seg),
     /// Host to controller (Write, Connect data, DSM ranges).
     ToCtrl(Seg),
@@ -104,138 +85,63 @@ struct Req {
     buf: Option<IoBuf>,
     send_done: bool,
     cqe: Option<Cqe>,
-    push_slot: Option<u16>,
     /// `None` for a command the controller holds on purpose (Asynchronous Event Request).
     deadline: Option<Instant>,
     /// Reads at least [`LARGE_READ`] bytes: see [`Queue::wait`].
     large: bool,
 }
 
-/// Reads from this size up arrive as payloads larger than what a thread waiting on the CQ
-/// parses itself on the soft provider; [`Queue::wait`] leaves them to the provider's receive
-/// thread, which copies them while this thread goes on.
+/// Reads from this size up arrive as payloads larger than what a thread waiting for the
+/// transport parses itself (the soft RDMA provider); [`Queue::wait`] leaves them to the
+/// transport's own threads, which copy them while this thread goes on.
 const LARGE_READ: u32 = 64 * 1024;
-
-struct Push {
-    window: PushWindow,
-}
-
-/// What a queue is connected with.
-pub(crate) struct QueueParams {
-    pub addr: SocketAddr,
-    pub qid: u16,
-    /// Submission queue entries (the CM request's HRQSIZE; HSQSIZE is one less).
-    pub entries: u16,
-    /// In-capsule data bytes the controller takes on this queue (0 on the admin queue).
-    pub in_capsule_bytes: u32,
-    pub push: Option<PushRequest>,
-    pub connect_timeout: Duration,
-    pub cmd_timeout: Duration,
-}
 
 pub(crate) struct Queue {
     qid: u16,
     entries: u16,
-    qp: Qp,
-    cq: Cq,
-    capsules: Mr,
-    responses: Mr,
+    link: Box<dyn QueueTransport>,
     reqs: Vec<Req>,
     free: Vec<u16>,
     posted: usize,
     /// Posted requests that are large reads.
     large_posted: usize,
-    in_capsule_bytes: u32,
-    push: Option<Push>,
     cmd_timeout: Duration,
     failed: Option<String>,
     next_housekeeping: Instant,
-    wcs: Vec<Wc>,
+    /// What the transport reported in a poll (capacity kept).
+    events: Vec<Event>,
     /// Completions of other commands (a held Asynchronous Event Request) that arrived while
     /// [`Queue::exec`] waited for its own: see [`Queue::take_stray`].
     stray: Vec<Done>,
     /// The session's abort switch (see `Session::abort`).
     abort: Option<Arc<AtomicBool>>,
-    stats: Arc<Stats>,
 }
 
 impl Queue {
-    /// Resolves, creates the QP and CM-connects queue `p.qid` (no NVMe command yet).
-    pub fn connect(fab: &Fabric, p: &QueueParams, stats: Arc<Stats>) -> Result<Queue> {
-        let qid = p.qid;
-        let n = usize::from(p.entries);
-        let resolved = fabric::resolve(fab.kind, p.addr, p.connect_timeout)
-            .map_err(Error::fabric(qid, "resolve address"))?;
-        let device = resolved.device();
-        let attr = device.attr().map_err(Error::fabric(qid, "query device"))?;
-        let cq = device
-            .create_cq(3 * u32::from(p.entries) + 8)
-            .map_err(Error::fabric(qid, "create CQ"))?;
-        let capsules = register(&fab.pd, n * SQE_LEN, Access::LOCAL_WRITE, qid)?;
-        let responses = register(&fab.pd, n * CQE_LEN, Access::LOCAL_WRITE, qid)?;
-        let caps = QpCaps {
-            // A capsule send and, for pushed writes, an RDMA WRITE per command.
-            max_send_wr: 2 * u32::from(p.entries) + 1,
-            max_recv_wr: u32::from(p.entries),
-            max_send_sge: 2,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        };
-        let init = QpInit {
-            pd: &fab.pd,
-            send_cq: &cq,
-            recv_cq: &cq,
-            caps,
-        };
-        let req = CmRequest {
+    /// Connects queue `p.qid` over RDMA (no NVMe command yet); each command gets
+    /// `cmd_timeout` for its response.
+    pub fn connect(
+        fab: &Fabric,
+        p: &QueueParams,
+        cmd_timeout: Duration,
+        stats: Arc<Stats>,
+    ) -> Result<Queue> {
+        let link = RdmaLink::connect(fab, p, stats)?;
+        Ok(Queue::new(p.qid, p.entries, Box::new(link), cmd_timeout))
+    }
+
+    /// A queue of `entries` commands over a connected transport.
+    pub fn new(
+        qid: u16,
+        entries: u16,
+        link: Box<dyn QueueTransport>,
+        cmd_timeout: Duration,
+    ) -> Queue {
+        let n = usize::from(entries);
+        Queue {
             qid,
-            hrqsize: p.entries,
-            hsqsize: p.entries - 1,
-            cntlid: 0,
-            push: p.push,
-        };
-        let param = ConnParam {
-            private_data: req.encode().to_vec(),
-            responder_resources: attr.max_qp_rd_atom.min(255) as u8,
-            initiator_depth: attr.max_qp_init_rd_atom.clamp(1, 16) as u8,
-            retry_count: 7,
-            rnr_retry_count: 7,
-        };
-        let connected = match resolved.connect(&init, &param, p.connect_timeout) {
-            Ok(c) => c,
-            Err(FabricError::Rejected { addr, private_data }) => {
-                return Err(match CmReject::decode(&private_data) {
-                    Ok(r) => Error::Rejected {
-                        qid,
-                        status: r.status,
-                    },
-                    Err(_) => Error::Refused {
-                        qid,
-                        addr: addr.to_string(),
-                    },
-                })
-            }
-            Err(e) => return Err(Error::fabric(qid, "connect")(e)),
-        };
-        let accept = CmAccept::decode(&connected.private_data).map_err(Error::wire)?;
-        let push = match (p.push, accept.push) {
-            (Some(_), PushAnswer::Granted(w)) => Some(Push { window: w }),
-            (None, PushAnswer::Granted(_)) => {
-                return Err(Error::protocol(
-                    "the accept grants push writes that were not asked for",
-                ))
-            }
-            _ => None,
-        };
-        tracing::debug!(qid, entries = p.entries, crqsize = accept.crqsize,
-            push = ?accept.push, "queue connected");
-        let mut q = Queue {
-            qid,
-            entries: p.entries,
-            qp: connected.qp,
-            cq,
-            capsules,
-            responses,
+            entries,
+            link,
             reqs: (0..n)
                 .map(|_| Req {
                     state: ReqState::Free,
@@ -243,28 +149,20 @@ impl Queue {
                     buf: None,
                     send_done: false,
                     cqe: None,
-                    push_slot: None,
                     deadline: None,
                     large: false,
                 })
                 .collect(),
-            free: (0..p.entries).rev().collect(),
+            free: (0..entries).rev().collect(),
             posted: 0,
             large_posted: 0,
-            in_capsule_bytes: p.in_capsule_bytes,
-            push,
-            cmd_timeout: p.cmd_timeout,
+            cmd_timeout,
             failed: None,
             next_housekeeping: Instant::now(),
-            wcs: vec![Wc::default(); 2 * n + 8],
+            events: Vec::with_capacity(2 * n + 8),
             stray: Vec::new(),
             abort: None,
-            stats,
-        };
-        for i in 0..p.entries {
-            q.post_recv(i)?;
         }
-        Ok(q)
     }
 
     pub fn qid(&self) -> u16 {
@@ -280,13 +178,13 @@ impl Queue {
         self.posted
     }
 
-    /// The push window, if the target granted one.
-    pub fn push_window(&self) -> Option<PushWindow> {
-        self.push.as_ref().map(|p| p.window)
+    /// The push-write slots (how many, how large), if the target granted them.
+    pub fn push_slots(&self) -> Option<(u16, u32)> {
+        self.link.push_slots()
     }
 
     pub fn set_in_capsule_bytes(&mut self, n: u32) {
-        self.in_capsule_bytes = n;
+        self.link.set_in_capsule_bytes(n);
     }
 
     /// The time each command posted from now on gets for its response (an I/O queue gets
@@ -303,18 +201,6 @@ impl Queue {
     /// Why the queue failed, if it did.
     pub fn failure(&self) -> Option<&str> {
         self.failed.as_deref()
-    }
-
-    fn post_recv(&mut self, slot: u16) -> Result<()> {
-        let sge = [self
-            .responses
-            .sge(usize::from(slot) * CQE_LEN, CQE_LEN as u32)];
-        self.qp
-            .post_recv(&[RecvWr {
-                wr_id: WR_RECV | u64::from(slot),
-                sgl: &sge,
-            }])
-            .map_err(Error::fabric(self.qid, "post receive"))
     }
 
     /// Posts a command. `sqe`'s cid and data pointer are filled in here. `buf` is kept until
@@ -360,88 +246,8 @@ impl Queue {
             return Err(SubmitError::Full(buf));
         };
         sqe.cid = cid;
-        let mut push_slot = None;
-        let mut write_wr = None;
-        let mut data_sge = None;
-        let sgl = match dir {
-            Dir::None => Sgl::Keyed(KeyedSgl {
-                addr: 0,
-                len: 0,
-                key: 0,
-                invalidate: false,
-            }),
-            Dir::ToHost(s) => keyed(s),
-            Dir::ToCtrl(s) if sqe.opcode == opcodes::io::WRITE && self.qid != 0 => {
-                match self.push_slot(cid, s.len) {
-                    Some((slot, remote_addr, rkey)) => {
-                        push_slot = Some(slot);
-                        write_wr = Some((s, remote_addr, rkey));
-                        self.stats.add_pushed(s.len);
-                        Sgl::InCapsule(InCapsuleSgl { offset: 0, len: 0 }) // replaced below
-                    }
-                    None if s.len <= self.in_capsule_bytes => {
-                        data_sge = Some(Sge {
-                            addr: s.addr,
-                            length: s.len,
-                            lkey: s.lkey,
-                        });
-                        self.stats.add_in_capsule(s.len);
-                        Sgl::InCapsule(InCapsuleSgl {
-                            offset: 0,
-                            len: s.len,
-                        })
-                    }
-                    None => {
-                        self.stats.add_keyed_write(s.len);
-                        keyed(s)
-                    }
-                }
-            }
-            Dir::ToCtrl(s) => keyed(s),
-        };
-        match push_slot {
-            Some(slot) => {
-                let len = write_wr.map_or(0, |w| w.0.len);
-                sqe.dptr = PushedSgl {
-                    slot: u64::from(slot),
-                    len,
-                }
-                .encode();
-            }
-            None => sqe.set_sgl(&sgl),
-        }
-        let off = usize::from(cid) * SQE_LEN;
-        self.capsules
-            .write_at(off, &sqe.to_bytes())
-            .expect("capsule slot inside its region");
-        let cap_sge = self.capsules.sge(off, SQE_LEN as u32);
-        let sges = [cap_sge, data_sge.unwrap_or_default()];
-        let nsge = if data_sge.is_some() { 2 } else { 1 };
-        let wsge;
-        let mut wrs: [Option<SendWr<'_>>; 2] = [None, None];
-        if let Some((s, remote_addr, rkey)) = write_wr {
-            wsge = [Sge {
-                addr: s.addr,
-                length: s.len,
-                lkey: s.lkey,
-            }];
-            wrs[0] = Some(SendWr {
-                wr_id: 0,
-                op: WrOp::RdmaWrite { remote_addr, rkey },
-                sgl: &wsge,
-                flags: SendFlags::empty(),
-            });
-        }
-        wrs[1] = Some(SendWr {
-            wr_id: WR_SEND | u64::from(cid),
-            op: WrOp::Send,
-            sgl: &sges[..nsge],
-            flags: SendFlags::SIGNALED,
-        });
-        let chain: Vec<SendWr<'_>> = wrs.iter().flatten().copied().collect();
-        if let Err(e) = self.qp.post_send(&chain) {
+        if let Err(e) = self.link.send(sqe, dir) {
             self.free.push(cid);
-            let e = Error::fabric(self.qid, "post command")(e);
             self.fail(e.to_string());
             return Err(SubmitError::Failed(e, buf));
         }
@@ -454,7 +260,6 @@ impl Queue {
             buf,
             send_done: false,
             cqe: None,
-            push_slot,
             deadline,
             large,
         };
@@ -469,21 +274,11 @@ impl Queue {
         Ok(())
     }
 
-    /// The push slot of command `cid`: slot = cid, so a slot is busy exactly while its command
-    /// is (rdmablk-target requires slot = cid % queue depth).
-    fn push_slot(&self, cid: u16, len: u32) -> Option<(u16, u64, u32)> {
-        let w = self.push.as_ref()?.window;
-        if len > w.slot_bytes || len == 0 {
-            return None;
-        }
-        Some((cid, w.slot_addr(cid)?, w.rkey))
-    }
-
     /// Moves finished requests into `out` without blocking; returns how many.
     pub fn poll(&mut self, out: &mut Vec<Done>) -> usize {
         let before = out.len();
         if self.failed.is_none() {
-            self.poll_cq(out);
+            self.poll_link(out);
         }
         if self.failed.is_none() && Instant::now() >= self.next_housekeeping {
             self.housekeeping();
@@ -494,77 +289,39 @@ impl Queue {
         out.len() - before
     }
 
-    fn poll_cq(&mut self, out: &mut Vec<Done>) {
-        loop {
-            let mut wcs = std::mem::take(&mut self.wcs);
-            let n = match self.cq.poll(&mut wcs) {
-                Ok(n) => n,
-                Err(e) => {
-                    self.wcs = wcs;
-                    return self.fail(format!("poll CQ: {e}"));
-                }
-            };
-            for wc in &wcs[..n] {
-                self.on_wc(wc, out);
-                if self.failed.is_some() {
-                    break;
-                }
+    fn poll_link(&mut self, out: &mut Vec<Done>) {
+        let mut events = std::mem::take(&mut self.events);
+        let polled = self.link.poll(&mut events);
+        for ev in events.drain(..) {
+            match ev {
+                Event::Sent(cid) => self.on_sent(cid, out),
+                Event::Response(cqe) => self.on_response(cqe, out),
             }
-            self.wcs = wcs;
-            if n < self.wcs.len() || self.failed.is_some() {
-                return;
+            if self.failed.is_some() {
+                break;
             }
+        }
+        events.clear();
+        self.events = events;
+        if let Err(why) = polled {
+            self.fail(why);
         }
     }
 
-    fn on_wc(&mut self, wc: &Wc, out: &mut Vec<Done>) {
-        if wc.status != WcStatus::Success {
-            let what = match wc.wr_id & WR_KIND {
-                WR_SEND => "command send",
-                WR_RECV => "response receive",
-                _ => "RDMA WRITE of pushed data",
-            };
-            return self.fail(format!("{what} completed with {}", wc.status));
+    fn on_sent(&mut self, cid: u16, out: &mut Vec<Done>) {
+        let Some(r) = self.reqs.get_mut(usize::from(cid)) else {
+            return self.fail(format!("send completion for cid {cid} past the queue"));
+        };
+        if r.state != ReqState::Posted || r.send_done {
+            return self.fail(format!("send completion for idle cid {cid}"));
         }
-        let idx = (wc.wr_id & 0xFFFF) as u16;
-        match wc.wr_id & WR_KIND {
-            WR_SEND => {
-                let r = &mut self.reqs[usize::from(idx)];
-                if r.state != ReqState::Posted || r.send_done {
-                    return self.fail(format!("send completion for idle cid {idx}"));
-                }
-                r.send_done = true;
-                if r.cqe.is_some() {
-                    self.complete(idx, out);
-                }
-            }
-            WR_RECV => self.on_response(idx, wc, out),
-            _ => self.fail(format!("completion with unknown wr_id {:#x}", wc.wr_id)),
+        r.send_done = true;
+        if r.cqe.is_some() {
+            self.complete(cid, out);
         }
     }
 
-    fn on_response(&mut self, slot: u16, wc: &Wc, out: &mut Vec<Done>) {
-        if wc.byte_len as usize != CQE_LEN {
-            return self.fail(format!(
-                "response capsule of {} bytes, expected {CQE_LEN}",
-                wc.byte_len
-            ));
-        }
-        let mut b = [0u8; CQE_LEN];
-        self.responses
-            .read_at(usize::from(slot) * CQE_LEN, &mut b)
-            .expect("response slot inside its region");
-        if let Err(e) = self.post_recv(slot) {
-            return self.fail(e.to_string());
-        }
-        let cqe = Cqe::decode(&b);
-        if let Some(rkey) = wc.invalidated_rkey {
-            // We send keyed SGLs of type 0x40 only: no key is ours to invalidate.
-            return self.fail(format!(
-                "Bogus remote invalidation of rkey {rkey:#x} (cid {}): we asked for none",
-                cqe.cid
-            ));
-        }
+    fn on_response(&mut self, cqe: Cqe, out: &mut Vec<Done>) {
         let Some(r) = self.reqs.get_mut(usize::from(cqe.cid)) else {
             return self.fail(format!("response for cid {} past the queue", cqe.cid));
         };
@@ -580,10 +337,9 @@ impl Queue {
     fn complete(&mut self, cid: u16, out: &mut Vec<Done>) {
         let r = &mut self.reqs[usize::from(cid)];
         let cqe = r.cqe.take().expect("complete with a response");
-        let (tag, buf, slot) = (r.tag, r.buf.take(), r.push_slot.take());
+        let (tag, buf) = (r.tag, r.buf.take());
         r.state = ReqState::Free;
         r.send_done = false;
-        debug_assert!(slot.map_or(true, |s| s == cid));
         self.free.push(cid);
         self.posted -= 1;
         self.large_posted -= usize::from(std::mem::take(&mut r.large));
@@ -605,11 +361,8 @@ impl Queue {
         {
             return self.fail("the controller failed (keep-alive, or another queue)".into());
         }
-        match self.qp.cm_event(Some(Duration::ZERO)) {
-            Ok(None) | Ok(Some(CmEvent::Established)) => {}
-            Ok(Some(CmEvent::Disconnected)) => return self.fail("the target disconnected".into()),
-            Ok(Some(CmEvent::Error(e))) => return self.fail(format!("connection error: {e}")),
-            Err(e) => return self.fail(format!("connection events: {e}")),
+        if let Err(why) = self.link.check() {
+            return self.fail(why);
         }
         if let Some((cid, _)) = self
             .reqs
@@ -622,12 +375,12 @@ impl Queue {
         }
     }
 
-    /// Marks the queue failed and stops the QP, so the target can no longer touch any buffer
-    /// of a posted request. Posted requests complete with errors at the next poll.
+    /// Marks the queue failed and stops its transport, so the target can no longer touch any
+    /// buffer of a posted request. Posted requests complete with errors at the next poll.
     pub fn fail(&mut self, why: String) {
         if self.failed.is_none() {
             tracing::warn!(qid = self.qid, "queue failed: {why}");
-            let _ = self.qp.disconnect();
+            self.link.disconnect();
             self.failed = Some(why);
         }
     }
@@ -642,7 +395,6 @@ impl Queue {
             r.state = ReqState::Free;
             r.cqe = None;
             r.send_done = false;
-            r.push_slot = None;
             out.push(Done {
                 tag: r.tag,
                 result: Err(Error::Transport {
@@ -675,7 +427,7 @@ impl Queue {
                 std::hint::spin_loop();
                 continue;
             }
-            if self.cq.arm().is_err() {
+            if !self.link.arm() {
                 std::thread::yield_now();
                 continue;
             }
@@ -684,13 +436,7 @@ impl Queue {
                 return n;
             }
             let slice = (deadline - now).min(HOUSEKEEPING);
-            // Small answers this thread parses as they arrive (soft provider: no hop through
-            // the receive thread); large read payloads the receive thread copies meanwhile.
-            let _ = if self.large_posted > 0 {
-                self.cq.wait_passive(Some(slice))
-            } else {
-                self.cq.wait(Some(slice))
-            };
+            self.link.wait(slice, self.large_posted > 0);
         }
     }
 
@@ -738,22 +484,7 @@ impl Queue {
 impl Drop for Queue {
     fn drop(&mut self) {
         if self.failed.is_none() {
-            let _ = self.qp.disconnect();
+            self.link.disconnect();
         }
     }
-}
-
-fn keyed(s: Seg) -> Sgl {
-    Sgl::Keyed(KeyedSgl {
-        addr: s.addr,
-        len: s.len,
-        key: s.rkey,
-        invalidate: false,
-    })
-}
-
-fn register(pd: &Pd, len: usize, access: Access, qid: u16) -> Result<Mr> {
-    let mem = MemBuf::zeroed(len).map_err(Error::fabric(qid, "map queue buffers"))?;
-    pd.register(mem, access)
-        .map_err(Error::fabric(qid, "register queue buffers"))
 }

@@ -38,8 +38,9 @@ use rdmablk::nvme::{
 use crate::buf::BufPool;
 use crate::error::{Error, Result};
 use crate::options::{ConnectOptions, TargetUrl};
-use crate::queue::{Dir, Fabric, Queue, QueueParams, Seg};
+use crate::queue::{Dir, Queue, Seg};
 use crate::stats::Stats;
+use crate::transport::rdma::{Fabric, QueueParams};
 
 /// Admin queue entries (the Linux host's NVME_AQ_DEPTH).
 pub(crate) const ADMIN_ENTRIES: u16 = 32;
@@ -162,8 +163,8 @@ impl Setup<'_> {
                 in_capsule_bytes: 0,
                 push: None,
                 connect_timeout: o.connect_timeout(),
-                cmd_timeout: o.connect_timeout(),
             },
+            o.connect_timeout(),
             self.stats.clone(),
         )?;
         let cntlid = self.fabrics_connect(
@@ -215,8 +216,8 @@ impl Setup<'_> {
                     in_capsule_bytes: 0,
                     push,
                     connect_timeout: o.connect_timeout(),
-                    cmd_timeout: o.connect_timeout(),
                 },
+                o.connect_timeout(),
                 self.stats.clone(),
             )?;
             self.fabrics_connect(&mut q, qid, queue_size - 1, cntlid, 0)?;
@@ -234,10 +235,7 @@ impl Setup<'_> {
         if ana_notices {
             self.arm_ana_notices(&mut admin)?;
         }
-        let push_window = io
-            .first()
-            .and_then(|q| q.push_window())
-            .map(|w| (w.slots, w.slot_bytes));
+        let push_window = io.first().and_then(|q| q.push_slots());
         let info = ControllerInfo {
             cntlid,
             model: id.model(),

@@ -15,9 +15,10 @@
 //!   capsule slot = round_up(64 + in_capsule_data_size, 64)    4 KiB-aligned, one per request
 //! ```
 //!
-//! The protocol engine binds a type-2 memory window over a request's data slot (or the whole
-//! data area) through the connection's QP; the receive and response slots are only ever used
-//! with the arena's lkey.
+//! On RDMA, a push-write connection's host gets a key over its window's data area only (a
+//! type-2 memory window bound over a region registered for that area, or such a region
+//! itself: `nvmf/transport/rdma/queue.rs`); everything else of the window is only ever used
+//! with the arena region's lkey.
 //!
 //! The carving itself is [`ArenaAllocator`], a plain first-fit free list over 4 KiB pages with
 //! coalescing, testable without a device. Its free list is preallocated for the most windows

@@ -17,7 +17,8 @@
 //!    │                             ▼                                            ▼
 //!    └─── response sent ───── Responding (with any controller-to-host data) ◀───┘
 //!                                  ▲
-//!                         Held ────┘ (Async Event Request: completed at teardown)
+//!                         Held ────┘ (Async Event Request: completed by an event, or
+//!                                     aborted at shutdown)
 //! ```
 //! A request context is taken from the queue's free list when a capsule arrives; the
 //! capsule's buffer is given back to the transport as soon as the command is prepared (the SQE

@@ -1,0 +1,60 @@
+//! The seam between the initiator's NVMe-oF queue ([`crate::queue::Queue`]: command IDs,
+//! deadlines, held commands, failure) and the transport that carries its capsules.
+//! A transport is a file or folder here ([`rdma`]) with a type that implements
+//! [`QueueTransport`] for one connected queue.
+
+use std::time::Duration;
+
+use rdmablk::nvme::{Cqe, Sqe};
+
+use crate::error::Error;
+use crate::queue::Dir;
+
+pub(crate) mod rdma;
+
+/// What a transport reports of its queue.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Event {
+    /// The capsule of command `cid` left: its buffers are the transport's no more, once its
+    /// response is in too.
+    Sent(u16),
+    /// A response arrived (its command ID is unchecked: the queue checks it).
+    Response(Cqe),
+}
+
+/// One connected queue's transport.
+pub(crate) trait QueueTransport: Send {
+    /// Sends command `sqe` (its command ID set) with the data `dir` describes: the transport
+    /// fills in the data pointer. Err: the queue fails with it.
+    fn send(&mut self, sqe: Sqe, dir: Dir) -> Result<(), Error>;
+
+    /// Appends what happened since the last poll to `events`, without blocking. Err(why):
+    /// the transport failed (the events before it stand).
+    fn poll(&mut self, events: &mut Vec<Event>) -> Result<(), String>;
+
+    /// Every few milliseconds while the queue is used: the connection's own events (the
+    /// target disconnected). Err(why): it failed.
+    fn check(&mut self) -> Result<(), String>;
+
+    /// Prepares to sleep: after this, an arrival wakes [`QueueTransport::wait`]. False if it
+    /// cannot (the queue spins instead). Poll once more after it: what came in before is
+    /// not signalled.
+    fn arm(&mut self) -> bool;
+
+    /// Sleeps until something arrived or `timeout` passed. `bulk`: large data is in flight,
+    /// which a transport may leave to its own threads to copy.
+    fn wait(&mut self, timeout: Duration, bulk: bool);
+
+    /// Stops the connection: from here the target can reach no buffer of the queue's.
+    fn disconnect(&mut self);
+
+    /// In-capsule data bytes the controller takes on this queue from now on (set once its
+    /// Connect is done and Identify Controller said so).
+    fn set_in_capsule_bytes(&mut self, n: u32);
+
+    /// The data slots the target granted for the host to place write data in (RDMA push
+    /// writes): how many, and how large each is.
+    fn push_slots(&self) -> Option<(u16, u32)> {
+        None
+    }
+}
