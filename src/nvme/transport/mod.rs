@@ -5,5 +5,7 @@
 //!
 //! - [`rdma`]: NVMe/RDMA's RDMA CM private data (request, accept, reject) and rdmablk's
 //!   push-write extension negotiated in it.
+//! - [`tcp`]: NVMe/TCP's PDUs, their digests and the checks of a received PDU header.
 
 pub mod rdma;
+pub mod tcp;
