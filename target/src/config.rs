@@ -194,11 +194,13 @@ impl Transport {
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct ListenerConfig {
-    /// The NVMe-oF transport hosts use: `rdma` (the default; the only one this build serves).
+    /// The NVMe-oF transport hosts use: `rdma` (the default) or `tcp` (NVMe/TCP).
     #[serde(default)]
     pub transport: Transport,
-    /// Under `rdma`: `verbs` (an RNIC or rxe/siw) or `soft` (the userspace provider over TCP).
-    pub provider: Provider,
+    /// Under `rdma` (and required there): `verbs` (an RNIC or rxe/siw) or `soft` (the
+    /// userspace provider over TCP). Not set under `tcp`.
+    #[serde(default)]
+    pub provider: Option<Provider>,
     /// Local IP address to listen on (`0.0.0.0` listens on all of the provider's devices).
     pub address: IpAddr,
     /// TCP/RDMA CM port.
@@ -220,6 +222,31 @@ fn default_port() -> u16 {
 pub enum Provider {
     Verbs,
     Soft,
+}
+
+impl ListenerConfig {
+    /// What tells two listeners apart (and a reload's kept listener from a new one).
+    pub fn key(&self) -> (Transport, Option<Provider>, IpAddr, u16) {
+        (self.transport, self.provider, self.address, self.port)
+    }
+
+    /// The RDMA provider of an `rdma` listener (validation requires one; `verbs` if unset).
+    pub fn rdma_provider(&self) -> Provider {
+        self.provider.unwrap_or(Provider::Verbs)
+    }
+
+    /// How the listener names itself in logs and errors: `soft 127.0.0.1:4420`,
+    /// `tcp [::1]:4420`.
+    pub fn describe(&self) -> String {
+        let what = match (self.transport, self.provider) {
+            (Transport::Rdma, Some(p)) => p.as_str(),
+            (t, _) => t.as_str(),
+        };
+        format!(
+            "{what} {}",
+            std::net::SocketAddr::new(self.address, self.port)
+        )
+    }
 }
 
 impl Provider {

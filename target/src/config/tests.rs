@@ -44,7 +44,7 @@ fn has_problem(text: &str, key: &str) -> bool {
 fn minimal_config_gets_the_documented_defaults() {
     let c = Config::from_str(MINIMAL).unwrap();
     assert_eq!(c.listeners[0].port, 4420);
-    assert_eq!(c.listeners[0].provider, Provider::Soft);
+    assert_eq!(c.listeners[0].provider, Some(Provider::Soft));
     assert_eq!(c.limits, Limits::default());
     assert_eq!(c.limits.max_queue_depth, 128);
     assert_eq!(c.limits.max_io_size, 128 << 10);
@@ -331,7 +331,7 @@ fn example_files_load_and_validate() {
     }
     let quick = Config::from_file(repo_config("quickstart.toml")).unwrap();
     assert_eq!(quick.listeners.len(), 1);
-    assert_eq!(quick.listeners[0].provider, Provider::Soft);
+    assert_eq!(quick.listeners[0].provider, Some(Provider::Soft));
     assert_eq!(quick.listeners[0].port, 4420);
     assert_eq!(quick.subsystems[0].nqn, "nqn.2026-11.io.rdmablk:quickstart");
     assert!(quick.subsystems[0].allow_any_host);
@@ -464,9 +464,9 @@ fn a_config_without_arena_gets_one_sized_from_the_limits() {
 }
 
 /// `[[listener]] transport` names the same transports as `[[referral]] transport`: `rdma` is
-/// the default and what is served; `tcp` is refused on a listener with the key and the fix.
+/// the default and needs a provider; `tcp` takes none.
 #[test]
-fn listener_transport_is_rdma_by_default_and_tcp_is_refused_for_now() {
+fn listener_transport_is_rdma_by_default_and_provider_belongs_to_rdma() {
     let c = Config::from_str(MINIMAL).unwrap();
     assert_eq!(c.listeners[0].transport, Transport::Rdma);
     let rdma = MINIMAL.replace("[[listener]]\n", "[[listener]]\ntransport = \"rdma\"\n");
@@ -474,9 +474,28 @@ fn listener_transport_is_rdma_by_default_and_tcp_is_refused_for_now() {
         Config::from_str(&rdma).unwrap().listeners[0].transport,
         Transport::Rdma
     );
+    // tcp with the provider the minimal file has: refused, naming the key and the fix.
     let tcp = MINIMAL.replace("[[listener]]\n", "[[listener]]\ntransport = \"tcp\"\n");
     let p = problems(&tcp);
     assert_eq!(p.len(), 1, "{p:#?}");
-    assert_eq!(p[0].key, "listener[0].transport");
-    assert!(p[0].message.contains("use \"rdma\""), "{}", p[0].message);
+    assert_eq!(p[0].key, "listener[0].provider");
+    assert!(p[0].message.contains("remove it"), "{}", p[0].message);
+    // tcp without one: fine.
+    let tcp = tcp.replace("provider = \"soft\"\n", "");
+    let c = Config::from_str(&tcp).unwrap();
+    assert_eq!(
+        (c.listeners[0].transport, c.listeners[0].provider),
+        (Transport::Tcp, None)
+    );
+    // rdma without one: refused.
+    let p = problems(&MINIMAL.replace("provider = \"soft\"\n", ""));
+    assert_eq!(p.len(), 1, "{p:#?}");
+    assert_eq!(p[0].key, "listener[0].provider");
+    assert!(p[0].message.contains("\"verbs\""), "{}", p[0].message);
+    // The same address and port on both transports are two listeners.
+    let both = format!(
+        "{}\n[[listener]]\ntransport = \"tcp\"\naddress = \"127.0.0.1\"\n",
+        MINIMAL
+    );
+    assert!(Config::from_str(&both).is_ok());
 }

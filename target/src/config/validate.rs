@@ -117,26 +117,24 @@ fn check_listeners(cfg: &Config, c: &mut Checker) {
     }
     let mut seen = HashSet::new();
     for (i, l) in cfg.listeners.iter().enumerate() {
-        if !seen.insert((l.provider, l.address, l.port)) {
+        if !seen.insert(l.key()) {
             c.fail(
                 format!("listener[{i}]"),
-                format!(
-                    "{} {}:{} is listed twice (remove the duplicate)",
-                    super::ProviderKind::from(l.provider),
-                    l.address,
-                    l.port
-                ),
+                format!("{} is listed twice (remove the duplicate)", l.describe()),
             );
         }
-        if l.transport != super::Transport::Rdma {
-            c.fail(
-                format!("listener[{i}].transport"),
-                format!(
-                    "\"{}\" is not served by this build yet (use \"rdma\", with provider \
-                     \"verbs\" for an RNIC or \"soft\" for rdmablk's userspace provider)",
-                    l.transport.as_str()
-                ),
-            );
+        match (l.transport, l.provider) {
+            (super::Transport::Rdma, None) => c.fail(
+                format!("listener[{i}].provider"),
+                "an rdma listener needs a provider: \"verbs\" (an RNIC, rxe or siw) or \
+                 \"soft\" (rdmablk's userspace provider)",
+            ),
+            (super::Transport::Tcp, Some(_)) => c.fail(
+                format!("listener[{i}].provider"),
+                "provider is meaningful only under transport = \"rdma\" (remove it from this \
+                 tcp listener)",
+            ),
+            _ => {}
         }
         if l.port == 0 {
             c.fail(

@@ -16,7 +16,7 @@ impl TargetHandle {
             .iter()
             .map(|l| {
                 json!({
-                    "provider": l.cfg.provider.as_str(),
+                    "provider": l.cfg.provider.map_or("", |p| p.as_str()),
                     "address": l.addr.to_string(),
                     "accepting": l.accepting(),
                     // Groups in a state other than optimized (the default).

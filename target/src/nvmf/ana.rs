@@ -128,7 +128,7 @@ mod tests {
     fn listener(ana: &[(&str, &str)]) -> ListenerConfig {
         ListenerConfig {
             transport: Default::default(),
-            provider: crate::config::Provider::Soft,
+            provider: Some(crate::config::Provider::Soft),
             address: "127.0.0.1".parse().unwrap(),
             port: 4420,
             ana: ana

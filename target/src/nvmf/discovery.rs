@@ -8,9 +8,9 @@
 //! anything else is Invalid Opcode / Invalid Field, as nvmet answers.
 //!
 //! The log a host reads lists, for every subsystem whose allow-list admits the host's NQN, one
-//! entry per listener of the fabric provider the host came in on (a host on RDMA learns of
-//! RDMA listeners; a host on the soft provider, of soft listeners, which only rdmablk's own
-//! initiator speaks), then one referral entry per `[[referral]]`. A host never learns of a
+//! entry per listener a host like it can use (a host on the soft provider learns of soft
+//! listeners, which only rdmablk's own initiator speaks; any other host, of every other
+//! listener: RDMA on an RNIC and NVMe/TCP), then one referral entry per `[[referral]]`. A host never learns of a
 //! subsystem it may not connect to. The generation counter changes whenever what the log
 //! could say changes.
 
@@ -70,12 +70,15 @@ pub fn identify_controller<X: QueueTransport>(
 
 /// The whole Discovery Log Page for the host of `ctrl`, which came in through listener
 /// `listener`.
-pub fn log_page(shared: &Shared, ctrl: &Controller, provider: Provider) -> Vec<u8> {
+pub fn log_page(shared: &Shared, ctrl: &Controller, provider: Option<Provider>) -> Vec<u8> {
+    // rdmablk's soft provider is its own: a host on it learns of soft ports only, and every
+    // other host of every other port (RDMA on an RNIC, NVMe/TCP).
+    let soft = Some(Provider::Soft);
     let ports: Vec<(u16, SocketAddr, Transport)> = shared
         .lock_ports()
         .iter()
         .enumerate()
-        .filter(|(_, l)| l.cfg.provider == provider)
+        .filter(|(_, l)| (l.cfg.provider == soft) == (provider == soft))
         .map(|(i, l)| {
             let portid = u16::try_from(i + 1).unwrap_or(u16::MAX);
             (portid, l.addr, l.cfg.transport)

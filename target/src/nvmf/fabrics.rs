@@ -228,7 +228,7 @@ fn connect_controller<X: QueueTransport>(
             ana,
             path: HostPath {
                 transport,
-                provider: conn.provider.as_str(),
+                provider: conn.provider.map_or("", |p| p.as_str()),
                 peer: conn.peer,
             },
             kato_ms: kato,

@@ -88,7 +88,10 @@ pub enum TargetError {
     /// A transport could not start (its device, its listener).
     #[error(transparent)]
     Transport(Box<dyn std::error::Error + Send + Sync>),
-    #[error("listener[{index}]: transport {transport} is not served by this target")]
+    #[error(
+        "listener[{index}]: transport {transport} is not served by this target (it serves the \
+         transports its listeners had at start: restart it to add another)"
+    )]
     NoTransport {
         index: usize,
         transport: &'static str,
@@ -224,8 +227,19 @@ impl Target {
     /// the listeners.
     pub fn start(cfg: Config) -> Result<Target, TargetError> {
         cfg.validate()?;
-        let arena = Arena::map(&cfg.arena)?;
-        let (rdma, arena) = RdmaTransport::open(&cfg, arena)?;
+        let mut arena = Arena::map(&cfg.arena)?;
+        let mut transports: Vec<Arc<dyn Transport>> = Vec::new();
+        let serves = |t| cfg.listeners.iter().any(|l| l.transport == t);
+        if serves(crate::config::Transport::Rdma) {
+            let (rdma, registered) = RdmaTransport::open(&cfg, arena)?;
+            arena = registered;
+            transports.push(Arc::new(rdma));
+        }
+        if serves(crate::config::Transport::Tcp) {
+            transports.push(Arc::new(transport::tcp::TcpTransport {
+                max_queue_depth: cfg.limits.max_queue_depth,
+            }));
+        }
         let arena = Arc::new(arena);
         let namespaces = NamespaceTable::default();
         let subsystems = open_subsystems(&cfg, &namespaces)?;
@@ -237,7 +251,7 @@ impl Target {
             workers: OnceLock::new(),
             controllers: ControllerTable::default(),
             arena,
-            transports: vec![Arc::new(rdma)],
+            transports,
             epoch: Instant::now(),
             stop: AtomicBool::new(false),
             connections: AtomicUsize::new(0),

@@ -57,8 +57,9 @@ pub struct Queue<X> {
     pub peer: SocketAddr,
     /// The listener the host came in through ([`super::port::Port::id`]).
     pub listener: u64,
-    /// That listener's provider (what discovery lists to this host).
-    pub provider: Provider,
+    /// That listener's RDMA provider, if it is an rdma listener (what discovery lists to
+    /// this host).
+    pub provider: Option<Provider>,
     pub phase: Phase,
     /// Request contexts (response slot and data slot `i` each), taken from `free_reqs` when a
     /// capsule arrives. They are separate from receive buffers: a receive is reposted as soon
@@ -95,7 +96,55 @@ pub struct Queue<X> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OutOfSlot;
 
+/// Who a new queue is: its place in its worker, its queue ID and depth, and where its host
+/// came from.
+pub struct QueueId {
+    pub key: u32,
+    pub qid: u16,
+    pub depth: u32,
+    pub peer: SocketAddr,
+    pub listener: u64,
+    pub provider: Option<Provider>,
+}
+
 impl<X> Queue<X> {
+    /// A queue of `id.depth` request contexts over transport state `xport` and `window`,
+    /// in `phase`, created at `created` (the Fabrics Connect deadline runs from there); I/O
+    /// queues accept `icd_bytes` of in-capsule data.
+    pub fn new(
+        xport: X,
+        window: Window,
+        id: QueueId,
+        phase: Phase,
+        icd_bytes: u32,
+        created: Instant,
+    ) -> Queue<X> {
+        let depth = id.depth;
+        Queue {
+            xport,
+            window,
+            key: id.key,
+            qid: id.qid,
+            depth,
+            peer: id.peer,
+            listener: id.listener,
+            provider: id.provider,
+            phase,
+            reqs: vec![Request::new(); depth as usize].into_boxed_slice(),
+            free_reqs: (0..depth).rev().collect(),
+            pending_capsules: VecDeque::with_capacity(depth as usize),
+            sq_head: 0,
+            sqhd_disabled: false,
+            ctrl: None,
+            backend_ops: 0,
+            icd_bytes: if id.qid == 0 { 0 } else { icd_bytes },
+            aers: Vec::with_capacity(MAX_HELD_AERS),
+            close_reason: "",
+            auth: None,
+            created,
+        }
+    }
+
     pub fn is_live(&self) -> bool {
         self.phase == Phase::Live
     }
@@ -149,6 +198,22 @@ impl<X> Queue<X> {
         Ok(())
     }
 
+    /// The command of the capsule in receive slot `recv` (`len` bytes received there), or
+    /// None if the slot cannot hold it.
+    pub fn capsule_sqe(&self, recv: u32, len: u32) -> Option<rdmablk::nvme::Sqe> {
+        use rdmablk::nvme::SQE_LEN;
+        let region = self.window.recv_slot(recv);
+        if (len as usize) < SQE_LEN || region.len < len as usize {
+            return None;
+        }
+        let mut b = [0u8; SQE_LEN];
+        // SAFETY: the receive slot lies inside this queue's window, mapped while the queue
+        // lives; its capsule arrived and the slot is not given back to the transport until
+        // the capsule is consumed, so nothing writes it now.
+        unsafe { std::ptr::copy_nonoverlapping(region.as_ptr(), b.as_mut_ptr(), SQE_LEN) };
+        Some(rdmablk::nvme::Sqe::decode(&b))
+    }
+
     /// Requests neither free nor held (for the shutdown drain).
     pub fn busy_requests(&self) -> usize {
         self.reqs
@@ -179,6 +244,42 @@ pub fn begin_close<X: QueueTransport>(q: &mut Queue<X>, reason: &'static str, sh
         return;
     }
     disconnect(q);
+}
+
+/// Whether responses have waited to leave with no progress for longer than a limit: what a
+/// transport's [`QueueTransport::send_stalled`] keeps (no clock read on the I/O path).
+#[derive(Clone, Copy, Debug)]
+pub struct SendWatch {
+    seen: u64,
+    since: Instant,
+}
+
+impl Default for SendWatch {
+    fn default() -> Self {
+        SendWatch {
+            seen: 0,
+            since: Instant::now(),
+        }
+    }
+}
+
+impl SendWatch {
+    /// Called every housekeeping tick with whether anything waits to be sent and a counter
+    /// of progress (completions, bytes): true once nothing moved for more than `limit_ms`
+    /// (0: never) while something waits. Accurate to the tick.
+    pub fn stalled(&mut self, waiting: bool, progress: u64, limit_ms: u32) -> bool {
+        if limit_ms == 0 {
+            return false;
+        }
+        if !waiting || progress != self.seen {
+            *self = SendWatch {
+                seen: progress,
+                since: Instant::now(),
+            };
+            return false;
+        }
+        self.since.elapsed().as_millis() > u128::from(limit_ms)
+    }
 }
 
 /// Disconnects the queue's transport; the queue drains from here.

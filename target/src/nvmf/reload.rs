@@ -236,7 +236,7 @@ impl Plan {
                 }
             }
         }
-        let key = |l: &ListenerConfig| (l.provider, l.address, l.port);
+        let key = |l: &ListenerConfig| l.key();
         let old_l: HashSet<_> = old.listeners.iter().map(key).collect();
         let new_l: HashSet<_> = new.listeners.iter().map(key).collect();
         p.added_listeners = new
@@ -459,7 +459,7 @@ fn publish(shared: &Arc<Shared>, plan: &Plan, new: &Config, ready: Prepared) -> 
     // Listeners.
     {
         let mut ls = shared.lock_ports();
-        let key = |l: &ListenerConfig| (l.provider, l.address, l.port);
+        let key = |l: &ListenerConfig| l.key();
         let gone: HashSet<_> = plan.removed_listeners.iter().map(key).collect();
         let mut kept = Vec::new();
         for l in ls.drain(..) {

@@ -35,6 +35,7 @@ use crate::backend::Completion;
 use crate::config::{self, ListenerConfig};
 
 pub mod rdma;
+pub mod tcp;
 
 /// What a transport does for one queue. Each function takes the whole queue (the core's
 /// state and the transport's own, `q.xport`), so the transport can use the queue's window and

@@ -13,8 +13,7 @@ use super::group::RdmaGroup;
 use super::queue::{post_recv, Connection, RdmaQueue, RemoteKey};
 use super::wr_id::{WrId, WrKind};
 use crate::arena::Window;
-use crate::nvmf::queue::{begin_close, Phase, Queue, MAX_HELD_AERS};
-use crate::nvmf::request::Request;
+use crate::nvmf::queue::{begin_close, Phase, Queue, QueueId, SendWatch};
 use crate::nvmf::Shared;
 
 /// A connection handed from a listener to a worker: QP created on the worker's CQ, window
@@ -41,49 +40,32 @@ impl RdmaGroup {
     pub(super) fn add_conn(&mut self, p: PendingConn, shared: &Shared) {
         let key = self.queues.next_key();
         let lkey = self.dev.lkey;
-        let icd_bytes = if p.qid == 0 {
-            0
-        } else {
-            shared.cfg.limits.in_capsule_data_size
+        let xport = RdmaQueue {
+            remote_key: None,
+            qp: p.qp,
+            lkey,
+            read_depth: p.read_depth,
+            reads_in_flight: 0,
+            read_wait: VecDeque::with_capacity(p.depth as usize),
+            sends_out: 0,
+            send_completions: 0,
+            send_watch: SendWatch::default(),
+            recvs_out: 0,
+            push: None,
+            push_busy: Box::new([]),
+            accept: None,
+            cqes: p.cqes,
         };
-        let mut conn = Queue {
-            xport: RdmaQueue {
-                remote_key: None,
-                qp: p.qp,
-                lkey,
-                read_depth: p.read_depth,
-                reads_in_flight: 0,
-                read_wait: VecDeque::with_capacity(p.depth as usize),
-                sends_out: 0,
-                send_completions: 0,
-                send_watch: (0, Instant::now()),
-                recvs_out: 0,
-                push: None,
-                push_busy: Box::new([]),
-                accept: None,
-                cqes: p.cqes,
-            },
-            window: p.window,
+        let id = QueueId {
             key,
             qid: p.qid,
             depth: p.depth,
             peer: p.peer,
             listener: p.listener,
-            provider: p.provider,
-            phase: Phase::Binding,
-            reqs: vec![Request::new(); p.depth as usize].into_boxed_slice(),
-            free_reqs: (0..p.depth).rev().collect(),
-            pending_capsules: VecDeque::with_capacity(p.depth as usize),
-            sq_head: 0,
-            sqhd_disabled: false,
-            ctrl: None,
-            backend_ops: 0,
-            icd_bytes,
-            aers: Vec::with_capacity(MAX_HELD_AERS),
-            close_reason: "",
-            created: Instant::now(),
-            auth: None,
+            provider: Some(p.provider),
         };
+        let icd = shared.cfg.limits.in_capsule_data_size;
+        let mut conn = Queue::new(xport, p.window, id, Phase::Binding, icd, Instant::now());
         for slot in 0..p.depth {
             if let Err(e) = post_recv(&mut conn, slot) {
                 tracing::warn!(peer = %p.peer, error = %e, "cannot post receives; dropping");

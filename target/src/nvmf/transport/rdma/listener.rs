@@ -50,7 +50,7 @@ pub(super) fn start(
     let workers = shared.workers.get().cloned().unwrap_or_default();
     let mut l = Acceptor {
         listener: id,
-        provider: cfg.provider,
+        provider: cfg.rdma_provider(),
         shared: Arc::clone(shared),
         dev: Arc::clone(dev),
         workers,

@@ -180,12 +180,17 @@ impl Transport for RdmaTransport {
 
 /// The fabric provider of listener `l`.
 pub fn provider_kind(l: &ListenerConfig) -> ProviderKind {
-    l.provider.into()
+    l.rdma_provider().into()
 }
 
 fn open_device(cfg: &Config) -> Result<Device, TargetError> {
     let mut first: Option<Device> = None;
-    for (index, l) in cfg.listeners.iter().enumerate() {
+    let rdma = cfg
+        .listeners
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.transport == config::Transport::Rdma);
+    for (index, l) in rdma {
         let provider = provider_kind(l);
         let d =
             Device::open_for_addr(provider, l.address).map_err(|source| RdmaError::OpenDevice {
@@ -207,13 +212,13 @@ fn open_device(cfg: &Config) -> Result<Device, TargetError> {
             }
         }
     }
-    // Validation guarantees at least one listener.
+    // Opened only when an rdma listener is configured.
     first.ok_or_else(|| {
         TargetError::Config(ConfigError::Invalid {
             path: None,
             problems: vec![crate::config::Problem {
                 key: "listener".into(),
-                message: "no listener is configured".into(),
+                message: "no rdma listener is configured".into(),
             }],
         })
     })

@@ -39,7 +39,7 @@
 //! window is bound over it (rxe: EINVAL).
 
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rdmablk::fabric::{ConnParam, FabricError, Mr, Mw, Qp, RecvWr, SendFlags, SendWr, Sge, WrOp};
 use rdmablk::nvme::identify::sgls;
@@ -49,7 +49,7 @@ use rdmablk::nvme::{Cqe, IdentifyController, Sgl, Sqe, Status, SQE_LEN};
 use super::data::map_data;
 use super::wr_id::{WrId, WrKind};
 use crate::nvmf::data_phase::{Next, SglFit};
-use crate::nvmf::queue::{begin_close, Queue};
+use crate::nvmf::queue::{begin_close, Queue, SendWatch};
 use crate::nvmf::request::{DataDir, ReqState};
 use crate::nvmf::transport::QueueTransport;
 use crate::nvmf::Shared;
@@ -97,9 +97,9 @@ pub struct RdmaQueue {
     pub sends_out: u32,
     /// Send-side completions so far (counted per completion; no clock read on the I/O path).
     pub send_completions: u64,
-    /// What housekeeping last saw of `send_completions`, and since when: unchanged for more
-    /// than `target.response_timeout_ms` with sends out, the host takes nothing.
-    pub send_watch: (u64, Instant),
+    /// `send_completions` unchanged for more than `target.response_timeout_ms` with sends
+    /// out: the host takes nothing.
+    pub send_watch: SendWatch,
     /// Receives posted and not completed.
     pub recvs_out: u32,
     /// Push-write grant of this connection.
@@ -210,16 +210,7 @@ impl QueueTransport for RdmaQueue {
     }
 
     fn read_capsule(q: &Connection, recv: u32, len: u32) -> Option<Sqe> {
-        let region = q.window.recv_slot(recv);
-        if (len as usize) < SQE_LEN || region.len < SQE_LEN {
-            return None;
-        }
-        let mut b = [0u8; SQE_LEN];
-        // SAFETY: the receive slot lies inside this queue's window, which the arena keeps
-        // mapped while the queue lives; the receive completed and is not reposted until the
-        // capsule is consumed, so nothing writes it now.
-        unsafe { std::ptr::copy_nonoverlapping(region.as_ptr(), b.as_mut_ptr(), SQE_LEN) };
-        Some(Sqe::decode(&b))
+        q.capsule_sqe(recv, len)
     }
 
     fn release_capsule(q: &mut Connection, recv: u32) -> Result<(), FabricError> {
@@ -369,16 +360,9 @@ impl QueueTransport for RdmaQueue {
     }
 
     /// Whether sends have been out with no send-side completion for longer than `limit_ms`.
-    /// Accurate to the housekeeping tick.
     fn send_stalled(q: &mut Connection, limit_ms: u32) -> bool {
         let x = &mut q.xport;
-        if limit_ms == 0 {
-            return false;
-        }
-        if x.sends_out == 0 || x.send_completions != x.send_watch.0 {
-            x.send_watch = (x.send_completions, Instant::now());
-            return false;
-        }
-        x.send_watch.1.elapsed().as_millis() > u128::from(limit_ms)
+        x.send_watch
+            .stalled(x.sends_out > 0, x.send_completions, limit_ms)
     }
 }

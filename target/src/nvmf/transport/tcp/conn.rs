@@ -1,0 +1,221 @@
+//! One NVMe/TCP connection's socket: what came in and is not consumed yet (a receive buffer
+//! that PDUs are parsed from in place), and what is to go out (a queue of PDUs, each a header
+//! with its digest and padding, optional data straight from the arena, and its data digest),
+//! written with one `sendmsg` for as many PDUs as are queued.
+
+use std::collections::VecDeque;
+use std::io;
+use std::net::TcpStream;
+use std::os::fd::AsRawFd;
+
+/// Receive buffer bytes: room for the largest PDU this target accepts (an H2CData of
+/// [`super::MAXH2CDATA`], or a CapsuleCmd with 8 KiB of in-capsule data) plus what follows.
+pub const RX_BYTES: usize = 2 * super::MAXH2CDATA as usize;
+/// Header bytes a queued PDU may have: a TermReq with its quote (152), or a data PDU's header,
+/// digest and padding up to a PDA of 31 (128 + 4).
+pub const TX_HEADER_BYTES: usize = 160;
+/// PDUs written per `sendmsg` at most (three pieces each).
+const IOV_BATCH: usize = 64;
+
+/// A PDU to send.
+pub struct TxPdu {
+    /// Header, header digest and padding.
+    pub head: [u8; TX_HEADER_BYTES],
+    pub head_len: u16,
+    /// Data from the arena (a request's data slot): address and length.
+    pub data: Option<(*const u8, usize)>,
+    /// Data digest, sent after the data.
+    pub ddgst: Option<[u8; 4]>,
+    /// The request slot whose response this PDU completes (the core hears it was sent once
+    /// the whole PDU is written).
+    pub completes: Option<u32>,
+}
+
+impl TxPdu {
+    fn len(&self) -> usize {
+        usize::from(self.head_len)
+            + self.data.map_or(0, |(_, n)| n)
+            + self.ddgst.map_or(0, |d| d.len())
+    }
+}
+
+/// The socket and its buffers.
+pub struct Conn {
+    pub stream: TcpStream,
+    rx: Box<[u8]>,
+    /// `rx[start..end]` is received and not consumed.
+    start: usize,
+    end: usize,
+    tx: VecDeque<TxPdu>,
+    /// Bytes of `tx.front()` already written.
+    tx_off: usize,
+    /// Bytes written so far (progress, for the stalled-host timer).
+    pub sent_bytes: u64,
+    /// The peer closed its side, or the socket failed: why.
+    pub broken: Option<String>,
+    iov: Vec<libc::iovec>,
+}
+
+impl Conn {
+    pub fn new(stream: TcpStream, tx_capacity: usize) -> io::Result<Conn> {
+        stream.set_nonblocking(true)?;
+        stream.set_nodelay(true)?;
+        Ok(Conn {
+            stream,
+            rx: vec![0u8; RX_BYTES].into_boxed_slice(),
+            start: 0,
+            end: 0,
+            tx: VecDeque::with_capacity(tx_capacity),
+            tx_off: 0,
+            sent_bytes: 0,
+            broken: None,
+            iov: Vec::with_capacity(3 * IOV_BATCH),
+        })
+    }
+
+    /// Reads what the socket has, as far as the buffer has room. True if anything came.
+    pub fn fill(&mut self) -> bool {
+        if self.start > 0 && (self.end == self.rx.len() || self.start == self.end) {
+            self.rx.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        let mut any = false;
+        while self.end < self.rx.len() {
+            // SAFETY: the destination is the free tail of our own buffer.
+            let n = unsafe {
+                libc::recv(
+                    self.stream.as_raw_fd(),
+                    self.rx[self.end..].as_mut_ptr().cast(),
+                    self.rx.len() - self.end,
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if n > 0 {
+                self.end += n as usize;
+                any = true;
+                continue;
+            }
+            if n == 0 {
+                self.broken
+                    .get_or_insert_with(|| "the host closed the connection".into());
+                break;
+            }
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::WouldBlock => break,
+                io::ErrorKind::Interrupted => continue,
+                _ => {
+                    self.broken.get_or_insert_with(|| format!("receive: {e}"));
+                    break;
+                }
+            }
+        }
+        any
+    }
+
+    /// The received bytes not consumed yet.
+    pub fn received(&self) -> &[u8] {
+        &self.rx[self.start..self.end]
+    }
+
+    /// Consumes `n` received bytes.
+    pub fn consume(&mut self, n: usize) {
+        debug_assert!(n <= self.end - self.start);
+        self.start += n;
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+    }
+
+    /// Queues a PDU (written by the next [`Conn::flush`]).
+    pub fn queue(&mut self, pdu: TxPdu) {
+        self.tx.push_back(pdu);
+    }
+
+    pub fn has_output(&self) -> bool {
+        !self.tx.is_empty()
+    }
+
+    /// PDUs queued and not written.
+    pub fn queued(&self) -> usize {
+        self.tx.len()
+    }
+
+    /// Drops what is queued (the connection is closing: nothing more goes out).
+    pub fn discard_output(&mut self) {
+        self.tx.clear();
+        self.tx_off = 0;
+    }
+
+    /// Writes as much of the queue as the socket takes; each request slot whose PDU is written
+    /// whole goes to `sent`. Returns whether output is left (the socket is full).
+    pub fn flush(&mut self, sent: &mut impl FnMut(u32)) -> bool {
+        while !self.tx.is_empty() && self.broken.is_none() {
+            self.iov.clear();
+            let mut skip = self.tx_off;
+            for pdu in self.tx.iter().take(IOV_BATCH) {
+                let head = &pdu.head[..usize::from(pdu.head_len)];
+                let parts = [
+                    Some((head.as_ptr(), head.len())),
+                    pdu.data,
+                    pdu.ddgst.as_ref().map(|d| (d.as_ptr(), d.len())),
+                ];
+                for (ptr, len) in parts.into_iter().flatten() {
+                    if skip >= len {
+                        skip -= len;
+                        continue;
+                    }
+                    self.iov.push(libc::iovec {
+                        // SAFETY: `skip < len`, inside the piece.
+                        iov_base: unsafe { ptr.add(skip) } as *mut libc::c_void,
+                        iov_len: len - skip,
+                    });
+                    skip = 0;
+                }
+            }
+            // SAFETY: a zeroed msghdr is valid; it names our iovecs, which point at PDU headers
+            // we own and at arena data slots that stay mapped and unchanged while queued.
+            let n = unsafe {
+                let mut msg: libc::msghdr = std::mem::zeroed();
+                msg.msg_iov = self.iov.as_mut_ptr();
+                msg.msg_iovlen = self.iov.len() as _;
+                libc::sendmsg(
+                    self.stream.as_raw_fd(),
+                    &msg,
+                    libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+                )
+            };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                match e.kind() {
+                    io::ErrorKind::WouldBlock => return true,
+                    io::ErrorKind::Interrupted => continue,
+                    _ => {
+                        self.broken.get_or_insert_with(|| format!("send: {e}"));
+                        return false;
+                    }
+                }
+            }
+            let mut n = n as usize;
+            self.sent_bytes += n as u64;
+            while n > 0 {
+                let Some(front) = self.tx.front() else {
+                    break;
+                };
+                let left = front.len() - self.tx_off;
+                if n < left {
+                    self.tx_off += n;
+                    break;
+                }
+                n -= left;
+                self.tx_off = 0;
+                if let Some(slot) = self.tx.pop_front().and_then(|p| p.completes) {
+                    sent(slot);
+                }
+            }
+        }
+        false
+    }
+}

@@ -1,0 +1,696 @@
+//! A worker's NVMe/TCP connections: one epoll set over their sockets, polled without
+//! blocking each pass of the worker's loop and slept on when it idles; the connection
+//! initialization (ICReq, ICResp) and the first command, the Fabrics Connect that says which
+//! queue the connection is and how deep; then every PDU of the queue: command capsules, H2C
+//! data answering our R2Ts, the host's TermReq. Everything a pass queued to send leaves at the
+//! end of the pass, with one `sendmsg` per connection.
+
+use std::any::Any;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use rdmablk::nvme::opcodes::{self, fctype};
+use rdmablk::nvme::transport::tcp::{
+    ch_offset, digest, flags, pdu_type, CommonHeader, DataHeader, Direction, Fes, IcReq, IcResp,
+    Negotiated, PduLayout, TermError, TermReq, CH_LEN, DATA_HLEN, DIGEST_LEN, IC_LEN,
+    TERM_REQ_MAX_DATA,
+};
+use rdmablk::nvme::{Connect, Sqe, SQE_LEN};
+
+use super::conn::{Conn, TxPdu, TX_HEADER_BYTES};
+use super::queue::{TcpConnection, TcpQueue, NO_R2T};
+use super::{TcpPending, ADMIN_CAPSULE_DATA, MAXH2CDATA};
+use crate::arena::WindowLayout;
+use crate::backend::Completion;
+use crate::nvmf::queue::{begin_close, Phase, Queue, QueueId};
+use crate::nvmf::request::{ReqState, Tag};
+use crate::nvmf::request_flow::{execute, on_capsule, on_sent, Ctx};
+use crate::nvmf::transport::{PollGroup, Ready};
+use crate::nvmf::worker::queues::Queues;
+use crate::nvmf::{Shared, ADMIN_QUEUE_DEPTH};
+
+/// Epoll token of the worker's other descriptor.
+const OTHER: u64 = u64::MAX;
+/// Epoll tokens of connections not yet a queue: this bit and their index.
+const PENDING: u64 = 1 << 62;
+/// Events taken per epoll_wait.
+const EVENTS: usize = 64;
+
+/// A connection between its accept and its Fabrics Connect.
+struct Pending {
+    conn: Conn,
+    peer: SocketAddr,
+    listener: u64,
+    created: Instant,
+    /// Set once the ICReq is answered.
+    neg: Option<Negotiated>,
+}
+
+/// A worker's NVMe/TCP connections.
+pub struct TcpGroup {
+    epoll: OwnedFd,
+    pending: Vec<Option<Pending>>,
+    queues: Queues<TcpQueue>,
+    events: Vec<libc::epoll_event>,
+    /// The worker's other descriptor while it is in the epoll set.
+    other: Option<RawFd>,
+    /// Queues with requests whose response was written (the core hears at the next poll).
+    sent_keys: Vec<u32>,
+    /// Transmit queue capacity of a new connection.
+    tx_capacity: usize,
+}
+
+fn epoll_ctl(epoll: &OwnedFd, op: i32, fd: RawFd, events: u32, token: u64) -> bool {
+    let mut ev = libc::epoll_event { events, u64: token };
+    // SAFETY: both descriptors are open; `ev` is a valid event for the call.
+    unsafe { libc::epoll_ctl(epoll.as_raw_fd(), op, fd, &mut ev) == 0 }
+}
+
+const IN: u32 = (libc::EPOLLIN | libc::EPOLLRDHUP) as u32;
+const IN_OUT: u32 = (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLOUT) as u32;
+
+impl TcpGroup {
+    pub fn new(max_depth: u32) -> std::io::Result<TcpGroup> {
+        // SAFETY: plain system call; the descriptor is owned from here on.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(TcpGroup {
+            // SAFETY: `fd` is a new descriptor nothing else owns.
+            epoll: unsafe { OwnedFd::from_raw_fd(fd) },
+            pending: Vec::new(),
+            queues: Queues::default(),
+            events: vec![libc::epoll_event { events: 0, u64: 0 }; EVENTS],
+            other: None,
+            sent_keys: Vec::new(),
+            tx_capacity: 3 * max_depth as usize + 8,
+        })
+    }
+
+    fn epoll_wait(&mut self, timeout_ms: i32) -> usize {
+        // SAFETY: the buffer holds `events.len()` entries.
+        let n = unsafe {
+            libc::epoll_wait(
+                self.epoll.as_raw_fd(),
+                self.events.as_mut_ptr(),
+                self.events.len() as i32,
+                timeout_ms,
+            )
+        };
+        n.max(0) as usize
+    }
+
+    fn drop_pending(&mut self, i: usize, shared: &Shared, why: &str) {
+        if let Some(p) = self.pending[i].take() {
+            tracing::info!(peer = %p.peer, why, "NVMe/TCP connection closed before its Connect");
+            shared.connections.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// What a connection before its Connect sent: the ICReq, then the Connect capsule, which
+    /// makes it a queue.
+    fn on_pending(&mut self, i: usize, ctx: &mut Ctx<'_>) {
+        let Some(p) = self.pending[i].as_mut() else {
+            return;
+        };
+        p.conn.fill();
+        loop {
+            let Some(p) = self.pending[i].as_mut() else {
+                return;
+            };
+            let buf = p.conn.received();
+            if buf.len() < CH_LEN {
+                break;
+            }
+            let ch = CommonHeader::decode(buf[..CH_LEN].try_into().expect("8 bytes"));
+            let layout =
+                match PduLayout::check(&ch, Direction::HostToController, p.neg, ADMIN_CAPSULE_DATA)
+                {
+                    Ok(l) => l,
+                    Err(e) => return self.fatal_pending(i, e, ctx.shared),
+                };
+            if buf.len() < layout.plen {
+                break;
+            }
+            match p.neg {
+                None => {
+                    let b: &[u8; IC_LEN] = buf[..IC_LEN].try_into().expect("128 bytes");
+                    let req = match IcReq::decode(b) {
+                        Ok(r) => r,
+                        Err(e) => return self.fatal_pending(i, e, ctx.shared),
+                    };
+                    let resp = IcResp {
+                        pfv: 0,
+                        cpda: 0,
+                        hdgst: req.hdgst,
+                        ddgst: req.ddgst,
+                        maxh2cdata: MAXH2CDATA,
+                    };
+                    p.conn.consume(IC_LEN);
+                    let mut pdu = blank_pdu();
+                    pdu.head[..IC_LEN].copy_from_slice(&resp.encode());
+                    pdu.head_len = IC_LEN as u16;
+                    p.conn.queue(pdu);
+                    p.neg = Some(Negotiated {
+                        hdgst: req.hdgst,
+                        ddgst: req.ddgst,
+                        pda: req.hpda,
+                    });
+                    tracing::debug!(peer = %p.peer, hdgst = req.hdgst, ddgst = req.ddgst,
+                        hpda = req.hpda, "NVMe/TCP connection initialized");
+                }
+                Some(neg) => {
+                    if ch.pdu_type != pdu_type::CAPSULE_CMD {
+                        let e = TermError {
+                            fes: Fes::PduSequenceError,
+                            fei: 0,
+                            what: "the first PDU after the connection's initialization is not a command",
+                        };
+                        return self.fatal_pending(i, e, ctx.shared);
+                    }
+                    let sqe_at = CH_LEN;
+                    let sqe =
+                        Sqe::decode(buf[sqe_at..sqe_at + SQE_LEN].try_into().expect("64 bytes"));
+                    return self.connect_queue(i, sqe, neg, ctx);
+                }
+            }
+        }
+        let broken = self.pending[i].as_ref().and_then(|p| p.conn.broken.clone());
+        if let Some(why) = broken {
+            self.drop_pending(i, ctx.shared, &why);
+        }
+    }
+
+    /// Makes pending connection `i` the queue its first command (a Fabrics Connect) names,
+    /// then lets the core run that command.
+    fn connect_queue(&mut self, i: usize, sqe: Sqe, neg: Negotiated, ctx: &mut Ctx<'_>) {
+        let shared = ctx.shared;
+        let connect = (sqe.opcode == opcodes::FABRICS && sqe.fctype() == fctype::CONNECT)
+            .then(|| Connect::from_sqe(&sqe).ok())
+            .flatten();
+        let Some(c) = connect else {
+            let e = TermError {
+                fes: Fes::PduSequenceError,
+                fei: 0,
+                what: "the first command is not a valid Fabrics Connect",
+            };
+            return self.fatal_pending(i, e, shared);
+        };
+        let limits = &shared.cfg.limits;
+        let max = if c.qid == 0 {
+            ADMIN_QUEUE_DEPTH
+        } else {
+            limits.max_queue_depth
+        };
+        // A host asking for more than allowed gets the core's Connect answer (SQSIZE
+        // invalid) on a queue of the largest depth allowed.
+        let depth = c.queue_entries().clamp(1, max);
+        let layout = WindowLayout::new(
+            depth,
+            limits.in_capsule_data_size.max(ADMIN_CAPSULE_DATA),
+            limits.max_io_size,
+        );
+        let window = match shared.arena.carve(layout) {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::warn!(error = %e, qid = c.qid, "no arena space for an NVMe/TCP queue");
+                return self.drop_pending(i, shared, "no arena space");
+            }
+        };
+        let Some(p) = self.pending[i].take() else {
+            return;
+        };
+        let key = self.queues.next_key();
+        let fd = p.conn.stream.as_raw_fd();
+        if !epoll_ctl(&self.epoll, libc::EPOLL_CTL_MOD, fd, IN, u64::from(key)) {
+            tracing::warn!(peer = %p.peer, "epoll refused a connection");
+            shared.connections.fetch_sub(1, Ordering::AcqRel);
+            return;
+        }
+        let id = QueueId {
+            key,
+            qid: c.qid,
+            depth,
+            peer: p.peer,
+            listener: p.listener,
+            provider: None,
+        };
+        let xport = TcpQueue::new(p.conn, neg, depth);
+        let icd = limits.in_capsule_data_size;
+        let q = Queue::new(xport, window, id, Phase::Live, icd, p.created);
+        tracing::info!(peer = %q.peer, qid = q.qid, depth, hdgst = neg.hdgst, ddgst = neg.ddgst,
+            window_bytes = q.window.len(), "queue connected (NVMe/TCP)");
+        shared.log_arena("queue connected");
+        self.queues.put(q);
+        self.on_queue(key, ctx);
+    }
+
+    /// Sends a TermReq for what pending connection `i` sent, and closes it.
+    fn fatal_pending(&mut self, i: usize, e: TermError, shared: &Shared) {
+        if let Some(p) = self.pending[i].as_mut() {
+            tracing::warn!(peer = %p.peer, error = %e, "NVMe/TCP connection refused");
+            let quote = p.conn.received();
+            let quote = &quote[..quote.len().min(TERM_REQ_MAX_DATA)];
+            let pdu = term_req(e, quote);
+            p.conn.queue(pdu);
+            p.conn.flush(&mut |_| {});
+        }
+        self.drop_pending(i, shared, e.what);
+    }
+
+    /// What queue `key`'s socket brought.
+    fn on_queue(&mut self, key: u32, ctx: &mut Ctx<'_>) {
+        let Some(q) = self.queues.get(key) else {
+            return;
+        };
+        if q.is_closing() {
+            return;
+        }
+        q.xport.conn.fill();
+        while !q.is_closing() {
+            match next_pdu(q) {
+                Ok(Some(layout)) => {
+                    if let Err(e) = on_pdu(q, &layout, ctx) {
+                        fatal(q, e, ctx.shared);
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => fatal(q, e, ctx.shared),
+            }
+        }
+        if let Some(why) = q.xport.conn.broken.clone() {
+            if !q.is_closing() {
+                tracing::info!(peer = %q.peer, qid = q.qid, why, "NVMe/TCP connection ended");
+                begin_close(q, "host disconnected", ctx.shared);
+            }
+        }
+    }
+
+    fn flush_all(&mut self) {
+        for q in self.queues.iter_mut() {
+            if !q.xport.conn.has_output() || q.xport.conn.broken.is_some() {
+                continue;
+            }
+            let x = &mut q.xport;
+            let sent = &mut x.sent;
+            let before = sent.len();
+            let full = x.conn.flush(&mut |slot| sent.push(slot));
+            if sent.len() > before && before == 0 {
+                self.sent_keys.push(q.key);
+            }
+            if full != x.epollout {
+                let events = if full { IN_OUT } else { IN };
+                let fd = x.conn.stream.as_raw_fd();
+                if epoll_ctl(
+                    &self.epoll,
+                    libc::EPOLL_CTL_MOD,
+                    fd,
+                    events,
+                    u64::from(q.key),
+                ) {
+                    x.epollout = full;
+                }
+            }
+        }
+        for p in self.pending.iter_mut().flatten() {
+            if p.conn.has_output() {
+                p.conn.flush(&mut |_| {});
+            }
+        }
+    }
+}
+
+fn blank_pdu() -> TxPdu {
+    TxPdu {
+        head: [0u8; TX_HEADER_BYTES],
+        head_len: 0,
+        data: None,
+        ddgst: None,
+        completes: None,
+    }
+}
+
+fn term_req(e: TermError, quote: &[u8]) -> TxPdu {
+    let mut pdu = blank_pdu();
+    let b: &mut [u8; DATA_HLEN + TERM_REQ_MAX_DATA] = (&mut pdu.head
+        [..DATA_HLEN + TERM_REQ_MAX_DATA])
+        .try_into()
+        .expect("152 bytes");
+    let n = TermReq::from(e).encode(pdu_type::C2H_TERM_REQ, quote, b);
+    pdu.head_len = n as u16;
+    pdu
+}
+
+/// Reports a fatal error to the host (C2HTermReq quoting the offending header) and closes the
+/// queue.
+fn fatal(q: &mut TcpConnection, e: TermError, shared: &Shared) {
+    tracing::warn!(peer = %q.peer, qid = q.qid, error = %e, "NVMe/TCP protocol error: terminating the connection");
+    let quote = q.xport.conn.received();
+    let quote = &quote[..quote.len().min(TERM_REQ_MAX_DATA)];
+    let pdu = term_req(e, quote);
+    q.xport.conn.discard_output();
+    q.xport.conn.queue(pdu);
+    q.xport.conn.flush(&mut |_| {});
+    begin_close(q, "NVMe/TCP protocol error", shared);
+}
+
+/// The next whole PDU in the receive buffer, checked up to its data's digest: its layout, or
+/// None if it has not all arrived.
+fn next_pdu(q: &mut TcpConnection) -> Result<Option<PduLayout>, TermError> {
+    let buf = q.xport.conn.received();
+    if buf.len() < CH_LEN {
+        return Ok(None);
+    }
+    let ch = CommonHeader::decode(buf[..CH_LEN].try_into().expect("8 bytes"));
+    let host = Negotiated {
+        pda: 0, // CPDA: what the host's PDUs to us are aligned to
+        ..q.xport.neg
+    };
+    let max = match ch.pdu_type {
+        pdu_type::CAPSULE_CMD => ADMIN_CAPSULE_DATA.max(q.icd_bytes),
+        _ => MAXH2CDATA,
+    };
+    let layout = PduLayout::check(&ch, Direction::HostToController, Some(host), max)?;
+    if buf.len() < layout.plen {
+        return Ok(None);
+    }
+    if layout.hdgst > 0 {
+        let want = digest(&buf[..layout.hlen]);
+        let got = u32::from_le_bytes(buf[layout.hlen..layout.hlen + 4].try_into().expect("4"));
+        if want != got {
+            return Err(TermError {
+                fes: Fes::HeaderDigestError,
+                fei: 0,
+                what: "header digest mismatch",
+            });
+        }
+    }
+    Ok(Some(layout))
+}
+
+/// Acts on the whole PDU at the head of the receive buffer, and consumes it.
+fn on_pdu(q: &mut TcpConnection, l: &PduLayout, ctx: &mut Ctx<'_>) -> Result<(), TermError> {
+    let data_ok = {
+        let buf = q.xport.conn.received();
+        l.ddgst == 0 || {
+            let data = &buf[l.pdo..l.pdo + l.data_len];
+            let got = u32::from_le_bytes(
+                buf[l.pdo + l.data_len..l.pdo + l.data_len + DIGEST_LEN]
+                    .try_into()
+                    .expect("4"),
+            );
+            digest(data) == got
+        }
+    };
+    match l.pdu_type {
+        pdu_type::CAPSULE_CMD => {
+            if !data_ok {
+                // Nothing of the command ran: the host's error recovery resends it.
+                return Err(data_digest_error());
+            }
+            let Some(recv) = q.xport.free_recv.pop() else {
+                return Err(TermError {
+                    fes: Fes::PduSequenceError,
+                    fei: 0,
+                    what: "a command beyond the queue's size",
+                });
+            };
+            let len = SQE_LEN + l.data_len;
+            let region = q.window.recv_slot(recv);
+            assert!(
+                len <= region.len,
+                "capsule slots hold the largest capsule accepted"
+            );
+            let buf = q.xport.conn.received();
+            // SAFETY: the receive slot lies in this queue's window and is free (just taken
+            // from the free list); the source is our receive buffer; they cannot overlap.
+            unsafe {
+                std::ptr::copy_nonoverlapping(buf[CH_LEN..].as_ptr(), region.as_ptr(), SQE_LEN);
+                if l.data_len > 0 {
+                    std::ptr::copy_nonoverlapping(
+                        buf[l.pdo..].as_ptr(),
+                        region.as_ptr().add(SQE_LEN),
+                        l.data_len,
+                    );
+                }
+            }
+            q.xport.conn.consume(l.plen);
+            on_capsule(q, recv, len as u32, ctx);
+            Ok(())
+        }
+        pdu_type::H2C_DATA => {
+            let buf = q.xport.conn.received();
+            let h = DataHeader::decode(buf[..DATA_HLEN].try_into().expect("24 bytes"));
+            h.check(l)?;
+            let slot = u32::from(h.ttag);
+            let out_of_range = |fei, what| TermError {
+                fes: Fes::DataTransferOutOfRange,
+                fei,
+                what,
+            };
+            let got = q
+                .xport
+                .h2c_got
+                .get(slot as usize)
+                .copied()
+                .unwrap_or(NO_R2T);
+            let r = q.reqs.get(slot as usize).copied();
+            let Some(r) = r.filter(|r| got != NO_R2T && r.state == ReqState::AwaitingData) else {
+                return Err(out_of_range(10, "H2CData for no R2T outstanding"));
+            };
+            if r.sqe.cid != h.cccid {
+                return Err(out_of_range(8, "H2CData command ID is not the R2T's"));
+            }
+            if h.datao != got {
+                return Err(out_of_range(
+                    12,
+                    "H2CData offset is not where the data stands",
+                ));
+            }
+            if u64::from(h.datao) + u64::from(h.datal) > u64::from(r.data_len) {
+                return Err(out_of_range(16, "H2CData beyond the command's data"));
+            }
+            if !data_ok {
+                // The data is not written; the connection ends and the host retries.
+                return Err(data_digest_error());
+            }
+            let data = &buf[l.pdo..l.pdo + l.data_len];
+            if q.write_data(r.data_slot, h.datao as usize, data).is_err() {
+                return Err(out_of_range(12, "H2CData outside the data slot"));
+            }
+            let got = h.datao + h.datal;
+            let last = l.flags & flags::DATA_LAST != 0;
+            q.xport.conn.consume(l.plen);
+            if got == r.data_len {
+                if !last {
+                    return Err(TermError {
+                        fes: Fes::InvalidHeaderField,
+                        fei: ch_offset::FLAGS,
+                        what: "the last H2CData of a command without LAST",
+                    });
+                }
+                q.xport.h2c_got[slot as usize] = NO_R2T;
+                execute(q, slot, ctx);
+            } else {
+                q.xport.h2c_got[slot as usize] = got;
+            }
+            Ok(())
+        }
+        pdu_type::H2C_TERM_REQ => {
+            let buf = q.xport.conn.received();
+            let (fes, fei) = TermReq::decode(buf[..DATA_HLEN].try_into().expect("24 bytes"));
+            tracing::warn!(peer = %q.peer, qid = q.qid, ?fes, fei, "the host terminated the connection (H2CTermReq)");
+            let len = l.plen;
+            q.xport.conn.consume(len);
+            begin_close(q, "the host sent a TermReq", ctx.shared);
+            Ok(())
+        }
+        _ => Err(TermError {
+            fes: Fes::InvalidHeaderField,
+            fei: ch_offset::TYPE,
+            what: "PDU type not expected on a queue",
+        }),
+    }
+}
+
+fn data_digest_error() -> TermError {
+    TermError {
+        fes: Fes::InvalidHeaderField,
+        fei: ch_offset::FLAGS,
+        what: "data digest mismatch",
+    }
+}
+
+impl PollGroup for TcpGroup {
+    fn add(&mut self, conn: Box<dyn Any + Send>, ctx: &mut Ctx<'_>) {
+        let Ok(p) = conn.downcast::<TcpPending>() else {
+            tracing::error!("the NVMe/TCP poll group was handed another transport's connection");
+            return;
+        };
+        let TcpPending {
+            stream,
+            peer,
+            listener,
+        } = *p;
+        let conn = match Conn::new(stream, self.tx_capacity) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(%peer, error = %e, "cannot set up an NVMe/TCP connection");
+                ctx.shared.connections.fetch_sub(1, Ordering::AcqRel);
+                return;
+            }
+        };
+        let i = match self.pending.iter().position(Option::is_none) {
+            Some(i) => i,
+            None => {
+                self.pending.push(None);
+                self.pending.len() - 1
+            }
+        };
+        if !epoll_ctl(
+            &self.epoll,
+            libc::EPOLL_CTL_ADD,
+            conn.stream.as_raw_fd(),
+            IN,
+            PENDING | i as u64,
+        ) {
+            tracing::warn!(%peer, "epoll refused an NVMe/TCP connection");
+            ctx.shared.connections.fetch_sub(1, Ordering::AcqRel);
+            return;
+        }
+        self.pending[i] = Some(Pending {
+            conn,
+            peer,
+            listener,
+            created: Instant::now(),
+            neg: None,
+        });
+    }
+
+    fn refuse(&mut self, _conn: Box<dyn Any + Send>, shared: &Shared) {
+        shared.connections.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    fn begin_pass(&mut self) {}
+
+    fn end_pass(&mut self) {
+        self.flush_all();
+    }
+
+    fn poll(&mut self, ctx: &mut Ctx<'_>) -> bool {
+        let mut any = false;
+        for key in std::mem::take(&mut self.sent_keys) {
+            let Some(q) = self.queues.get(key) else {
+                continue;
+            };
+            let mut sent = std::mem::take(&mut q.xport.sent);
+            any |= !sent.is_empty();
+            for slot in sent.drain(..) {
+                on_sent(q, slot, ctx);
+            }
+            q.xport.sent = sent;
+        }
+        let n = self.epoll_wait(0);
+        for e in 0..n {
+            let token = self.events[e].u64;
+            if token == OTHER {
+                continue;
+            }
+            any = true;
+            if token & PENDING != 0 {
+                self.on_pending((token & !PENDING) as usize, ctx);
+            } else {
+                self.on_queue(token as u32, ctx);
+            }
+        }
+        any
+    }
+
+    fn on_backend(&mut self, tag: Tag, c: &Completion, ctx: &mut Ctx<'_>) {
+        self.queues.on_backend(tag, c, ctx);
+    }
+
+    fn resume(&mut self, tag: Tag, ctx: &mut Ctx<'_>) {
+        self.queues.resume(tag, ctx);
+    }
+
+    fn housekeeping(&mut self, ctx: &mut Ctx<'_>) {
+        self.queues.deliver_events(ctx);
+        self.queues.housekeeping(
+            ctx.shared,
+            |q, shared| {
+                if let Some(why) = q.xport.conn.broken.clone() {
+                    if !q.is_closing() {
+                        tracing::info!(peer = %q.peer, qid = q.qid, why, "NVMe/TCP connection ended");
+                        begin_close(q, "host disconnected", shared);
+                    }
+                }
+            },
+            |_| {},
+        );
+        let connect_ms = u128::from(ctx.shared.cfg.target.connect_timeout_ms);
+        for i in 0..self.pending.len() {
+            let late = self.pending[i]
+                .as_ref()
+                .is_some_and(|p| connect_ms != 0 && p.created.elapsed().as_millis() > connect_ms);
+            if late {
+                self.drop_pending(i, ctx.shared, "no Fabrics Connect in time");
+            }
+        }
+    }
+
+    fn close_listener(&mut self, id: u64, shared: &Shared) {
+        self.queues.close_listener(id, shared);
+        for i in 0..self.pending.len() {
+            if self.pending[i].as_ref().is_some_and(|p| p.listener == id) {
+                self.drop_pending(i, shared, "listener removed");
+            }
+        }
+    }
+
+    fn shutdown_step(&mut self, first: bool, grace_over: bool, ctx: &mut Ctx<'_>) -> bool {
+        self.queues.shutdown_step(first, grace_over, ctx);
+        for i in 0..self.pending.len() {
+            self.drop_pending(i, ctx.shared, "target shutting down");
+        }
+        self.queues.is_empty()
+    }
+
+    fn arm(&mut self, ctx: &mut Ctx<'_>) -> Option<bool> {
+        Some(self.poll(ctx))
+    }
+
+    fn wait(&mut self, other: Option<RawFd>, timeout: Duration) -> Option<Ready> {
+        if other != self.other {
+            if let Some(old) = self.other.take() {
+                epoll_ctl(&self.epoll, libc::EPOLL_CTL_DEL, old, 0, OTHER);
+            }
+            if let Some(fd) = other {
+                if !epoll_ctl(
+                    &self.epoll,
+                    libc::EPOLL_CTL_ADD,
+                    fd,
+                    libc::EPOLLIN as u32,
+                    OTHER,
+                ) {
+                    return None;
+                }
+                self.other = Some(fd);
+            }
+        }
+        let ms = timeout.as_millis().clamp(0, i32::MAX as u128) as i32;
+        let n = self.epoll_wait(ms);
+        let mut ready = Ready::default();
+        for e in &self.events[..n] {
+            if e.u64 == OTHER {
+                ready.other = true;
+            } else {
+                ready.events = true;
+            }
+        }
+        Some(ready)
+    }
+}

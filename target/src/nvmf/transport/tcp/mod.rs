@@ -1,0 +1,153 @@
+//! NVMe/TCP (NVMe/TCP Transport Specification 1.0): what every Linux, VMware and Windows host
+//! speaks without an RDMA NIC. A queue is one TCP connection: the host initializes it (ICReq,
+//! ICResp), its first command is the Fabrics Connect that says which queue it is and how deep,
+//! and from then on commands arrive as CapsuleCmd PDUs (with up to 8 KiB of in-capsule data
+//! for admin and fabrics commands, IOCCSZ's worth for I/O), write data is asked for with R2T
+//! and comes in H2CData, read data goes out in C2HData straight from the arena, and responses
+//! in CapsuleResp. Wire formats: `rdmablk::nvme::transport::tcp`.
+//!
+//! - this file: [`TcpTransport`]: the listener threads (accept, hand the socket to a worker).
+//! - [`group`]: a worker's connections: epoll, initialization, the Connect, every PDU.
+//! - [`queue`]: the per-queue state and its [`super::QueueTransport`] implementation.
+//! - [`conn`]: a socket's receive buffer and its queue of PDUs to send.
+
+pub mod conn;
+pub mod group;
+pub mod queue;
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use super::{PollGroup, Transport};
+use crate::config::{self, ListenerConfig};
+use crate::nvmf::worker::WorkerMsg;
+use crate::nvmf::{Shared, TargetError};
+
+/// In-capsule data bytes admin and fabrics commands may carry (the Linux host's
+/// NVME_TCP_ADMIN_CCSZ; it sends the Connect data in the capsule on every queue).
+pub const ADMIN_CAPSULE_DATA: u32 = 8192;
+/// The most data the host may put in one H2CData PDU (ICResp MAXH2CDATA).
+pub const MAXH2CDATA: u32 = 128 * 1024;
+/// How often a listener looks at the stop flag.
+const POLL: Duration = Duration::from_millis(50);
+
+/// Why the NVMe/TCP transport could not start a listener.
+#[derive(Debug, thiserror::Error)]
+#[error("listener[{index}]: cannot listen on tcp {addr}: {source}")]
+pub struct ListenError {
+    index: usize,
+    addr: SocketAddr,
+    #[source]
+    source: std::io::Error,
+}
+
+/// An accepted connection on its way to a worker.
+pub struct TcpPending {
+    pub stream: TcpStream,
+    pub peer: SocketAddr,
+    /// The listener it came in through ([`crate::nvmf::port::Port::id`]).
+    pub listener: u64,
+}
+
+/// The NVMe/TCP transport of a target.
+#[derive(Debug)]
+pub struct TcpTransport {
+    /// The deepest queue a host may connect (sizes each connection's queue of PDUs to send).
+    pub max_queue_depth: u32,
+}
+
+impl Transport for TcpTransport {
+    fn kind(&self) -> config::Transport {
+        config::Transport::Tcp
+    }
+
+    fn listen(
+        &self,
+        shared: &Arc<Shared>,
+        cfg: &ListenerConfig,
+        index: usize,
+        id: u64,
+        stop: Arc<AtomicBool>,
+    ) -> Result<(SocketAddr, JoinHandle<()>), TargetError> {
+        let addr = SocketAddr::new(cfg.address, cfg.port);
+        let err = |source| {
+            TargetError::Transport(Box::new(ListenError {
+                index,
+                addr,
+                source,
+            }))
+        };
+        let listener = TcpListener::bind(addr).map_err(err)?;
+        listener.set_nonblocking(true).map_err(err)?;
+        let local = listener.local_addr().map_err(err)?;
+        tracing::info!(transport = "tcp", %local, "listening");
+        let shared = Arc::clone(shared);
+        let thread = std::thread::Builder::new()
+            .name(format!("rdmablk-l{id}"))
+            .spawn(move || accept_loop(&listener, &shared, id, &stop))
+            .map_err(TargetError::Thread)?;
+        Ok((local, thread))
+    }
+
+    fn poll_group(&self, _worker: usize) -> Box<dyn PollGroup> {
+        // The group needs an epoll descriptor; without one the worker cannot serve TCP.
+        Box::new(
+            group::TcpGroup::new(self.max_queue_depth)
+                .expect("epoll_create1 for an NVMe/TCP poll group"),
+        )
+    }
+}
+
+fn accept_loop(listener: &TcpListener, shared: &Shared, id: u64, stop: &AtomicBool) {
+    let workers = shared.workers.get().cloned().unwrap_or_default();
+    let mut next = 0usize;
+    let max = shared.cfg.limits.max_connections as usize;
+    while !shared.stopping() && !stop.load(Ordering::Acquire) && !workers.is_empty() {
+        let mut pfd = libc::pollfd {
+            fd: listener.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        unsafe { libc::poll(&mut pfd, 1, POLL.as_millis() as i32) };
+        loop {
+            let (stream, peer) = match listener.accept() {
+                Ok(s) => s,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // Out of descriptors, or the peer gave up: refuse this one, keep going.
+                    tracing::warn!(error = %e, "accept failed");
+                    break;
+                }
+            };
+            if shared.stopping() {
+                break;
+            }
+            if shared.connections.fetch_add(1, Ordering::AcqRel) >= max {
+                shared.connections.fetch_sub(1, Ordering::AcqRel);
+                tracing::warn!(%peer, limit = max, "limits.max_connections reached: NVMe/TCP connection closed");
+                continue;
+            }
+            let w = next % workers.len();
+            next = next.wrapping_add(1);
+            let msg = WorkerMsg::Conn {
+                transport: config::Transport::Tcp,
+                conn: Box::new(TcpPending {
+                    stream,
+                    peer,
+                    listener: id,
+                }),
+            };
+            if workers[w].send(msg).is_err() {
+                shared.connections.fetch_sub(1, Ordering::AcqRel);
+                tracing::warn!(%peer, "worker {w} is gone; connection dropped");
+            }
+        }
+    }
+    tracing::info!(addr = ?listener.local_addr().ok(), "listener stopped");
+}
