@@ -9,7 +9,7 @@
 kconnect() {
   local hostnqn
   hostnqn=$(cat /etc/nvme/hostnqn 2>/dev/null || true)
-  printf 'transport=rdma,traddr=%s,trsvcid=%s,nqn=%s%s%s' "$IP" "$PORT" "$1" \
+  printf 'transport=%s,traddr=%s,trsvcid=%s,nqn=%s%s%s' "$TRTYPE" "$IP" "$PORT" "$1" \
     "${hostnqn:+,hostnqn=$hostnqn}" "${2:+,$2}" >/dev/nvme-fabrics
 }
 

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# linux-host.sh - interop proof: the Linux kernel's NVMe-oF host (nvme-rdma) against
-# rdmablk-target on Soft-RoCE. Run it INSIDE the rxe VM, from the repository root:
+# linux-host.sh - interop proof: the Linux kernel's NVMe-oF host (nvme-rdma on Soft-RoCE, or
+# nvme-tcp with TRTYPE=tcp) against rdmablk-target. Run it INSIDE the rxe VM, from the
+# repository root:
 #
 #   tools/rxe-vm/run-in-vm.sh bash tests/vm/linux-host.sh
+#   TRTYPE=tcp tools/rxe-vm/run-in-vm.sh bash tests/vm/linux-host.sh
 #
-# Steps (a failure names its step): start rdmablk-target (verbs provider, $IP:$PORT; ns 1 in
-# RAM with 4 KiB blocks, ns 2 a file with 512-byte blocks); `nvme discover` lists the
-# subsystem; `nvme connect -t $TRTYPE` (rdma); fio crc32c verify over random I/O of 4k-128k; the admin
+# Steps (a failure names its step): start rdmablk-target ($IP:$PORT: the verbs provider, or a
+# tcp listener; ns 1 in RAM with 4 KiB blocks, ns 2 a file with 512-byte blocks); `nvme
+# discover` lists the subsystem; `nvme connect -t $TRTYPE`; fio crc32c verify over random I/O of 4k-128k; the admin
 # set nvme-cli uses (id-ctrl, id-ns, list-ns, ns-descs, logs, features), each answer checked;
 # discard then read back zeroes, write zeroes (`blkdiscard -z`), `nvme flush`; a file system
 # (mkfs.ext4 with its discard, files, fstrim, fsck, remount, checksums); `nvme reset` under
@@ -52,7 +54,12 @@ fail() {
 [ -x "$BIN" ] || fail "no target binary at $BIN (cargo build -p rdmablk-target)"
 command -v nvme >/dev/null || fail "nvme-cli is missing"
 command -v fio >/dev/null || fail "fio is missing"
-ibv_devinfo -d rxe0 >/dev/null 2>&1 || fail "no rxe0 device (run inside the rxe VM)"
+if [ "$TRTYPE" = rdma ]; then
+  ibv_devinfo -d rxe0 >/dev/null 2>&1 || fail "no rxe0 device (run inside the rxe VM)"
+  LISTENER='provider = "verbs"'
+else
+  LISTENER="transport = \"$TRTYPE\""
+fi
 
 # A block device for the block backend: a loop device over a file in the guest's tmpfs.
 modprobe loop 2>/dev/null || true
@@ -62,7 +69,7 @@ NQN_KINDS=nqn.2026-11.io.rdmablk:vm-kinds
 
 cat >"$WORK/target.toml" <<CFG
 [[listener]]
-provider = "verbs"
+$LISTENER
 address = "$IP"
 port = $PORT
 
@@ -125,7 +132,7 @@ step() { STEP=$1; say "--- step $STEP"; }
 check() { "$@" || fail "$STEP: $*"; }
 
 start_target
-modprobe nvme-rdma || fail "modprobe nvme-rdma"
+modprobe "nvme-$TRTYPE" || fail "modprobe nvme-$TRTYPE"
 
 step discover
 nvme_discover -s "$PORT" >"$WORK/discover.txt" 2>&1 ||
@@ -186,5 +193,5 @@ say "last arena line: $LAST"
 echo "$LAST" | grep -q 'arena_bytes_in_use=0' || fail "arena not idle after the host left"
 losetup -d "$LOOPDEV" 2>/dev/null
 dmesg | grep -iE "nvme|rdma" | tail -n 12 | sed 's/^/  dmesg: /'
-echo "RESULT: PASS (Linux nvme-rdma host <-> rdmablk-target on rxe0: discover, connect, fio crc32c verify, admin set, discard/write zeroes/flush, ext4 with fstrim and fsck, reset and target restart under fio, connect-all, a namespace added and removed live, lifecycle and queue options, block and null backends, disconnect, clean exit)"
+echo "RESULT: PASS (Linux nvme-$TRTYPE host <-> rdmablk-target over $TRTYPE: discover, connect, fio crc32c verify, admin set, discard/write zeroes/flush, ext4 with fstrim and fsck, reset and target restart under fio, connect-all, a namespace added and removed live, lifecycle and queue options, block and null backends, disconnect, clean exit)"
 rm -rf "$WORK"

@@ -53,6 +53,9 @@ unset RDMABLK_E2E_PROVIDER RDMABLK_E2E_ADDR
 # Interop with the Linux kernel's own NVMe-oF host and target.
 # The Linux host's whole walk (file system, resets, a target restart) takes minutes under TCG.
 RXE_VM_IP=$RXE_ADDR STEP_TIMEOUT=1200 run_step linux-host bash "$ROOT/tests/vm/linux-host.sh"
+# The same walk over NVMe/TCP (nvme-tcp against rdmablk-target's tcp listener).
+TRTYPE=tcp RXE_VM_IP=$RXE_ADDR STEP_TIMEOUT=1200 run_step linux-host-tcp \
+  bash "$ROOT/tests/vm/linux-host.sh"
 RXE_VM_IP=$RXE_ADDR run_step multipath bash "$ROOT/tests/vm/multipath.sh"
 NVMET_IP=$RXE_ADDR run_step nvmet-interop bash "$ROOT/tests/vm/nvmet-interop.sh"
 # The Debian packages (tools/package built them): install, run from the installed config
