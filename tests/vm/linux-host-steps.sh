@@ -315,6 +315,25 @@ check nvme disconnect -n "$NQN"       # both controllers
 check nvme_connect -s "$PORT" -n "$NQN"
 DEV=$(ns_dev 1) || fail "$STEP: no block device"
 
+if [ "$TRTYPE" = tcp ]; then
+  # NVMe/TCP header and data digests (CRC32C) on every queue, under fio verify.
+  step digests
+  check nvme disconnect -n "$NQN"
+  check nvme_connect -s "$PORT" -n "$NQN" --hdr-digest --data-digest
+  DEV=$(ns_dev 1) || fail "$STEP: no block device"
+  (cd "$WORK" && fio --name=digests --filename="$DEV" --direct=1 --ioengine=libaio \
+    --iodepth=16 --bsrange=4k-128k --rw=randwrite --size=16m --verify=crc32c --do_verify=1 \
+    --verify_fatal=1 --output="$WORK/digests.txt") ||
+    { cat "$WORK/digests.txt"; fail "$STEP: fio verify with digests"; }
+  n=$(sed 's/\x1b\[[0-9;]*m//g' "$WORK/target.log" | grep 'queue connected (NVMe/TCP)' |
+    grep -c 'hdgst=true ddgst=true')
+  [ "$n" -ge 2 ] || fail "$STEP: the target saw $n queues with both digests, want the admin and I/O queues"
+  say "fio verify with header and data digests: $n queues with both"
+  check nvme disconnect -n "$NQN"
+  check nvme_connect -s "$PORT" -n "$NQN"
+  DEV=$(ns_dev 1) || fail "$STEP: no block device"
+fi
+
 step backends
 check nvme_connect -s "$PORT" -n "$NQN_KINDS"
 BLK=""; NUL=""
