@@ -579,6 +579,60 @@ pub fn seeds_auth_messages() -> Seeds {
     ]
 }
 
+/// `tcp_pdu` input: byte 0 the mode (bit 0 controller side, bit 1 initialized, bits 2-3
+/// digests, bits 4-7 PDA), then the stream of PDUs.
+pub fn seeds_tcp_pdu() -> Seeds {
+    use rdmablk::nvme::transport::tcp::{
+        encode_capsule_cmd, encode_capsule_resp, flags, pdu_type, DataHeader, Fes, IcReq,
+        IcResp, Negotiated, R2t, TermReq, CAPSULE_CMD_HLEN, CAPSULE_RESP_HLEN, DATA_HLEN,
+    };
+    let req = IcReq {
+        pfv: 0,
+        hpda: 0,
+        hdgst: false,
+        ddgst: false,
+        maxr2t: 0,
+    };
+    let resp = IcResp {
+        pfv: 0,
+        cpda: 0,
+        hdgst: false,
+        ddgst: false,
+        maxh2cdata: 131072,
+    };
+    let neg = Negotiated::default();
+    let mut cmd = [0u8; CAPSULE_CMD_HLEN];
+    encode_capsule_cmd(&linux_admin_connect(), 1024, &neg, &mut cmd);
+    let mut h2c = [0u8; DATA_HLEN];
+    DataHeader {
+        cccid: 1,
+        ttag: 0,
+        datao: 0,
+        datal: 512,
+    }
+    .encode(pdu_type::H2C_DATA, flags::DATA_LAST, &neg, &mut h2c);
+    let mut r2t = [0u8; DATA_HLEN];
+    R2t {
+        cccid: 1,
+        ttag: 0,
+        r2to: 0,
+        r2tl: 4096,
+    }
+    .encode(false, &mut r2t);
+    let mut resp_pdu = [0u8; CAPSULE_RESP_HLEN];
+    encode_capsule_resp(&Cqe::error(1, 1, 2, Status::SUCCESS), false, &mut resp_pdu);
+    let mut term = [0u8; DATA_HLEN + 128];
+    let n = TermReq {
+        fes: Fes::InvalidHeaderField,
+        fei: 2,
+    }
+    .encode(pdu_type::C2H_TERM_REQ, &cmd, &mut term);
+    vec![
+        ("host-icreq-connect-h2c", cat(&[&[1], &req.encode(), &cmd, &[0u8; 1024], &h2c, &[0u8; 512]])),
+        ("ctrl-icresp-r2t-resp", cat(&[&[0], &resp.encode(), &r2t, &resp_pdu, &term[..n]])),
+    ]
+}
+
 /// Named seed inputs of one target.
 pub type Seeds = Vec<(&'static str, Vec<u8>)>;
 
@@ -594,5 +648,6 @@ pub fn all_seeds() -> Vec<(&'static str, Seeds)> {
         ("auth_messages", seeds_auth_messages()),
         ("ana_log", seeds_ana_log()),
         ("discovery_log", seeds_discovery_log()),
+        ("tcp_pdu", seeds_tcp_pdu()),
     ]
 }
