@@ -1,7 +1,8 @@
-//! Registered I/O buffers: the pool the application allocates [`IoBuf`]s from.
+//! I/O buffers: the pool the application allocates [`IoBuf`]s from.
 //!
-//! The pool is one memory region (local write, remote read and remote write) registered once
-//! at connect, carved into 4 KiB pages. An [`IoBuf`] is a unique handle to a run of pages; the
+//! The pool is one mapping carved into 4 KiB pages. Over RDMA it is one memory region (local
+//! write, remote read and remote write) registered once at connect; over NVMe/TCP plain
+//! memory the transport reads from and writes to. An [`IoBuf`] is a unique handle to a run of pages; the
 //! target reaches it with RDMA READ/WRITE through the pool's rkey (keyed SGL type 0x40), so
 //! I/O from an `IoBuf` copies nothing. I/O from plain slices bounces through a temporary
 //! `IoBuf` (one memcpy per I/O).
@@ -14,13 +15,35 @@ use std::sync::{Arc, Mutex};
 
 use rdmablk::fabric::{Access, MemBuf, Mr, Pd};
 
+/// The pool's memory: registered for RDMA, or plain.
+enum PoolMem {
+    Registered(Mr),
+    Plain(MemBuf),
+}
+
+impl PoolMem {
+    fn as_ptr(&self) -> *mut u8 {
+        match self {
+            PoolMem::Registered(m) => m.as_ptr(),
+            PoolMem::Plain(m) => m.as_ptr(),
+        }
+    }
+
+    fn keys(&self) -> (u32, u32) {
+        match self {
+            PoolMem::Registered(m) => (m.lkey(), m.rkey()),
+            PoolMem::Plain(_) => (0, 0),
+        }
+    }
+}
+
 use crate::error::{Error, Result};
 
 /// Allocation granule and alignment of [`IoBuf`]s.
 pub const PAGE_BYTES: usize = 4096;
 
 struct PoolInner {
-    mr: Mr,
+    mem: PoolMem,
     /// One bit per page, set = in use.
     used: Mutex<Vec<u64>>,
     pages: usize,
@@ -37,17 +60,24 @@ impl std::fmt::Debug for BufPool {
 }
 
 impl BufPool {
-    /// Registers a pool of `bytes` (rounded up to pages) on `pd`.
-    pub(crate) fn new(pd: &Pd, bytes: usize) -> Result<BufPool> {
+    /// A pool of `bytes` (rounded up to pages), registered on `pd` if given (RDMA), else
+    /// plain memory (NVMe/TCP).
+    pub(crate) fn new(pd: Option<&Pd>, bytes: usize) -> Result<BufPool> {
         let pages = bytes.div_ceil(PAGE_BYTES).max(1);
-        let mem =
+        let buf =
             MemBuf::zeroed(pages * PAGE_BYTES).map_err(Error::fabric(0, "map buffer pool"))?;
-        let access = Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE;
-        let mr = pd
-            .register(mem, access)
-            .map_err(Error::fabric(0, "register buffer pool"))?;
+        let mem = match pd {
+            Some(pd) => {
+                let access = Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE;
+                PoolMem::Registered(
+                    pd.register(buf, access)
+                        .map_err(Error::fabric(0, "register buffer pool"))?,
+                )
+            }
+            None => PoolMem::Plain(buf),
+        };
         Ok(BufPool(Arc::new(PoolInner {
-            mr,
+            mem,
             used: Mutex::new(vec![0; pages.div_ceil(64)]),
             pages,
         })))
@@ -56,7 +86,7 @@ impl BufPool {
     /// Address of the pool's first byte: every [`IoBuf`] lies at `as_ptr() + offset` with
     /// `offset < capacity()` (lets a caller that keeps its own buffer handles map them).
     pub fn as_ptr(&self) -> *mut u8 {
-        self.0.mr.as_ptr()
+        self.0.mem.as_ptr()
     }
 
     /// Pool size in bytes.
@@ -141,21 +171,21 @@ impl IoBuf {
     fn ptr(&self) -> *mut u8 {
         // SAFETY: offset < region length (it came from the allocator), so the pointer stays
         // inside the mapping.
-        unsafe { self.pool.mr.as_ptr().add(self.offset) }
+        unsafe { self.pool.mem.as_ptr().add(self.offset) }
     }
 
     /// Address the device sees for byte `at` of this buffer.
     pub(crate) fn addr(&self, at: usize) -> u64 {
         debug_assert!(at <= self.len);
-        self.pool.mr.addr() + (self.offset + at) as u64
+        self.pool.mem.as_ptr() as u64 + (self.offset + at) as u64
     }
 
     pub(crate) fn lkey(&self) -> u32 {
-        self.pool.mr.lkey()
+        self.pool.mem.keys().0
     }
 
     pub(crate) fn rkey(&self) -> u32 {
-        self.pool.mr.rkey()
+        self.pool.mem.keys().1
     }
 
     /// Shortens the buffer's visible length (the pages stay allocated until drop).
@@ -220,7 +250,7 @@ mod tests {
 
     fn pool(bytes: usize) -> BufPool {
         let dev = Device::open(ProviderKind::Soft, None).unwrap();
-        BufPool::new(&dev.alloc_pd().unwrap(), bytes).unwrap()
+        BufPool::new(Some(&dev.alloc_pd().unwrap()), bytes).unwrap()
     }
 
     #[test]

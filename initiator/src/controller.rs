@@ -27,7 +27,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use rdmablk::fabric::{self, ProviderKind};
+use rdmablk::fabric;
 use rdmablk::nvme::admin::{async_event_request_sqe, AsyncEvent};
 use rdmablk::nvme::ana::AnaState;
 use rdmablk::nvme::log_page::lid;
@@ -40,7 +40,7 @@ use crate::options::{ConnectOptions, TargetUrl};
 use crate::queue::Queue;
 use crate::session::{ana_log_bytes, ControllerInfo, Setup, AER_TAG};
 use crate::stats::{Stats, StatsSnapshot};
-use crate::transport::rdma::Fabric;
+use crate::transport::Fabric;
 
 struct Pool {
     /// Session generation; bumped by every successful reconnect.
@@ -104,8 +104,8 @@ impl Controller {
     pub fn connect_with(url: &str, mut opts: ConnectOptions) -> Result<Controller> {
         let url = TargetUrl::parse_with(url, &mut opts)?;
         opts.validate()?;
-        let fabric = open_fabric(url.provider(), &opts, &url)?;
-        let bufs = BufPool::new(&fabric.pd, opts.buffer_pool_bytes)?;
+        let fabric = open_fabric(&opts, &url)?;
+        let bufs = BufPool::new(fabric.pd(), opts.buffer_pool_bytes)?;
         Self::connect_on(url, opts, fabric, bufs)
     }
 
@@ -273,18 +273,20 @@ impl Controller {
     }
 }
 
-pub(crate) fn open_fabric(
-    kind: ProviderKind,
-    opts: &ConnectOptions,
-    url: &TargetUrl,
-) -> Result<Fabric> {
+pub(crate) fn open_fabric(opts: &ConnectOptions, url: &TargetUrl) -> Result<Fabric> {
+    let Some(kind) = url.provider() else {
+        return Ok(Fabric::Tcp {
+            hdr_digest: opts.hdr_digest,
+            data_digest: opts.data_digest,
+        });
+    };
     let resolved = fabric::resolve(kind, url.addr, opts.connect_timeout())
         .map_err(Error::fabric(0, "resolve address"))?;
     let device = resolved.device();
     let pd = device
         .alloc_pd()
         .map_err(Error::fabric(0, "allocate protection domain"))?;
-    Ok(Fabric { kind, pd })
+    Ok(Fabric::Rdma { kind, pd })
 }
 
 impl ControllerState {

@@ -30,7 +30,7 @@ use rdmablk::nvme::{fabrics, Cap, GetLogPage};
 
 use crate::buf::BufPool;
 use crate::error::{Error, Result};
-use crate::options::{ConnectOptions, TargetUrl};
+use crate::options::{ConnectOptions, TargetUrl, Transport};
 use crate::session::{Setup, ADMIN_ENTRIES};
 use crate::stats::Stats;
 
@@ -43,8 +43,11 @@ const ATTEMPTS: usize = 4;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DiscoveryEntry {
     /// The fabric the entry is reachable over: the provider the discovery ran on, for RDMA
-    /// entries (a soft-provider target lists its soft listeners as RDMA).
+    /// entries (a soft-provider target lists its soft listeners as RDMA; verbs when the
+    /// discovery ran over NVMe/TCP).
     pub provider: Option<ProviderKind>,
+    /// The transport of the entry, if this initiator speaks it (RDMA with `provider`, TCP).
+    pub transport: Option<Transport>,
     /// What it is (NVMe subsystem, referral to another discovery service ...).
     pub kind: EntryKind,
     /// The address, when TRADDR/TRSVCID are an IP address and a port.
@@ -68,7 +71,7 @@ pub enum EntryKind {
 }
 
 impl DiscoveryEntry {
-    fn from_raw(raw: DiscoveryLogEntry, provider: ProviderKind) -> DiscoveryEntry {
+    fn from_raw(raw: DiscoveryLogEntry, provider: Option<ProviderKind>) -> DiscoveryEntry {
         let kind = match raw.subtype {
             subtype::NVME => EntryKind::Subsystem,
             subtype::REFERRAL => EntryKind::Referral,
@@ -79,8 +82,17 @@ impl DiscoveryEntry {
             (Ok(ip), Ok(port)) => Some(SocketAddr::new(ip, port)),
             _ => None,
         };
+        let transport = match raw.trtype {
+            trtype::RDMA => Some(Transport::Rdma(provider.unwrap_or(ProviderKind::Verbs))),
+            trtype::TCP => Some(Transport::Tcp),
+            _ => None,
+        };
         DiscoveryEntry {
-            provider: (raw.trtype == trtype::RDMA).then_some(provider),
+            provider: match transport {
+                Some(Transport::Rdma(p)) => Some(p),
+                _ => None,
+            },
+            transport,
             kind,
             addr,
             subnqn: raw.subnqn.clone(),
@@ -92,10 +104,7 @@ impl DiscoveryEntry {
     /// The URL [`crate::Controller::connect`] takes for this entry (`None` for a transport
     /// this initiator does not speak or an address it cannot parse).
     pub fn url(&self) -> Option<String> {
-        let scheme = match self.provider? {
-            ProviderKind::Verbs => "rdma",
-            ProviderKind::Soft => "soft",
-        };
+        let scheme = self.transport?.scheme();
         let addr = self.addr?;
         Some(format!("{scheme}://{addr}/{}", self.subnqn))
     }
@@ -111,8 +120,8 @@ pub fn discover_with(url: &str, mut opts: ConnectOptions) -> Result<Vec<Discover
     let full = with_discovery_nqn(url);
     let url = TargetUrl::parse_with(&full, &mut opts)?;
     opts.validate()?;
-    let fabric = crate::controller::open_fabric(url.provider(), &opts, &url)?;
-    let pool = BufPool::new(&fabric.pd, 2 * CHUNK)?;
+    let fabric = crate::controller::open_fabric(&opts, &url)?;
+    let pool = BufPool::new(fabric.pd(), 2 * CHUNK)?;
     let stats = Arc::new(Stats::default());
     let setup = Setup {
         url: &url,

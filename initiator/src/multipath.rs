@@ -70,7 +70,7 @@ use crate::namespace::{drive, Cmd, Namespace, Via};
 use crate::options::{ConnectOptions, TargetUrl};
 use crate::session::{ControllerInfo, NamespaceInfo};
 use crate::stats::{Stats, StatsSnapshot};
-use crate::transport::rdma::Fabric;
+use crate::transport::Fabric;
 use path::Path;
 
 /// How long a command waits before looking again when no path can take it.
@@ -144,8 +144,8 @@ impl MultipathController {
                 });
             }
         }
-        let fabric = open_fabric(first.provider(), &opts, first)?;
-        let bufs = BufPool::new(&fabric.pd, opts.buffer_pool_bytes)?;
+        let fabric = open_fabric(&opts, first)?;
+        let bufs = BufPool::new(fabric.pd(), opts.buffer_pool_bytes)?;
         Paths::connect(parsed, opts, fabric, bufs)
     }
 

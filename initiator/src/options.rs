@@ -39,6 +39,8 @@ pub enum Transport {
     /// Soft-RoCE), `soft://` is [`ProviderKind::Soft`] (rdmablk's userspace provider over TCP,
     /// which only rdmablk-target speaks).
     Rdma(ProviderKind),
+    /// NVMe/TCP: `tcp://`.
+    Tcp,
 }
 
 impl Transport {
@@ -47,6 +49,7 @@ impl Transport {
         match self {
             Transport::Rdma(ProviderKind::Verbs) => "rdma",
             Transport::Rdma(ProviderKind::Soft) => "soft",
+            Transport::Tcp => "tcp",
         }
     }
 
@@ -55,21 +58,20 @@ impl Transport {
         match scheme {
             "rdma" => Ok(Transport::Rdma(ProviderKind::Verbs)),
             "soft" => Ok(Transport::Rdma(ProviderKind::Soft)),
-            "tcp" => Err(
-                "NVMe/TCP (tcp://) is not supported by this build yet: use rdma:// \
-                          (an RNIC or Soft-RoCE) or soft:// (rdmablk-target's soft provider)"
-                    .into(),
-            ),
-            _ => Err(format!("unknown scheme {scheme:?} (rdma:// or soft://)")),
+            "tcp" => Ok(Transport::Tcp),
+            _ => Err(format!(
+                "unknown scheme {scheme:?} (rdma://, soft:// or tcp://)"
+            )),
         }
     }
 }
 
 impl TargetUrl {
-    /// The fabric provider of an RDMA URL (every URL today).
-    pub fn provider(&self) -> ProviderKind {
+    /// The fabric provider of an RDMA URL.
+    pub fn provider(&self) -> Option<ProviderKind> {
         match self.transport {
-            Transport::Rdma(p) => p,
+            Transport::Rdma(p) => Some(p),
+            Transport::Tcp => None,
         }
     }
 }
@@ -115,6 +117,11 @@ pub struct ConnectOptions {
     /// in-band authentication (`docs/auth.md`). In URLs only as a file:
     /// `?dhchap_key_file=PATH`. Default: none (a target that requires it refuses us).
     pub dhchap_key: Option<DhchapKey>,
+    /// NVMe/TCP header digests (CRC32C), as `nvme connect --hdr-digest`. URL: `?hdr_digest=1`.
+    /// Default false.
+    pub hdr_digest: bool,
+    /// NVMe/TCP data digests, as `nvme connect --data-digest`. URL: `?data_digest=1`.
+    pub data_digest: bool,
     /// Controller secret: when set, the controller must prove it holds it too
     /// (bidirectional authentication). URL: `?dhchap_ctrl_key_file=PATH`.
     pub dhchap_ctrl_key: Option<DhchapKey>,
@@ -140,6 +147,8 @@ impl Default for ConnectOptions {
             retry_writes: true,
             dhchap_key: None,
             dhchap_ctrl_key: None,
+            hdr_digest: false,
+            data_digest: false,
         }
     }
 }
@@ -229,6 +238,8 @@ impl ConnectOptions {
                 self.reconnect_max_delay_ms = num("reconnect_max_delay_ms", value)?
             }
             "retry_writes" => self.retry_writes = flag("retry_writes", value)?,
+            "hdr_digest" => self.hdr_digest = flag("hdr_digest", value)?,
+            "data_digest" => self.data_digest = flag("data_digest", value)?,
             "dhchap_key_file" => self.dhchap_key = Some(key_file("dhchap_key_file", value)?),
             "dhchap_ctrl_key_file" => {
                 self.dhchap_ctrl_key = Some(key_file("dhchap_ctrl_key_file", value)?)
@@ -421,15 +432,14 @@ mod tests {
         assert_eq!(u.addr, "[::1]:9".parse().unwrap());
         let u = TargetUrl::parse(&format!("soft://localhost:7/{NQN}")).unwrap();
         assert_eq!(u.addr.port(), 7);
+        let u = TargetUrl::parse(&format!("tcp://127.0.0.1:4420/{NQN}")).unwrap();
+        assert_eq!((u.transport, u.provider()), (Transport::Tcp, None));
+        assert_eq!(u.to_string(), format!("tcp://127.0.0.1:4420/{NQN}"));
     }
 
     #[test]
     fn bad_urls_say_what_is_wrong() {
         for (url, needle) in [
-            (
-                "tcp://1.2.3.4/x",
-                "NVMe/TCP (tcp://) is not supported by this build yet",
-            ),
             ("http://1.2.3.4/x", "unknown scheme"),
             ("rdma//1.2.3.4/x", "missing scheme"),
             ("rdma://1.2.3.4", "missing /SUBNQN"),

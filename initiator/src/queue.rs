@@ -20,8 +20,9 @@ use rdmablk::nvme::{Cqe, Sqe};
 use crate::buf::IoBuf;
 use crate::error::{Error, Result};
 use crate::stats::Stats;
-use crate::transport::rdma::{Fabric, QueueParams, RdmaLink};
-use crate::transport::{Event, QueueTransport};
+use crate::transport::rdma::{QueueParams, RdmaLink};
+use crate::transport::tcp::TcpLink;
+use crate::transport::{Event, Fabric, QueueTransport};
 
 /// How often a busy queue looks at connection events and command deadlines.
 const HOUSEKEEPING: Duration = Duration::from_millis(10);
@@ -118,7 +119,7 @@ pub(crate) struct Queue {
 }
 
 impl Queue {
-    /// Connects queue `p.qid` over RDMA (no NVMe command yet); each command gets
+    /// Connects queue `p.qid` over `fab` (no NVMe command yet); each command gets
     /// `cmd_timeout` for its response.
     pub fn connect(
         fab: &Fabric,
@@ -126,8 +127,14 @@ impl Queue {
         cmd_timeout: Duration,
         stats: Arc<Stats>,
     ) -> Result<Queue> {
-        let link = RdmaLink::connect(fab, p, stats)?;
-        Ok(Queue::new(p.qid, p.entries, Box::new(link), cmd_timeout))
+        let link: Box<dyn QueueTransport> = match fab {
+            Fabric::Rdma { kind, pd } => Box::new(RdmaLink::connect(*kind, pd, p, stats)?),
+            Fabric::Tcp {
+                hdr_digest,
+                data_digest,
+            } => Box::new(TcpLink::connect(p, *hdr_digest, *data_digest, stats)?),
+        };
+        Ok(Queue::new(p.qid, p.entries, link, cmd_timeout))
     }
 
     /// A queue of `entries` commands over a connected transport.

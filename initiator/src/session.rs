@@ -40,7 +40,8 @@ use crate::error::{Error, Result};
 use crate::options::{ConnectOptions, TargetUrl};
 use crate::queue::{Dir, Queue, Seg};
 use crate::stats::Stats;
-use crate::transport::rdma::{Fabric, QueueParams};
+use crate::transport::rdma::QueueParams;
+use crate::transport::Fabric;
 
 /// Admin queue entries (the Linux host's NVME_AQ_DEPTH).
 pub(crate) const ADMIN_ENTRIES: u16 = 32;
@@ -436,9 +437,12 @@ impl Setup<'_> {
     fn identify_controller(&self, q: &mut Queue, cntlid: u16) -> Result<IdentifyController> {
         let b = self.identify(q, cns::CONTROLLER, 0)?;
         let id = IdentifyController::decode(&b).map_err(Error::wire)?;
-        // Every queue is RDMA today (the verbs or soft provider): the target must take keyed
-        // SGLs. A transport that carries data in its own PDUs will ask for SglNeed::None.
-        id.check_fabrics(cntlid, SglNeed::Keyed)
+        // Over RDMA the target must take keyed SGLs; NVMe/TCP carries data in its own PDUs.
+        let need = match self.fabric {
+            Fabric::Rdma { .. } => SglNeed::Keyed,
+            Fabric::Tcp { .. } => SglNeed::None,
+        };
+        id.check_fabrics(cntlid, need)
             .map_err(|e| Error::Controller {
                 what: e.to_string(),
             })?;

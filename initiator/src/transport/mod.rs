@@ -5,12 +5,34 @@
 
 use std::time::Duration;
 
+use rdmablk::fabric::{Pd, ProviderKind};
 use rdmablk::nvme::{Cqe, Sqe};
 
 use crate::error::Error;
 use crate::queue::Dir;
 
 pub(crate) mod rdma;
+pub(crate) mod tcp;
+
+/// What a controller's queues are opened over, kept across reconnects (and the buffer pool
+/// registered on it, for RDMA).
+#[derive(Clone)]
+pub(crate) enum Fabric {
+    /// NVMe/RDMA: the provider and the protection domain the buffer pool is registered on.
+    Rdma { kind: ProviderKind, pd: Pd },
+    /// NVMe/TCP, with the digests to ask for.
+    Tcp { hdr_digest: bool, data_digest: bool },
+}
+
+impl Fabric {
+    /// The protection domain buffers are registered on (RDMA only).
+    pub fn pd(&self) -> Option<&Pd> {
+        match self {
+            Fabric::Rdma { pd, .. } => Some(pd),
+            Fabric::Tcp { .. } => None,
+        }
+    }
+}
 
 /// What a transport reports of its queue.
 #[derive(Clone, Copy, Debug)]

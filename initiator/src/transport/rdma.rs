@@ -29,13 +29,6 @@ const WR_SEND: u64 = 1 << 62;
 const WR_RECV: u64 = 2 << 62;
 const WR_KIND: u64 = 3 << 62;
 
-/// The fabric objects that outlive reconnects: device, PD (and the buffer pool on it).
-#[derive(Clone)]
-pub(crate) struct Fabric {
-    pub kind: ProviderKind,
-    pub pd: Pd,
-}
-
 /// What a queue is connected with.
 pub(crate) struct QueueParams {
     pub addr: SocketAddr,
@@ -62,19 +55,25 @@ pub(crate) struct RdmaLink {
 }
 
 impl RdmaLink {
-    /// Resolves, creates the QP and CM-connects queue `p.qid` (no NVMe command yet).
-    pub fn connect(fab: &Fabric, p: &QueueParams, stats: Arc<Stats>) -> Result<RdmaLink> {
+    /// Resolves, creates the QP and CM-connects queue `p.qid` over `kind` with buffers on
+    /// `pd` (no NVMe command yet).
+    pub fn connect(
+        kind: ProviderKind,
+        pd: &Pd,
+        p: &QueueParams,
+        stats: Arc<Stats>,
+    ) -> Result<RdmaLink> {
         let qid = p.qid;
         let n = usize::from(p.entries);
-        let resolved = fabric::resolve(fab.kind, p.addr, p.connect_timeout)
+        let resolved = fabric::resolve(kind, p.addr, p.connect_timeout)
             .map_err(Error::fabric(qid, "resolve address"))?;
         let device = resolved.device();
         let attr = device.attr().map_err(Error::fabric(qid, "query device"))?;
         let cq = device
             .create_cq(3 * u32::from(p.entries) + 8)
             .map_err(Error::fabric(qid, "create CQ"))?;
-        let capsules = register(&fab.pd, n * SQE_LEN, Access::LOCAL_WRITE, qid)?;
-        let responses = register(&fab.pd, n * CQE_LEN, Access::LOCAL_WRITE, qid)?;
+        let capsules = register(pd, n * SQE_LEN, Access::LOCAL_WRITE, qid)?;
+        let responses = register(pd, n * CQE_LEN, Access::LOCAL_WRITE, qid)?;
         let caps = QpCaps {
             // A capsule send and, for pushed writes, an RDMA WRITE per command.
             max_send_wr: 2 * u32::from(p.entries) + 1,
@@ -84,7 +83,7 @@ impl RdmaLink {
             max_inline_data: 0,
         };
         let init = QpInit {
-            pd: &fab.pd,
+            pd,
             send_cq: &cq,
             recv_cq: &cq,
             caps,
