@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # nvmet-interop.sh - run INSIDE the Soft-RoCE VM: export a file-backed namespace through the
-# Linux kernel target (nvmet-rdma) on rxe0, then connect rdmablk-initiator to it over verbs
-# and do verified I/O (the `verify` example: several sizes, sync + zero-copy + async, flush).
+# Linux kernel target (nvmet-rdma on rxe0, or nvmet-tcp with NVMET_TRTYPE=tcp), then connect
+# rdmablk-initiator to it (rdma:// over verbs, or tcp://) and do verified I/O (the `verify`
+# example: several sizes, sync + zero-copy + async, flush).
 #
 #   tools/rxe-vm/run-in-vm.sh bash tests/vm/nvmet-interop.sh      (from the repository root)
+#   NVMET_TRTYPE=tcp tools/rxe-vm/run-in-vm.sh bash tests/vm/nvmet-interop.sh
 #
 # Needs: build/debug/examples/verify (cargo build -p rdmablk-initiator --example verify),
 #        or set VERIFY_BIN; python3 (the backing-store check). A missing tool is a FAIL.
@@ -11,6 +13,7 @@
 set -uo pipefail
 
 IP=${NVMET_IP:-10.0.2.15}
+TR=${NVMET_TRTYPE:-rdma}
 PORT=${NVMET_PORT:-4420}
 NQN=${NVMET_NQN:-nqn.2024-01.io.rdmablk:interop}
 NS_MB=${NVMET_NS_MB:-64}
@@ -26,9 +29,9 @@ step() { echo "== $*"; }
 [ "$(id -u)" = 0 ] || fail "must run as root (inside the VM)"
 command -v python3 >/dev/null || fail "python3 is missing (the backing-store check needs it)"
 
-step "kernel target: modprobe nvmet nvmet-rdma"
+step "kernel target: modprobe nvmet nvmet-$TR"
 modprobe nvmet || fail "modprobe nvmet"
-modprobe nvmet-rdma || fail "modprobe nvmet-rdma"
+modprobe "nvmet-$TR" || fail "modprobe nvmet-$TR"
 mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config \
   || fail "mount configfs"
 [ -d "$CFG" ] || fail "$CFG missing after modprobe"
@@ -61,10 +64,10 @@ echo -n "$DEV" > "$S/namespaces/1/device_path" || fail "device_path"
 [ -z "$LOOP" ] && { echo 1 > "$S/namespaces/1/buffered_io" 2>/dev/null || true; }
 echo 1 > "$S/namespaces/1/enable" || fail "enable namespace (dmesg: $(dmesg | tail -3))"
 
-step "port 1: rdma $IP:$PORT"
+step "port 1: $TR $IP:$PORT"
 P=$CFG/ports/1
 mkdir "$P" || fail "mkdir port"
-echo rdma > "$P/addr_trtype"
+echo "$TR" > "$P/addr_trtype"
 echo ipv4 > "$P/addr_adrfam"
 echo "$IP" > "$P/addr_traddr"
 echo "$PORT" > "$P/addr_trsvcid"
@@ -74,15 +77,15 @@ for _ in $(seq 1 100); do dmesg | grep -q "enabling port 1" && break; sleep 0.1;
 dmesg | grep -i nvmet | tail -3
 
 rc=0
-step "rdmablk-initiator -> nvmet-rdma: rdma://$IP:$PORT/$NQN"
-RUST_LOG=${RUST_LOG:-info} timeout 600 "$BIN" "rdma://$IP:$PORT/$NQN" || rc=$?
+step "rdmablk-initiator -> nvmet-$TR: $TR://$IP:$PORT/$NQN"
+RUST_LOG=${RUST_LOG:-info} timeout 600 "$BIN" "$TR://$IP:$PORT/$NQN" || rc=$?
 if [ $rc -ne 0 ]; then
   echo "--- dmesg (nvmet) ---"; dmesg | grep -iE "nvme|rdma|rxe" | tail -20
   fail "verify exited $rc"
 fi
 
 step "a refused connection names its cause (unknown subsystem NQN)"
-out=$(timeout 120 "$BIN" "rdma://$IP:$PORT/nqn.2024-01.io.rdmablk:no-such-subsys" 2>&1)
+out=$(timeout 120 "$BIN" "$TR://$IP:$PORT/nqn.2024-01.io.rdmablk:no-such-subsys" 2>&1)
 echo "$out" | tail -1
 echo "$out" | grep -q "unknown subsystem NQN" || fail "unknown-NQN refusal not reported as such"
 

@@ -58,6 +58,8 @@ TRTYPE=tcp RXE_VM_IP=$RXE_ADDR STEP_TIMEOUT=1200 run_step linux-host-tcp \
   bash "$ROOT/tests/vm/linux-host.sh"
 RXE_VM_IP=$RXE_ADDR run_step multipath bash "$ROOT/tests/vm/multipath.sh"
 NVMET_IP=$RXE_ADDR run_step nvmet-interop bash "$ROOT/tests/vm/nvmet-interop.sh"
+# rdmablk-initiator over tcp:// against the kernel's nvmet-tcp.
+NVMET_TRTYPE=tcp NVMET_IP=$RXE_ADDR run_step nvmet-interop-tcp bash "$ROOT/tests/vm/nvmet-interop.sh"
 # The Debian packages (tools/package built them): install, run from the installed config
 # with the Linux host, the C API and fio connecting, purge.
 if [ "${RXE_NO_PACKAGES:-0}" != 1 ]; then
