@@ -57,7 +57,10 @@ fn compile(exe: &Path, extra: &[&str], static_link: bool) {
 }
 
 fn run_example(exe: &Path, env: &[(&str, &str)]) {
-    let target = SoftTarget::start(64);
+    run_example_on(SoftTarget::start(64), exe, env);
+}
+
+fn run_example_on(target: SoftTarget, exe: &Path, env: &[(&str, &str)]) {
     let out = run(
         Command::new(exe)
             .arg(target.url())
@@ -74,6 +77,13 @@ fn c_example_against_soft_target_shared_library() {
     let exe = out_dir("shared").join("rdmablk_example");
     compile(&exe, &[], false);
     run_example(&exe, &[]);
+}
+
+#[test]
+fn c_example_over_nvme_tcp() {
+    let exe = out_dir("tcp").join("rdmablk_example");
+    compile(&exe, &[], false);
+    run_example_on(SoftTarget::start_tcp(64), &exe, &[]);
 }
 
 #[test]

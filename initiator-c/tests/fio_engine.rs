@@ -36,7 +36,7 @@ fn engine() -> &'static PathBuf {
 
 /// fio's file name for namespace 1 of `t` (colons escaped as fio wants).
 fn filename(t: &SoftTarget) -> String {
-    format!("soft://{}/{NQN}/1", t.addr()).replace(':', "\\:")
+    format!("{}/1", t.url()).replace(':', "\\:")
 }
 
 /// Runs fio with `args` and the engine against `t`; returns its JSON report.
@@ -74,7 +74,10 @@ fn all_done(j: &Value, dir: &str, bytes: u64, bs: u64) {
 
 /// Two jobs write 8 MiB each (disjoint ranges) in `bs`-KiB blocks and verify it with crc32c.
 fn verify_two_jobs(bs_kib: u64, extra: &[&str]) {
-    let t = SoftTarget::start(64);
+    verify_two_jobs_on(SoftTarget::start(64), bs_kib, extra);
+}
+
+fn verify_two_jobs_on(t: SoftTarget, bs_kib: u64, extra: &[&str]) {
     let bs = format!("--bs={bs_kib}k");
     let mut args = vec![
         "--name=verify",
@@ -103,6 +106,12 @@ fn verify_two_jobs(bs_kib: u64, extra: &[&str]) {
 #[test]
 fn fio_verify_crc32c_two_jobs_as_processes() {
     verify_two_jobs(4, &[]);
+}
+
+#[test]
+fn fio_verify_crc32c_two_jobs_over_nvme_tcp() {
+    verify_two_jobs_on(SoftTarget::start_tcp(64), 4, &[]);
+    verify_two_jobs_on(SoftTarget::start_tcp(64), 128, &["--thread", "--iodepth=4"]);
 }
 
 #[test]

@@ -11,8 +11,9 @@ use rdmablk_target::Target;
 
 pub const NQN: &str = "nqn.2026-11.io.rdmablk:c-api";
 
-/// A target on 127.0.0.1 (a free port) with one RAM namespace; shut down on drop.
-pub struct SoftTarget(Option<Target>);
+/// A target on 127.0.0.1 (a free port) with one RAM namespace, on the soft RDMA provider or
+/// NVMe/TCP; shut down on drop.
+pub struct SoftTarget(Option<Target>, &'static str);
 
 impl SoftTarget {
     /// `ram_mib` MiB of 4 KiB blocks.
@@ -20,7 +21,20 @@ impl SoftTarget {
         Self::start_with(ram_mib, 4096)
     }
 
+    /// The same over an NVMe/TCP listener (`tcp://` URLs).
+    pub fn start_tcp(ram_mib: u32) -> SoftTarget {
+        Self::start_on("tcp", ram_mib, 4096)
+    }
+
     pub fn start_with(ram_mib: u32, block_size: u32) -> SoftTarget {
+        Self::start_on("soft", ram_mib, block_size)
+    }
+
+    fn start_on(scheme: &'static str, ram_mib: u32, block_size: u32) -> SoftTarget {
+        let listener = match scheme {
+            "tcp" => "transport = \"tcp\"",
+            _ => "provider = \"soft\"",
+        };
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -29,7 +43,7 @@ impl SoftTarget {
         let toml = format!(
             r#"
 [[listener]]
-provider = "soft"
+{listener}
 address = "127.0.0.1"
 port = {port}
 
@@ -52,16 +66,19 @@ backend = {{ kind = "ram", size = "{ram_mib}MiB" }}
 "#
         );
         let cfg = Config::from_str(&toml).expect("target config");
-        SoftTarget(Some(Target::start(cfg).expect("rdmablk-target starts")))
+        SoftTarget(
+            Some(Target::start(cfg).expect("rdmablk-target starts")),
+            scheme,
+        )
     }
 
     pub fn addr(&self) -> std::net::SocketAddr {
         self.0.as_ref().unwrap().local_addrs()[0]
     }
 
-    /// `soft://127.0.0.1:PORT/NQN`
+    /// `soft://127.0.0.1:PORT/NQN` (or `tcp://`)
     pub fn url(&self) -> String {
-        format!("soft://{}/{NQN}", self.addr())
+        format!("{}://{}/{NQN}", self.1, self.addr())
     }
 }
 

@@ -33,8 +33,8 @@ pub const MIN_BS_BYTES: u64 = 512;
 )]
 pub struct Args {
     /// What to drive: `file:/path` or `/dev/...` (local io_uring engine), `rdma://IP:PORT/NQN`
-    /// or `soft://HOST:PORT/NQN` (NVMe-oF initiator; without /NQN, or with the discovery NQN,
-    /// the first subsystem the target's discovery log lists). Several `rdma://` or `soft://`
+    /// `soft://HOST:PORT/NQN` or `tcp://HOST:PORT/NQN` (NVMe-oF initiator; without /NQN, or
+    /// with the discovery NQN, the first subsystem the target's discovery log lists). Several `rdma://` or `soft://`
     /// URLs of one subsystem, comma-separated, are the paths of one multipath controller
     /// (ANA path choice, failover; the report adds per-path I/O and the longest stall).
     /// Omit it with --embedded.
@@ -312,6 +312,13 @@ pub enum Target {
         /// Subsystem NQN.
         nqn: String,
     },
+    /// An NVMe-oF subsystem over NVMe/TCP.
+    Tcp {
+        /// `HOST:PORT`.
+        addr: String,
+        /// Subsystem NQN.
+        nqn: String,
+    },
     /// An in-process target on the soft provider with a RAM namespace.
     Embedded,
     /// One subsystem through several paths (full `rdma://` or `soft://` URLs, one provider).
@@ -327,6 +334,7 @@ impl fmt::Display for Target {
             Self::File(p) => write!(f, "{}", p.display()),
             Self::Rdma { addr, nqn } => write!(f, "rdma://{addr}/{nqn}"),
             Self::Soft { addr, nqn } => write!(f, "soft://{addr}/{nqn}"),
+            Self::Tcp { addr, nqn } => write!(f, "tcp://{addr}/{nqn}"),
             Self::Embedded => f.write_str("embedded"),
             Self::Multipath { urls } => f.write_str(&urls.join(",")),
         }
@@ -360,26 +368,29 @@ fn parse_paths(s: &str) -> Result<Target, UsageError> {
     let mut kinds = Vec::new();
     for part in s.split(',') {
         let url = match parse_one_target(part)? {
-            Target::Rdma { nqn, .. } | Target::Soft { nqn, .. } if nqn == DISCOVERY_NQN => {
+            Target::Rdma { nqn, .. } | Target::Soft { nqn, .. } | Target::Tcp { nqn, .. }
+                if nqn == DISCOVERY_NQN =>
+            {
                 return Err(usage(format!(
                     "target '{part}': a multipath path names its subsystem NQN \
                      (scheme://HOST:PORT/NQN)"
                 )))
             }
-            t @ (Target::Rdma { .. } | Target::Soft { .. }) => t,
+            t @ (Target::Rdma { .. } | Target::Soft { .. } | Target::Tcp { .. }) => t,
             _ => {
                 return Err(usage(format!(
-                    "target '{part}': multipath paths are rdma:// or soft:// URLs"
+                    "target '{part}': multipath paths are rdma://, soft:// or tcp:// URLs"
                 )))
             }
         };
-        kinds.push(matches!(url, Target::Rdma { .. }));
-        urls.push(url.to_string());
+        let url = url.to_string();
+        kinds.push(url.split("://").next().unwrap_or_default().to_string());
+        urls.push(url);
     }
-    if kinds.iter().any(|&k| k != kinds[0]) {
+    if kinds.iter().any(|k| *k != kinds[0]) {
         return Err(usage(format!(
-            "target '{s}': the paths of one multipath controller use one provider \
-             (all rdma:// or all soft://)"
+            "target '{s}': the paths of one multipath controller use one transport \
+             (all rdma://, all soft:// or all tcp://)"
         )));
     }
     Ok(Target::Multipath { urls })
@@ -413,10 +424,12 @@ fn parse_one_target(s: &str) -> Result<Target, UsageError> {
         remote(rest, "rdma").map(|(addr, nqn)| Target::Rdma { addr, nqn })
     } else if let Some(rest) = s.strip_prefix("soft://") {
         remote(rest, "soft").map(|(addr, nqn)| Target::Soft { addr, nqn })
+    } else if let Some(rest) = s.strip_prefix("tcp://") {
+        remote(rest, "tcp").map(|(addr, nqn)| Target::Tcp { addr, nqn })
     } else {
         Err(usage(format!(
-            "target '{s}': unknown kind (use file:/path, /dev/..., rdma://IP:PORT/NQN or \
-             soft://HOST:PORT/NQN)"
+            "target '{s}': unknown kind (use file:/path, /dev/..., rdma://IP:PORT/NQN, \
+             soft://HOST:PORT/NQN or tcp://HOST:PORT/NQN)"
         )))
     }
 }
@@ -690,6 +703,13 @@ mod tests {
                 nqn: "nqn.y".into()
             })
         );
+        assert_eq!(
+            parse_target("tcp://192.0.2.1:4420/nqn.z"),
+            Ok(Target::Tcp {
+                addr: "192.0.2.1:4420".into(),
+                nqn: "nqn.z".into()
+            })
+        );
         assert!(parse_target("rdma://10.0.0.1/nqn").is_err());
         assert_eq!(
             parse_target("soft://h:1/"),
@@ -722,7 +742,15 @@ mod tests {
         assert!(parse_target("soft://a:1/nqn.x,rdma://b:2/nqn.x")
             .unwrap_err()
             .0
-            .contains("one provider"));
+            .contains("one transport"));
+        assert!(parse_target("tcp://a:1/nqn.x,soft://b:2/nqn.x")
+            .unwrap_err()
+            .0
+            .contains("one transport"));
+        assert_eq!(
+            parse_target("tcp://a:1/nqn.x,tcp://b:2/nqn.x").map(|t| t.to_string()),
+            Ok("tcp://a:1/nqn.x,tcp://b:2/nqn.x".to_string())
+        );
         assert!(parse_target("soft://a:1/nqn.x,soft://b:2")
             .unwrap_err()
             .0

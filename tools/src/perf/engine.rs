@@ -248,6 +248,11 @@ pub fn open(target: &Target, opts: &OpenOptions) -> Result<Box<dyn Engine>, Engi
             opts,
             None,
         )?)),
+        Target::Tcp { addr, nqn } => Ok(Box::new(nvmf::NvmfEngine::connect(
+            &nvmf::resolve(&format!("tcp://{addr}/{nqn}"))?,
+            opts,
+            None,
+        )?)),
         Target::Multipath { urls } => Ok(Box::new(nvmf::NvmfEngine::connect_paths(urls, opts)?)),
         Target::Embedded => {
             let target = embedded::EmbeddedTarget::get(opts)?;
