@@ -48,7 +48,7 @@ static struct fio_option options[] = {
 		.lname = "rdmablk target URL",
 		.type = FIO_OPT_STR_STORE,
 		.off1 = offsetof(struct rb_options, url),
-		.help = "soft://HOST:PORT/SUBNQN or rdma://IP:PORT/SUBNQN (default: the file name)",
+		.help = "soft://HOST:PORT/SUBNQN, rdma://IP:PORT/SUBNQN or tcp://HOST:PORT/SUBNQN (default: the file name)",
 		.category = FIO_OPT_C_ENGINE,
 		.group = FIO_OPT_G_INVALID,
 	},
