@@ -174,9 +174,15 @@ impl TcpLink {
             self.rx_start = 0;
         }
         while self.rx_end < self.rx.len() && self.broken.is_none() {
+            let asked = self.rx.len() - self.rx_end;
             match self.stream.read(&mut self.rx[self.rx_end..]) {
                 Ok(0) => self.fail_with("the target closed the connection".into()),
-                Ok(n) => self.rx_end += n,
+                Ok(n) => {
+                    self.rx_end += n;
+                    if n < asked {
+                        return; // drained: no second call just to hear EAGAIN
+                    }
+                }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => self.fail_with(format!("receive: {e}")),

@@ -32,11 +32,12 @@ pub const MIN_BS_BYTES: u64 = 512;
                   completion script."
 )]
 pub struct Args {
-    /// What to drive: `file:/path` or `/dev/...` (local io_uring engine), `rdma://IP:PORT/NQN`
+    /// What to drive: `file:/path` or `/dev/...` (local io_uring engine), `rdma://IP:PORT/NQN`,
     /// `soft://HOST:PORT/NQN` or `tcp://HOST:PORT/NQN` (NVMe-oF initiator; without /NQN, or
-    /// with the discovery NQN, the first subsystem the target's discovery log lists). Several `rdma://` or `soft://`
-    /// URLs of one subsystem, comma-separated, are the paths of one multipath controller
-    /// (ANA path choice, failover; the report adds per-path I/O and the longest stall).
+    /// with the discovery NQN, the first subsystem the target's discovery log lists). Several
+    /// URLs of one subsystem and one scheme, comma-separated, are the paths of one multipath
+    /// controller (ANA path choice, failover; the report adds per-path I/O and the longest
+    /// stall).
     /// Omit it with --embedded.
     #[arg(value_name = "TARGET")]
     pub target: Option<String>,

@@ -163,8 +163,10 @@ pub trait PollGroup {
     /// [`PollGroup::end_pass`] may leave together then (one write for many responses).
     fn begin_pass(&mut self);
 
-    /// The pass ends (before the worker sleeps or runs its timers): send what was held.
-    fn end_pass(&mut self);
+    /// The pass ends (before the worker sleeps or runs its timers): send what was held, and
+    /// tell the core of responses that left (`on_sent`). True if that started more work (a
+    /// capsule that waited for a free request).
+    fn end_pass(&mut self, ctx: &mut Ctx<'_>) -> bool;
 
     /// Takes the transport's events (commands in, data in, responses sent, closes) and
     /// drives their requests. True if there were any.

@@ -207,8 +207,8 @@ impl Worker {
             if !self.backlog.is_empty() {
                 self.resume_backlog();
             }
-            for (_, g) in &mut self.groups {
-                g.end_pass();
+            for g in 0..self.groups.len() {
+                busy |= self.with_group(g, |group, ctx| group.end_pass(ctx));
             }
             if self.last_tick.elapsed() >= TICK {
                 self.last_tick = Instant::now();

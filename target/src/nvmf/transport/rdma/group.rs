@@ -174,8 +174,9 @@ impl PollGroup for RdmaGroup {
         self.batch = Some(SendBatch::begin());
     }
 
-    fn end_pass(&mut self) {
+    fn end_pass(&mut self, _ctx: &mut Ctx<'_>) -> bool {
         self.batch = None;
+        false
     }
 
     fn poll(&mut self, ctx: &mut Ctx<'_>) -> bool {

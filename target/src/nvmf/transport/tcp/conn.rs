@@ -92,8 +92,15 @@ impl Conn {
                 )
             };
             if n > 0 {
+                let asked = self.rx.len() - self.end;
                 self.end += n as usize;
                 any = true;
+                if (n as usize) < asked {
+                    // The socket is drained (a short read): no second call just to hear
+                    // EAGAIN; the epoll set is level-triggered, so whatever comes next wakes
+                    // the group again.
+                    break;
+                }
                 continue;
             }
             if n == 0 {

@@ -289,6 +289,24 @@ impl TcpGroup {
         }
     }
 
+    /// Tells the core of the responses written since the last call (`on_sent`: their request
+    /// contexts are free). True if a capsule that waited for a free context was started.
+    fn deliver_sent(&mut self, ctx: &mut Ctx<'_>) -> bool {
+        let mut started = false;
+        for key in std::mem::take(&mut self.sent_keys) {
+            let Some(q) = self.queues.get(key) else {
+                continue;
+            };
+            started |= !q.pending_capsules.is_empty();
+            let mut sent = std::mem::take(&mut q.xport.sent);
+            for slot in sent.drain(..) {
+                on_sent(q, slot, ctx);
+            }
+            q.xport.sent = sent;
+        }
+        started
+    }
+
     fn flush_all(&mut self) {
         for q in self.queues.iter_mut() {
             if !q.xport.conn.has_output() || q.xport.conn.broken.is_some() {
@@ -576,23 +594,13 @@ impl PollGroup for TcpGroup {
 
     fn begin_pass(&mut self) {}
 
-    fn end_pass(&mut self) {
+    fn end_pass(&mut self, ctx: &mut Ctx<'_>) -> bool {
         self.flush_all();
+        self.deliver_sent(ctx)
     }
 
     fn poll(&mut self, ctx: &mut Ctx<'_>) -> bool {
-        let mut any = false;
-        for key in std::mem::take(&mut self.sent_keys) {
-            let Some(q) = self.queues.get(key) else {
-                continue;
-            };
-            let mut sent = std::mem::take(&mut q.xport.sent);
-            any |= !sent.is_empty();
-            for slot in sent.drain(..) {
-                on_sent(q, slot, ctx);
-            }
-            q.xport.sent = sent;
-        }
+        let mut any = self.deliver_sent(ctx);
         let n = self.epoll_wait(0);
         for e in 0..n {
             let token = self.events[e].u64;
@@ -659,8 +667,11 @@ impl PollGroup for TcpGroup {
         self.queues.is_empty()
     }
 
+    /// The epoll set is level-triggered: whatever arrives between the last poll and the wait
+    /// is reported by the wait, so there is nothing to arm and no second look to take (the
+    /// pass's end told the core of every response sent).
     fn arm(&mut self, ctx: &mut Ctx<'_>) -> Option<bool> {
-        Some(self.poll(ctx))
+        Some(self.deliver_sent(ctx))
     }
 
     fn wait(&mut self, other: Option<RawFd>, timeout: Duration) -> Option<Ready> {
