@@ -12,7 +12,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use serde_json::Value;
-use support::{lib_dir, repo_root, require, run, SoftTarget, NQN};
+use support::{lib_dir, repo_root, require, run, SoftTarget};
 
 /// Builds the engine once per test binary; returns its path.
 fn engine() -> &'static PathBuf {
