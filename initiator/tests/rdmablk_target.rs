@@ -431,3 +431,62 @@ fn a_target_restart_costs_a_reconnect_not_an_error() {
     drop(ctrl);
     t.shutdown();
 }
+
+/// One target serving both transports (an RDMA listener on the e2e fabric and a tcp one), one
+/// worker in interrupt mode: both hosts' I/O is served, so the worker wakes for either
+/// transport's events while it sleeps.
+#[test]
+fn one_worker_serves_rdma_and_tcp_hosts_at_once() {
+    let dir = rdmablk_testkit::tmp_dir("both");
+    let (rport, tport) = (free_port(), free_port());
+    let toml = format!(
+        r#"
+[[listener]]
+provider = "{provider}"
+address = "{address}"
+port = {rport}
+
+[[listener]]
+transport = "tcp"
+address = "{address}"
+port = {tport}
+
+[target]
+worker_threads = 1
+poll_mode = "interrupt"
+
+[control]
+socket = ""
+
+[arena]
+bytes = "96MiB"
+lock = false
+
+[[subsystem]]
+nqn = "{NQN}"
+allow_any_host = true
+
+[[subsystem.namespace]]
+nsid = 1
+block_size = 512
+backend = {{ kind = "file", path = "{}", create_size = "32MiB", direct = false }}
+"#,
+        dir.join("ns.img").display(),
+        provider = e2e_fabric().0,
+        address = e2e_fabric().1,
+    );
+    let t = Target::start(Config::from_str(&toml).expect("config")).expect("target starts");
+    let addrs = t.local_addrs();
+    let rdma = Controller::connect_with(&url(&t, ""), opts()).unwrap();
+    let tcp = Controller::connect_with(&format!("tcp://{}/{NQN}", addrs[1]), opts()).unwrap();
+    for pass in 0..3u8 {
+        // Each host waits for its own I/O while the worker sleeps between them.
+        sync_sizes(&rdma, 10 + pass);
+        std::thread::sleep(Duration::from_millis(30));
+        sync_sizes(&tcp, 20 + pass);
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    drop(rdma);
+    drop(tcp);
+    t.shutdown();
+}

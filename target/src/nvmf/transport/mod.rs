@@ -196,4 +196,11 @@ pub trait PollGroup {
     /// passes; the transport's event is consumed (the next poll takes its work). None if the
     /// wait failed.
     fn wait(&mut self, other: Option<RawFd>, timeout: Duration) -> Option<Ready>;
+
+    /// A descriptor that is readable while the group has events (level-triggered), for a
+    /// worker with several groups: it sleeps in the first group's `wait` with the others'
+    /// descriptors in its `other`. None: this group can only be the one that waits.
+    fn wake_fd(&self) -> Option<RawFd> {
+        None
+    }
 }

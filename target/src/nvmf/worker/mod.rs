@@ -15,6 +15,7 @@
 
 use std::any::Any;
 use std::collections::VecDeque;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -118,17 +119,19 @@ pub(super) fn spawn(
             }
             let _ = ready_tx.send(Ok(()));
             let backend_wake = io.wake_in_use();
-            let groups = shared
+            let groups: Vec<(config::Transport, Box<dyn PollGroup>)> = shared
                 .transports
                 .iter()
                 .map(|t| (t.kind(), t.poll_group(index)))
                 .collect();
+            let others = OthersWait::new(&groups);
             let w = Worker {
                 index,
                 backend_depth: depth,
                 busy_poll: shared.cfg.target.poll_mode == PollMode::Busy,
                 shared,
                 groups,
+                others,
                 rx,
                 nsq,
                 ns_counters,
@@ -169,6 +172,8 @@ struct Worker {
     /// One poll group per transport served, in [`Shared::transports`] order (its index is
     /// the group of its requests' backend tags).
     groups: Vec<(config::Transport, Box<dyn PollGroup>)>,
+    /// With more than one group: what the first sleeps on besides its own events.
+    others: Option<OthersWait>,
     rx: Receiver<WorkerMsg>,
     /// One queue per namespace slot. Dropped before `_io`.
     nsq: NsQueues,
@@ -372,11 +377,22 @@ impl Worker {
                 return;
             }
         };
-        if self.groups.len() != 1 {
-            // A poll group sleeps on its own events plus one other descriptor: with more
-            // than one transport, nap briefly instead.
-            std::thread::sleep(Duration::from_micros(50));
-            return;
+        if self.groups.len() > 1 {
+            if self.others.is_none() {
+                // No set to wait on the other groups with: nap briefly instead.
+                std::thread::sleep(Duration::from_micros(50));
+                return;
+            }
+            for g in 1..self.groups.len() {
+                match self.with_group(g, |group, ctx| group.arm(ctx)) {
+                    None => {
+                        std::thread::sleep(Duration::from_micros(200));
+                        return;
+                    }
+                    Some(true) => return,
+                    Some(false) => {}
+                }
+            }
         }
         match self.with_group(0, |group, ctx| group.arm(ctx)) {
             None => {
@@ -387,8 +403,9 @@ impl Worker {
             Some(false) => {}
         }
         if !use_wake {
-            let Some(w) = &self.msg_wake else {
-                let _ = self.groups[0].1.wait(None, IDLE_WAIT);
+            let Some(fd) = self.msg_wake.as_ref().map(|w| w.raw_fd()) else {
+                let other = self.other_fd(None);
+                let _ = self.groups[0].1.wait(other, IDLE_WAIT);
                 return;
             };
             // The fd is cleared only when the wait found it readable (no syscall per idle
@@ -397,12 +414,15 @@ impl Worker {
             let wait = IDLE_WAIT
                 .saturating_mul(1 << self.idle_streak.min(5))
                 .min(IDLE_WAIT_MAX);
-            let Some(ready) = self.groups[0].1.wait(Some(w.raw_fd()), wait) else {
+            let other = self.other_fd(Some(fd));
+            let Some(ready) = self.groups[0].1.wait(other, wait) else {
                 std::thread::sleep(Duration::from_micros(200));
                 return;
             };
             if ready.other {
-                w.clear();
+                if let Some(w) = &self.msg_wake {
+                    w.clear();
+                }
             }
             if !ready.events && !ready.other {
                 self.idle_streak = self.idle_streak.saturating_add(1);
@@ -416,8 +436,18 @@ impl Worker {
             return;
         };
         let fd = w.raw_fd();
-        if self.groups[0].1.wait(Some(fd), IDLE_WAIT).is_none() {
+        let other = self.other_fd(Some(fd));
+        if self.groups[0].1.wait(other, IDLE_WAIT).is_none() {
             std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    /// The descriptor the first group waits on besides its own events: the worker's `fd`,
+    /// or with several groups the set holding it and the other groups' descriptors.
+    fn other_fd(&mut self, fd: Option<RawFd>) -> Option<RawFd> {
+        match &mut self.others {
+            Some(o) => Some(o.with(fd)),
+            None => fd,
         }
     }
 
@@ -446,6 +476,66 @@ impl Worker {
                 .unwrap_or_else(|p| p.into_inner())
                 .push(format!("namespace {nsid} ({failure})"));
         }
+    }
+}
+
+/// An epoll set over the wake descriptors of a worker's groups after the first, and the
+/// worker's own descriptor of the moment (its message or backend eventfd): with several
+/// transports, the first group sleeps on its own events plus this set.
+struct OthersWait {
+    epoll: OwnedFd,
+    /// The worker's descriptor now in the set.
+    extra: Option<RawFd>,
+}
+
+impl OthersWait {
+    /// The set for `groups`, if there is more than one and every group after the first has
+    /// a wake descriptor.
+    fn new(groups: &[(config::Transport, Box<dyn PollGroup>)]) -> Option<OthersWait> {
+        if groups.len() < 2 {
+            return None;
+        }
+        // SAFETY: plain system call; the descriptor is owned from here on.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            tracing::warn!("no epoll set for several transports: idle workers nap instead");
+            return None;
+        }
+        let set = OthersWait {
+            // SAFETY: `fd` is a new descriptor nothing else owns.
+            epoll: unsafe { OwnedFd::from_raw_fd(fd) },
+            extra: None,
+        };
+        for (_, g) in &groups[1..] {
+            if !set.ctl(libc::EPOLL_CTL_ADD, g.wake_fd()?) {
+                return None;
+            }
+        }
+        Some(set)
+    }
+
+    fn ctl(&self, op: i32, fd: RawFd) -> bool {
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: fd as u64,
+        };
+        // SAFETY: both descriptors are open; `ev` is a valid event.
+        unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), op, fd, &mut ev) == 0 }
+    }
+
+    /// Puts `fd` in the set in place of the worker's previous descriptor; the set's own.
+    fn with(&mut self, fd: Option<RawFd>) -> RawFd {
+        if fd != self.extra {
+            if let Some(old) = self.extra.take() {
+                self.ctl(libc::EPOLL_CTL_DEL, old);
+            }
+            if let Some(new) = fd {
+                if self.ctl(libc::EPOLL_CTL_ADD, new) {
+                    self.extra = Some(new);
+                }
+            }
+        }
+        self.epoll.as_raw_fd()
     }
 }
 

@@ -674,6 +674,10 @@ impl PollGroup for TcpGroup {
         Some(self.deliver_sent(ctx))
     }
 
+    fn wake_fd(&self) -> Option<RawFd> {
+        Some(self.epoll.as_raw_fd())
+    }
+
     fn wait(&mut self, other: Option<RawFd>, timeout: Duration) -> Option<Ready> {
         if other != self.other {
             if let Some(old) = self.other.take() {
