@@ -132,7 +132,7 @@ pub fn discover_with(url: &str, mut opts: ConnectOptions) -> Result<Vec<Discover
     };
     let mut admin = crate::queue::Queue::connect(
         &fabric,
-        &crate::transport::rdma::QueueParams {
+        &crate::transport::QueueParams {
             addr: url.addr,
             qid: 0,
             entries: ADMIN_ENTRIES,

@@ -20,9 +20,7 @@ use rdmablk::nvme::{Cqe, Sqe};
 use crate::buf::IoBuf;
 use crate::error::{Error, Result};
 use crate::stats::Stats;
-use crate::transport::rdma::{QueueParams, RdmaLink};
-use crate::transport::tcp::TcpLink;
-use crate::transport::{Event, Fabric, QueueTransport};
+use crate::transport::{Event, Fabric, QueueParams, QueueTransport};
 
 /// How often a busy queue looks at connection events and command deadlines.
 const HOUSEKEEPING: Duration = Duration::from_millis(10);
@@ -127,14 +125,12 @@ impl Queue {
         cmd_timeout: Duration,
         stats: Arc<Stats>,
     ) -> Result<Queue> {
-        let link: Box<dyn QueueTransport> = match fab {
-            Fabric::Rdma { kind, pd } => Box::new(RdmaLink::connect(*kind, pd, p, stats)?),
-            Fabric::Tcp {
-                hdr_digest,
-                data_digest,
-            } => Box::new(TcpLink::connect(p, *hdr_digest, *data_digest, stats)?),
-        };
-        Ok(Queue::new(p.qid, p.entries, link, cmd_timeout))
+        Ok(Queue::new(
+            p.qid,
+            p.entries,
+            fab.connect(p, stats)?,
+            cmd_timeout,
+        ))
     }
 
     /// A queue of `entries` commands over a connected transport.

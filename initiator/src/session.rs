@@ -32,7 +32,7 @@ use rdmablk::nvme::transport::rdma::PushRequest;
 use rdmablk::nvme::{
     admin as nvme_admin, fabrics, features, Cap, Cc, CommandKind, Connect, ConnectData, Csts,
     GetLogPage, IdentifyCmd, IdentifyController, IdentifyNamespace, Nqn, NumQueues, PropertyGet,
-    PropertySet, PropertySize, SetFeatures, SglNeed, Sqe, Status, Vs,
+    PropertySet, PropertySize, SetFeatures, Sqe, Status, Vs,
 };
 
 use crate::buf::BufPool;
@@ -40,8 +40,7 @@ use crate::error::{Error, Result};
 use crate::options::{ConnectOptions, TargetUrl};
 use crate::queue::{Dir, Queue, Seg};
 use crate::stats::Stats;
-use crate::transport::rdma::QueueParams;
-use crate::transport::Fabric;
+use crate::transport::{Fabric, QueueParams};
 
 /// Admin queue entries (the Linux host's NVME_AQ_DEPTH).
 pub(crate) const ADMIN_ENTRIES: u16 = 32;
@@ -437,12 +436,7 @@ impl Setup<'_> {
     fn identify_controller(&self, q: &mut Queue, cntlid: u16) -> Result<IdentifyController> {
         let b = self.identify(q, cns::CONTROLLER, 0)?;
         let id = IdentifyController::decode(&b).map_err(Error::wire)?;
-        // Over RDMA the target must take keyed SGLs; NVMe/TCP carries data in its own PDUs.
-        let need = match self.fabric {
-            Fabric::Rdma { .. } => SglNeed::Keyed,
-            Fabric::Tcp { .. } => SglNeed::None,
-        };
-        id.check_fabrics(cntlid, need)
+        id.check_fabrics(cntlid, self.fabric.sgl_need())
             .map_err(|e| Error::Controller {
                 what: e.to_string(),
             })?;

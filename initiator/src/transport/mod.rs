@@ -3,13 +3,17 @@
 //! A transport is a file or folder here ([`rdma`]) with a type that implements
 //! [`QueueTransport`] for one connected queue.
 
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use rdmablk::fabric::{Pd, ProviderKind};
-use rdmablk::nvme::{Cqe, Sqe};
+use rdmablk::nvme::transport::rdma::PushRequest;
+use rdmablk::nvme::{Cqe, SglNeed, Sqe};
 
-use crate::error::Error;
+use crate::error::{Error, Result};
 use crate::queue::Dir;
+use crate::stats::Stats;
 
 pub(crate) mod rdma;
 pub(crate) mod tcp;
@@ -32,6 +36,39 @@ impl Fabric {
             Fabric::Tcp { .. } => None,
         }
     }
+
+    /// What Identify Controller must offer for this transport's data pointers: keyed SGLs
+    /// over RDMA; NVMe/TCP carries data in its own PDUs.
+    pub fn sgl_need(&self) -> SglNeed {
+        match self {
+            Fabric::Rdma { .. } => SglNeed::Keyed,
+            Fabric::Tcp { .. } => SglNeed::None,
+        }
+    }
+
+    /// Connects queue `p.qid` over this fabric (no NVMe command yet).
+    pub fn connect(&self, p: &QueueParams, stats: Arc<Stats>) -> Result<Box<dyn QueueTransport>> {
+        Ok(match self {
+            Fabric::Rdma { kind, pd } => Box::new(rdma::RdmaLink::connect(*kind, pd, p, stats)?),
+            Fabric::Tcp {
+                hdr_digest,
+                data_digest,
+            } => Box::new(tcp::TcpLink::connect(p, *hdr_digest, *data_digest, stats)?),
+        })
+    }
+}
+
+/// What a queue is connected with.
+pub(crate) struct QueueParams {
+    pub addr: SocketAddr,
+    pub qid: u16,
+    /// Submission queue entries (the CM request's HRQSIZE; HSQSIZE is one less).
+    pub entries: u16,
+    /// In-capsule data bytes the controller takes on this queue (0 on the admin queue).
+    pub in_capsule_bytes: u32,
+    /// The push-write request (RDMA only; NVMe/TCP ignores it).
+    pub push: Option<PushRequest>,
+    pub connect_timeout: Duration,
 }
 
 /// What a transport reports of its queue.

@@ -6,7 +6,6 @@
 //! Work request IDs: bits 63:62 say what the WR is (capsule send, response receive), the low
 //! 16 bits are the command ID or the receive slot.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,11 +15,11 @@ use rdmablk::fabric::{
 };
 use rdmablk::nvme::opcodes;
 use rdmablk::nvme::transport::rdma::{
-    CmAccept, CmReject, CmRequest, PushAnswer, PushRequest, PushWindow, PushedSgl,
+    CmAccept, CmReject, CmRequest, PushAnswer, PushWindow, PushedSgl,
 };
 use rdmablk::nvme::{Cqe, InCapsuleSgl, KeyedSgl, Sgl, Sqe, CQE_LEN, SQE_LEN};
 
-use super::{Event, QueueTransport};
+use super::{Event, QueueParams, QueueTransport};
 use crate::error::{Error, Result};
 use crate::queue::{Dir, Seg};
 use crate::stats::Stats;
@@ -28,18 +27,6 @@ use crate::stats::Stats;
 const WR_SEND: u64 = 1 << 62;
 const WR_RECV: u64 = 2 << 62;
 const WR_KIND: u64 = 3 << 62;
-
-/// What a queue is connected with.
-pub(crate) struct QueueParams {
-    pub addr: SocketAddr,
-    pub qid: u16,
-    /// Submission queue entries (the CM request's HRQSIZE; HSQSIZE is one less).
-    pub entries: u16,
-    /// In-capsule data bytes the controller takes on this queue (0 on the admin queue).
-    pub in_capsule_bytes: u32,
-    pub push: Option<PushRequest>,
-    pub connect_timeout: Duration,
-}
 
 /// One queue's QP and buffers.
 pub(crate) struct RdmaLink {

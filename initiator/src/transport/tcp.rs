@@ -21,8 +21,7 @@ use rdmablk::nvme::transport::tcp::{
 };
 use rdmablk::nvme::{Cqe, InCapsuleSgl, Sgl, Sqe, Status, TransportSgl, CQE_LEN};
 
-use super::rdma::QueueParams;
-use super::{Event, QueueTransport};
+use super::{Event, QueueParams, QueueTransport};
 use crate::error::{Error, Result};
 use crate::queue::{Dir, Seg};
 use crate::stats::Stats;

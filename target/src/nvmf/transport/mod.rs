@@ -137,8 +137,9 @@ pub trait Transport: Send + Sync + std::fmt::Debug {
         stop: Arc<AtomicBool>,
     ) -> Result<(SocketAddr, JoinHandle<()>), TargetError>;
 
-    /// This transport's poll group on worker `worker` (made on the worker's thread).
-    fn poll_group(&self, worker: usize) -> Box<dyn PollGroup>;
+    /// This transport's poll group on worker `worker` (made on the worker's thread, before
+    /// the target reports itself started).
+    fn poll_group(&self, worker: usize) -> Result<Box<dyn PollGroup>, TargetError>;
 }
 
 /// What a poll group's wait found ready.

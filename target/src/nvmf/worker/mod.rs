@@ -110,20 +110,26 @@ pub(super) fn spawn(
             for ns in shared.namespaces.all() {
                 set_counters(&mut ns_counters, &shared, index, ns.slot());
                 if let Err(e) = nsq.open(&ns, &io, depth) {
-                    let _ = ready_tx.send(Err(BackendError::Queue {
+                    let source = BackendError::Queue {
                         nsid: ns.nsid(),
                         why: e,
-                    }));
+                    };
+                    let _ = ready_tx.send(Err(TargetError::Worker { index, source }));
                     return;
+                }
+            }
+            let mut groups: Vec<(config::Transport, Box<dyn PollGroup>)> = Vec::new();
+            for t in &shared.transports {
+                match t.poll_group(index) {
+                    Ok(g) => groups.push((t.kind(), g)),
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
                 }
             }
             let _ = ready_tx.send(Ok(()));
             let backend_wake = io.wake_in_use();
-            let groups: Vec<(config::Transport, Box<dyn PollGroup>)> = shared
-                .transports
-                .iter()
-                .map(|t| (t.kind(), t.poll_group(index)))
-                .collect();
             let others = OthersWait::new(&groups);
             let w = Worker {
                 index,
@@ -150,9 +156,9 @@ pub(super) fn spawn(
         .map_err(TargetError::Thread)?;
     match ready_rx.recv() {
         Ok(Ok(())) => Ok((tx, handle)),
-        Ok(Err(source)) => {
+        Ok(Err(e)) => {
             let _ = handle.join();
-            Err(TargetError::Worker { index, source })
+            Err(e)
         }
         Err(_) => {
             let _ = handle.join();

@@ -173,8 +173,8 @@ impl Transport for RdmaTransport {
         listener::start(&self.0, shared, cfg, index, id, stop)
     }
 
-    fn poll_group(&self, worker: usize) -> Box<dyn PollGroup> {
-        Box::new(group::RdmaGroup::new(worker, Arc::clone(&self.0)))
+    fn poll_group(&self, worker: usize) -> Result<Box<dyn PollGroup>, TargetError> {
+        Ok(Box::new(group::RdmaGroup::new(worker, Arc::clone(&self.0))))
     }
 }
 

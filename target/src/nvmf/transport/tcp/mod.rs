@@ -93,12 +93,13 @@ impl Transport for TcpTransport {
         Ok((local, thread))
     }
 
-    fn poll_group(&self, _worker: usize) -> Box<dyn PollGroup> {
-        // The group needs an epoll descriptor; without one the worker cannot serve TCP.
-        Box::new(
-            group::TcpGroup::new(self.max_queue_depth)
-                .expect("epoll_create1 for an NVMe/TCP poll group"),
-        )
+    fn poll_group(&self, worker: usize) -> Result<Box<dyn PollGroup>, TargetError> {
+        match group::TcpGroup::new(self.max_queue_depth) {
+            Ok(g) => Ok(Box::new(g)),
+            Err(e) => Err(TargetError::Transport(
+                format!("worker {worker}: no epoll set for NVMe/TCP: {e}").into(),
+            )),
+        }
     }
 }
 
