@@ -36,7 +36,7 @@ use crate::buf::{BufPool, IoBuf};
 use crate::error::{Error, Result};
 use crate::ioqueue::IoQueue;
 use crate::namespace::{Namespace, Via};
-use crate::options::{ConnectOptions, TargetUrl};
+use crate::options::{ConnectOptions, TargetUrl, Transport};
 use crate::queue::Queue;
 use crate::session::{ana_log_bytes, ControllerInfo, Setup, AER_TAG};
 use crate::stats::{Stats, StatsSnapshot};
@@ -104,8 +104,7 @@ impl Controller {
     pub fn connect_with(url: &str, mut opts: ConnectOptions) -> Result<Controller> {
         let url = TargetUrl::parse_with(url, &mut opts)?;
         opts.validate()?;
-        let fabric = open_fabric(&opts, &url)?;
-        let bufs = BufPool::new(fabric.pd(), opts.buffer_pool_bytes)?;
+        let (fabric, bufs) = open_fabric_and_pool(&opts, &url, opts.buffer_pool_bytes)?;
         Self::connect_on(url, opts, fabric, bufs)
     }
 
@@ -273,12 +272,27 @@ impl Controller {
     }
 }
 
-pub(crate) fn open_fabric(opts: &ConnectOptions, url: &TargetUrl) -> Result<Fabric> {
-    let Some(kind) = url.provider() else {
-        return Ok(Fabric::Tcp {
-            hdr_digest: opts.hdr_digest,
-            data_digest: opts.data_digest,
-        });
+/// Opens the fabric `url` names and a buffer pool of `pool_bytes` usable over it.
+pub(crate) fn open_fabric_and_pool(
+    opts: &ConnectOptions,
+    url: &TargetUrl,
+    pool_bytes: usize,
+) -> Result<(Fabric, BufPool)> {
+    let fabric = open_fabric(opts, url)?;
+    let bufs = BufPool::new(fabric.pd(), pool_bytes)?;
+    Ok((fabric.with_pool(&bufs), bufs))
+}
+
+fn open_fabric(opts: &ConnectOptions, url: &TargetUrl) -> Result<Fabric> {
+    let kind = match url.transport {
+        Transport::Rdma(kind) => kind,
+        Transport::Tcp => {
+            return Ok(Fabric::Tcp {
+                hdr_digest: opts.hdr_digest,
+                data_digest: opts.data_digest,
+            })
+        }
+        Transport::Loop => return Ok(Fabric::Loop { pool: None }),
     };
     let resolved = fabric::resolve(kind, url.addr, opts.connect_timeout())
         .map_err(Error::fabric(0, "resolve address"))?;

@@ -28,7 +28,6 @@ use rdmablk::nvme::nqn::DISCOVERY_NQN;
 use rdmablk::nvme::properties as props;
 use rdmablk::nvme::{fabrics, Cap, GetLogPage};
 
-use crate::buf::BufPool;
 use crate::error::{Error, Result};
 use crate::options::{ConnectOptions, TargetUrl, Transport};
 use crate::session::{Setup, ADMIN_ENTRIES};
@@ -85,6 +84,7 @@ impl DiscoveryEntry {
         let transport = match raw.trtype {
             trtype::RDMA => Some(Transport::Rdma(provider.unwrap_or(ProviderKind::Verbs))),
             trtype::TCP => Some(Transport::Tcp),
+            trtype::LOOP => Some(Transport::Loop),
             _ => None,
         };
         DiscoveryEntry {
@@ -120,8 +120,7 @@ pub fn discover_with(url: &str, mut opts: ConnectOptions) -> Result<Vec<Discover
     let full = with_discovery_nqn(url);
     let url = TargetUrl::parse_with(&full, &mut opts)?;
     opts.validate()?;
-    let fabric = crate::controller::open_fabric(&opts, &url)?;
-    let pool = BufPool::new(fabric.pd(), 2 * CHUNK)?;
+    let (fabric, pool) = crate::controller::open_fabric_and_pool(&opts, &url, 2 * CHUNK)?;
     let stats = Arc::new(Stats::default());
     let setup = Setup {
         url: &url,

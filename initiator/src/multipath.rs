@@ -62,7 +62,7 @@ pub use path::PathStatus;
 pub(crate) use queue::PathsQueue;
 
 use crate::buf::{BufPool, IoBuf};
-use crate::controller::{open_fabric, Controller};
+use crate::controller::{open_fabric_and_pool, Controller};
 use crate::discovery::{discover_with, EntryKind};
 use crate::error::{Error, Result};
 use crate::ioqueue::IoQueue;
@@ -144,8 +144,7 @@ impl MultipathController {
                 });
             }
         }
-        let fabric = open_fabric(&opts, first)?;
-        let bufs = BufPool::new(fabric.pd(), opts.buffer_pool_bytes)?;
+        let (fabric, bufs) = open_fabric_and_pool(&opts, first, opts.buffer_pool_bytes)?;
         Paths::connect(parsed, opts, fabric, bufs)
     }
 

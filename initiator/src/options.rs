@@ -4,6 +4,8 @@
 //! rdma://10.0.0.2:4420/nqn.2024-01.io.example:ram0          verbs provider (RNIC, rxe, siw)
 //! soft://127.0.0.1:4420/nqn.2024-01.io.example:ram0         rdmablk's soft provider (TCP)
 //! rdma://[fe80::1]:4420/NQN?io_queues=4&queue_size=64&push=0
+//! tcp://10.0.0.2:4420/nqn.2024-01.io.example:ram0           NVMe/TCP
+//! loop://127.0.0.1:4420/nqn.2024-01.io.example:ram0         a target in this process
 //! ```
 //!
 //! The port defaults to 4420. Everything after the first `/` up to `?` is the subsystem NQN
@@ -41,6 +43,9 @@ pub enum Transport {
     Rdma(ProviderKind),
     /// NVMe/TCP: `tcp://`.
     Tcp,
+    /// The loop transport: `loop://`, a target in this same process (its `[[listener]]
+    /// transport = "loop"` at that address), commands and data passed through memory.
+    Loop,
 }
 
 impl Transport {
@@ -50,6 +55,7 @@ impl Transport {
             Transport::Rdma(ProviderKind::Verbs) => "rdma",
             Transport::Rdma(ProviderKind::Soft) => "soft",
             Transport::Tcp => "tcp",
+            Transport::Loop => "loop",
         }
     }
 
@@ -59,8 +65,9 @@ impl Transport {
             "rdma" => Ok(Transport::Rdma(ProviderKind::Verbs)),
             "soft" => Ok(Transport::Rdma(ProviderKind::Soft)),
             "tcp" => Ok(Transport::Tcp),
+            "loop" => Ok(Transport::Loop),
             _ => Err(format!(
-                "unknown scheme {scheme:?} (rdma://, soft:// or tcp://)"
+                "unknown scheme {scheme:?} (rdma://, soft://, tcp:// or loop://)"
             )),
         }
     }
@@ -71,7 +78,7 @@ impl TargetUrl {
     pub fn provider(&self) -> Option<ProviderKind> {
         match self.transport {
             Transport::Rdma(p) => Some(p),
-            Transport::Tcp => None,
+            Transport::Tcp | Transport::Loop => None,
         }
     }
 }

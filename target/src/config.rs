@@ -178,6 +178,8 @@ pub enum Transport {
     #[default]
     Rdma,
     Tcp,
+    /// Hosts in the target's own process (tests and the core's benchmark).
+    Loop,
 }
 
 impl Transport {
@@ -186,6 +188,7 @@ impl Transport {
         match self {
             Transport::Rdma => "rdma",
             Transport::Tcp => "tcp",
+            Transport::Loop => "loop",
         }
     }
 }
@@ -194,7 +197,8 @@ impl Transport {
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct ListenerConfig {
-    /// The NVMe-oF transport hosts use: `rdma` (the default) or `tcp` (NVMe/TCP).
+    /// The NVMe-oF transport hosts use: `rdma` (the default), `tcp` (NVMe/TCP) or `loop`
+    /// (hosts in the target's own process: `rdmablk-perf --embedded`, tests).
     #[serde(default)]
     pub transport: Transport,
     /// Under `rdma` (and required there): `verbs` (an RNIC or rxe/siw) or `soft` (the

@@ -1,7 +1,7 @@
 //! The seam between the initiator's NVMe-oF queue ([`crate::queue::Queue`]: command IDs,
 //! deadlines, held commands, failure) and the transport that carries its capsules.
-//! A transport is a file or folder here ([`rdma`]) with a type that implements
-//! [`QueueTransport`] for one connected queue.
+//! A transport is a file or folder here ([`rdma`], [`tcp`], [`loopback`]) with a type that
+//! implements [`QueueTransport`] for one connected queue.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -11,10 +11,12 @@ use rdmablk::fabric::{Pd, ProviderKind};
 use rdmablk::nvme::transport::rdma::PushRequest;
 use rdmablk::nvme::{Cqe, SglNeed, Sqe};
 
+use crate::buf::BufPool;
 use crate::error::{Error, Result};
 use crate::queue::Dir;
 use crate::stats::Stats;
 
+pub(crate) mod loopback;
 pub(crate) mod rdma;
 pub(crate) mod tcp;
 
@@ -26,6 +28,9 @@ pub(crate) enum Fabric {
     Rdma { kind: ProviderKind, pd: Pd },
     /// NVMe/TCP, with the digests to ask for.
     Tcp { hdr_digest: bool, data_digest: bool },
+    /// The loop transport (a target in this process), through which the target reaches the
+    /// buffer pool (set by [`Fabric::with_pool`]).
+    Loop { pool: Option<BufPool> },
 }
 
 impl Fabric {
@@ -33,7 +38,18 @@ impl Fabric {
     pub fn pd(&self) -> Option<&Pd> {
         match self {
             Fabric::Rdma { pd, .. } => Some(pd),
-            Fabric::Tcp { .. } => None,
+            Fabric::Tcp { .. } | Fabric::Loop { .. } => None,
+        }
+    }
+
+    /// The fabric with the controller's buffer pool: the loop transport lets the target
+    /// reach it (RDMA registered it on the PD already).
+    pub fn with_pool(self, pool: &BufPool) -> Fabric {
+        match self {
+            Fabric::Loop { .. } => Fabric::Loop {
+                pool: Some(pool.clone()),
+            },
+            f => f,
         }
     }
 
@@ -41,7 +57,7 @@ impl Fabric {
     /// over RDMA; NVMe/TCP carries data in its own PDUs.
     pub fn sgl_need(&self) -> SglNeed {
         match self {
-            Fabric::Rdma { .. } => SglNeed::Keyed,
+            Fabric::Rdma { .. } | Fabric::Loop { .. } => SglNeed::Keyed,
             Fabric::Tcp { .. } => SglNeed::None,
         }
     }
@@ -54,6 +70,12 @@ impl Fabric {
                 hdr_digest,
                 data_digest,
             } => Box::new(tcp::TcpLink::connect(p, *hdr_digest, *data_digest, stats)?),
+            Fabric::Loop { pool } => {
+                let pool = pool.as_ref().ok_or_else(|| {
+                    Error::protocol("loop transport opened without a buffer pool".to_string())
+                })?;
+                Box::new(loopback::LoopLink::connect(p, pool, stats)?)
+            }
         })
     }
 }

@@ -6,6 +6,8 @@
 //! - [`rdma`]: NVMe/RDMA's RDMA CM private data (request, accept, reject) and rdmablk's
 //!   push-write extension negotiated in it.
 //! - [`tcp`]: NVMe/TCP's PDUs, their digests and the checks of a received PDU header.
+//! - [`loopback`]: the loop transport's in-memory channel (target and host in one process).
 
+pub mod loopback;
 pub mod rdma;
 pub mod tcp;

@@ -499,3 +499,21 @@ fn listener_transport_is_rdma_by_default_and_provider_belongs_to_rdma() {
     );
     assert!(Config::from_str(&both).is_ok());
 }
+
+/// `loop` listeners take no provider either, and a referral cannot point to a loop target
+/// (it lives in its own process).
+#[test]
+fn loop_listener_takes_no_provider_and_is_no_referral() {
+    let lp = MINIMAL.replace("[[listener]]\n", "[[listener]]\ntransport = \"loop\"\n");
+    let p = problems(&lp);
+    assert_eq!(p.len(), 1, "{p:#?}");
+    assert_eq!(p[0].key, "listener[0].provider");
+    assert!(p[0].message.contains("loop listener"), "{}", p[0].message);
+    let c = Config::from_str(&lp.replace("provider = \"soft\"\n", "")).unwrap();
+    assert_eq!(c.listeners[0].transport, Transport::Loop);
+    let referral =
+        format!("{MINIMAL}\n[[referral]]\naddress = \"10.0.0.9\"\ntransport = \"loop\"\n");
+    let p = problems(&referral);
+    assert_eq!(p.len(), 1, "{p:#?}");
+    assert_eq!(p[0].key, "referral[0].transport");
+}

@@ -84,6 +84,13 @@ pub(super) fn check(cfg: &Config) -> Vec<Problem> {
         }
     }
     for (i, r) in cfg.referrals.iter().enumerate() {
+        if r.transport == super::Transport::Loop {
+            c.fail(
+                format!("referral[{i}].transport"),
+                "a loop target lives in its own process and cannot be referred to (use \"rdma\" \
+                 or \"tcp\")",
+            );
+        }
         if r.port == 0 {
             c.fail(
                 format!("referral[{i}].port"),
@@ -129,10 +136,13 @@ fn check_listeners(cfg: &Config, c: &mut Checker) {
                 "an rdma listener needs a provider: \"verbs\" (an RNIC, rxe or siw) or \
                  \"soft\" (rdmablk's userspace provider)",
             ),
-            (super::Transport::Tcp, Some(_)) => c.fail(
+            (t @ (super::Transport::Tcp | super::Transport::Loop), Some(_)) => c.fail(
                 format!("listener[{i}].provider"),
-                "provider is meaningful only under transport = \"rdma\" (remove it from this \
-                 tcp listener)",
+                format!(
+                    "provider is meaningful only under transport = \"rdma\" (remove it from \
+                     this {} listener)",
+                    t.as_str()
+                ),
             ),
             _ => {}
         }

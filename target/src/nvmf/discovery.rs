@@ -138,7 +138,14 @@ pub fn log_page(shared: &Shared, ctrl: &Controller, provider: Option<Provider>) 
 fn transport_fields(t: Transport) -> (u8, [u8; 16]) {
     match t {
         Transport::Rdma => (trtype::RDMA, DiscoveryLogEntry::rdma_tsas()),
-        Transport::Tcp => (trtype::TCP, [0u8; 16]),
+        Transport::Tcp | Transport::Loop => (
+            if t == Transport::Tcp {
+                trtype::TCP
+            } else {
+                trtype::LOOP
+            },
+            [0u8; 16],
+        ),
     }
 }
 

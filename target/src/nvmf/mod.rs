@@ -240,6 +240,9 @@ impl Target {
                 max_queue_depth: cfg.limits.max_queue_depth,
             }));
         }
+        if serves(crate::config::Transport::Loop) {
+            transports.push(Arc::new(transport::loopback::LoopTransport));
+        }
         let arena = Arc::new(arena);
         let namespaces = NamespaceTable::default();
         let subsystems = open_subsystems(&cfg, &namespaces)?;

@@ -13,7 +13,8 @@
 //!   transport map a command's data pointer and fetch host data, posts responses (with any
 //!   controller-to-host data), and tears the queue down.
 //!
-//! A transport is a folder here ([`rdma`]).
+//! A transport is a folder here: [`rdma`], [`tcp`], and [`loopback`] (hosts in the target's
+//! own process).
 
 use std::any::Any;
 use std::fmt::Display;
@@ -24,7 +25,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use rdmablk::nvme::{IdentifyController, Sqe, Status};
+use rdmablk::nvme::identify::sgls;
+use rdmablk::nvme::{IdentifyController, Sqe, Status, SQE_LEN};
 
 use super::data_phase::{Next, SglFit};
 use super::queue::Queue;
@@ -34,6 +36,7 @@ use super::{Shared, TargetError};
 use crate::backend::Completion;
 use crate::config::{self, ListenerConfig};
 
+pub mod loopback;
 pub mod rdma;
 pub mod tcp;
 
@@ -54,29 +57,55 @@ pub trait QueueTransport: Sized {
     /// waited for).
     const DRAIN_TIMEOUT: Duration;
 
+    /// Whether the host's data is reached by keyed SGLs (NVMe/RDMA, loop) rather than moved
+    /// in the transport's own PDUs (NVMe/TCP).
+    const KEYED_SGLS: bool;
+
     /// Sets the transport's fields of Identify Controller (SGLS, IOCCSZ, IORCSZ, ICDOFF,
-    /// MSDBD) for I/O queues that take `icd_bytes` of in-capsule data.
-    fn controller_fields(id: &mut IdentifyController, icd_bytes: u32);
+    /// MSDBD) for I/O queues that take `icd_bytes` of in-capsule data: keyed SGLs if the
+    /// transport has them, in-capsule data at offset 0 when there is any, one descriptor,
+    /// the capsule's data right after the SQE, responses of one CQE.
+    fn controller_fields(id: &mut IdentifyController, icd_bytes: u32) {
+        id.sgls = sgls::SUPPORTED;
+        if Self::KEYED_SGLS {
+            id.sgls |= sgls::KEYED;
+        }
+        if icd_bytes > 0 {
+            id.sgls |= sgls::OFFSET;
+        }
+        id.ioccsz = (SQE_LEN as u32 + icd_bytes) / 16;
+        id.iorcsz = 1;
+        id.icdoff = 0;
+        id.msdbd = 1;
+    }
 
     /// The command of the capsule `len` bytes long in receive slot `recv` (at least an SQE:
     /// the core checked), or None if it cannot be read (the core closes the queue).
-    fn read_capsule(q: &Queue<Self>, recv: u32, len: u32) -> Option<Sqe>;
+    fn read_capsule(q: &Queue<Self>, recv: u32, len: u32) -> Option<Sqe> {
+        q.capsule_sqe(recv, len)
+    }
 
     /// The capsule in receive slot `recv` is consumed (command and in-capsule data copied):
     /// the transport may reuse the buffer.
     fn release_capsule(q: &mut Queue<Self>, recv: u32) -> Result<(), Self::Error>;
 
     /// The data slot of request `slot`, which carries command `cid` (transports whose host
-    /// places data by command ID, like RDMA push writes, tie the two).
-    fn data_slot(q: &Queue<Self>, slot: u32, cid: u16) -> u32;
+    /// places data by command ID, like RDMA push writes, tie the two; by default the
+    /// request's own).
+    fn data_slot(_q: &Queue<Self>, slot: u32, _cid: u16) -> u32 {
+        slot
+    }
 
     /// Claims request `slot`'s data slot for its command; an error is the status the
-    /// command completes with (another command in flight holds the slot).
-    fn claim_data_slot(q: &mut Queue<Self>, slot: u32) -> Result<(), Status>;
+    /// command completes with (another command in flight holds the slot). By default every
+    /// request has its own.
+    fn claim_data_slot(_q: &mut Queue<Self>, _slot: u32) -> Result<(), Status> {
+        Ok(())
+    }
 
     /// Gives back request `slot`'s data slot, if it holds one: once its response is posted
     /// or it is freed without one.
-    fn release_data_slot(q: &mut Queue<Self>, slot: u32);
+    fn release_data_slot(_q: &mut Queue<Self>, _slot: u32) {}
 
     /// Maps request `slot`'s data pointer for `len` bytes moving `dir`, whose length must fit
     /// `len` as `fit` says, and records the data phase in the request (`dir`, `data_len`,
@@ -101,8 +130,11 @@ pub trait QueueTransport: Sized {
     fn post_response(q: &mut Queue<Self>, slot: u32) -> Result<(), Self::Error>;
 
     /// Target-initiated teardown of a live queue: revokes what the host may still reach
-    /// before it is told. True if that is under way (the transport disconnects when done).
-    fn revoke(q: &mut Queue<Self>) -> bool;
+    /// before it is told. True if that is under way (the transport disconnects when done);
+    /// by default there is nothing to revoke.
+    fn revoke(_q: &mut Queue<Self>) -> bool {
+        false
+    }
 
     /// Disconnects: from here every operation of the transport completes or is flushed.
     fn disconnect(q: &mut Queue<Self>);

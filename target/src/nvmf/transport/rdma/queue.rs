@@ -42,9 +42,8 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use rdmablk::fabric::{ConnParam, FabricError, Mr, Mw, Qp, RecvWr, SendFlags, SendWr, Sge, WrOp};
-use rdmablk::nvme::identify::sgls;
 use rdmablk::nvme::transport::rdma::PushWindow;
-use rdmablk::nvme::{Cqe, IdentifyController, Sgl, Sqe, Status, SQE_LEN};
+use rdmablk::nvme::{Cqe, Sgl, Status};
 
 use super::data::map_data;
 use super::wr_id::{WrId, WrKind};
@@ -193,25 +192,9 @@ impl QueueTransport for RdmaQueue {
     type Error = FabricError;
     type Outstanding = WrsOut;
 
+    const KEYED_SGLS: bool = true;
     const REVOKE_TIMEOUT: Duration = INVALIDATE_TIMEOUT;
     const DRAIN_TIMEOUT: Duration = DRAIN_TIMEOUT;
-
-    /// Keyed SGLs, and in-capsule data at offsets when there is any; one descriptor; the
-    /// capsule's data right after the SQE; responses of one CQE.
-    fn controller_fields(id: &mut IdentifyController, icd_bytes: u32) {
-        id.sgls = sgls::SUPPORTED | sgls::KEYED;
-        if icd_bytes > 0 {
-            id.sgls |= sgls::OFFSET;
-        }
-        id.ioccsz = (SQE_LEN as u32 + icd_bytes) / 16;
-        id.iorcsz = 1;
-        id.icdoff = 0;
-        id.msdbd = 1;
-    }
-
-    fn read_capsule(q: &Connection, recv: u32, len: u32) -> Option<Sqe> {
-        q.capsule_sqe(recv, len)
-    }
 
     fn release_capsule(q: &mut Connection, recv: u32) -> Result<(), FabricError> {
         post_recv(q, recv)

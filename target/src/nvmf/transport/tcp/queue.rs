@@ -11,13 +11,12 @@
 
 use std::time::Duration;
 
-use rdmablk::nvme::identify::sgls;
 use rdmablk::nvme::opcodes;
 use rdmablk::nvme::transport::tcp::{
     digest, encode_capsule_resp, flags, pdu_type, DataHeader, Negotiated, R2t, CAPSULE_RESP_HLEN,
     DATA_HLEN, DIGEST_LEN,
 };
-use rdmablk::nvme::{Cqe, IdentifyController, Sgl, SglLimits, Sqe, Status, SQE_LEN};
+use rdmablk::nvme::{Cqe, Sgl, SglLimits, Sqe, Status};
 
 use super::conn::{Conn, TxPdu, TX_HEADER_BYTES};
 use super::ADMIN_CAPSULE_DATA;
@@ -101,40 +100,15 @@ impl QueueTransport for TcpQueue {
     type Error = String;
     type Outstanding = usize;
 
+    /// Data moves in the transport's own PDUs (R2T, H2CData, C2HData).
+    const KEYED_SGLS: bool = false;
     const REVOKE_TIMEOUT: Duration = Duration::from_secs(1);
     const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
-
-    /// No keyed SGLs; in-capsule data at offset 0 when there is any; one descriptor; the
-    /// capsule's data right after the SQE; responses of one CQE.
-    fn controller_fields(id: &mut IdentifyController, icd_bytes: u32) {
-        id.sgls = sgls::SUPPORTED;
-        if icd_bytes > 0 {
-            id.sgls |= sgls::OFFSET;
-        }
-        id.ioccsz = (SQE_LEN as u32 + icd_bytes) / 16;
-        id.iorcsz = 1;
-        id.icdoff = 0;
-        id.msdbd = 1;
-    }
-
-    fn read_capsule(q: &TcpConnection, recv: u32, len: u32) -> Option<Sqe> {
-        q.capsule_sqe(recv, len)
-    }
 
     fn release_capsule(q: &mut TcpConnection, recv: u32) -> Result<(), String> {
         q.xport.free_recv.push(recv);
         Ok(())
     }
-
-    fn data_slot(_q: &TcpConnection, slot: u32, _cid: u16) -> u32 {
-        slot
-    }
-
-    fn claim_data_slot(_q: &mut TcpConnection, _slot: u32) -> Result<(), Status> {
-        Ok(())
-    }
-
-    fn release_data_slot(_q: &mut TcpConnection, _slot: u32) {}
 
     fn map_data(
         q: &mut TcpConnection,
@@ -255,10 +229,6 @@ impl QueueTransport for TcpQueue {
             q.xport.conn.queue(pdu);
         }
         Ok(())
-    }
-
-    fn revoke(_q: &mut TcpConnection) -> bool {
-        false
     }
 
     fn disconnect(q: &mut TcpConnection) {

@@ -1,0 +1,119 @@
+//! The loop transport: hosts in the target's own process (the kernel's nvme-loop). It
+//! proves the seam (a folder behind the three traits, nothing in the core), lets the core be
+//! tested end to end without a network, and measures what the core costs per I/O with no
+//! network and no disk (`tools/bench/core-loop`).
+//!
+//! A queue is one in-memory channel (`rdmablk::nvme::transport::loopback`): capsules in
+//! batches, responses in batches, data by keyed SGLs copied from and to the host's
+//! registered memory region. `[[listener]] transport = "loop"` names the listener by its
+//! address and port; nothing is bound.
+//!
+//! - this file: [`LoopTransport`]: the listener threads (accept, hand the channel to a
+//!   worker).
+//! - [`group`]: a worker's channels: the first capsule (the Connect), then every capsule and
+//!   response, and the worker's sleep.
+//! - [`queue`]: the per-queue state and its [`super::QueueTransport`] implementation.
+
+pub mod group;
+pub mod queue;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use rdmablk::nvme::transport::loopback::{self, Listener, TargetEnd};
+
+use super::{PollGroup, Transport};
+use crate::config::{self, ListenerConfig};
+use crate::nvmf::worker::WorkerMsg;
+use crate::nvmf::{Shared, TargetError};
+
+/// How often a listener looks at the stop flag.
+const POLL: Duration = Duration::from_millis(50);
+
+/// A channel on its way to a worker.
+pub struct LoopPending {
+    pub end: TargetEnd,
+    /// The listener's address (a loop host has none of its own).
+    pub peer: SocketAddr,
+    /// The listener it came in through ([`crate::nvmf::port::Port::id`]).
+    pub listener: u64,
+}
+
+/// The loop transport of a target.
+#[derive(Debug)]
+pub struct LoopTransport;
+
+impl Transport for LoopTransport {
+    fn kind(&self) -> config::Transport {
+        config::Transport::Loop
+    }
+
+    fn listen(
+        &self,
+        shared: &Arc<Shared>,
+        cfg: &ListenerConfig,
+        index: usize,
+        id: u64,
+        stop: Arc<AtomicBool>,
+    ) -> Result<(SocketAddr, JoinHandle<()>), TargetError> {
+        let addr = SocketAddr::new(cfg.address, cfg.port);
+        let listener = loopback::listen(addr).map_err(|e| {
+            TargetError::Transport(format!("listener[{index}]: cannot listen: {e}").into())
+        })?;
+        let local = listener.local_addr();
+        tracing::info!(transport = "loop", %local, "listening");
+        let shared = Arc::clone(shared);
+        let thread = std::thread::Builder::new()
+            .name(format!("rdmablk-l{id}"))
+            .spawn(move || accept_loop(&listener, &shared, id, &stop))
+            .map_err(TargetError::Thread)?;
+        Ok((local, thread))
+    }
+
+    fn poll_group(&self, worker: usize) -> Result<Box<dyn PollGroup>, TargetError> {
+        match group::LoopGroup::new() {
+            Ok(g) => Ok(Box::new(g)),
+            Err(e) => Err(TargetError::Transport(
+                format!("worker {worker}: loop transport: {e}").into(),
+            )),
+        }
+    }
+}
+
+fn accept_loop(listener: &Listener, shared: &Shared, id: u64, stop: &AtomicBool) {
+    let workers = shared.workers.get().cloned().unwrap_or_default();
+    let mut next = 0usize;
+    let max = shared.cfg.limits.max_connections as usize;
+    let peer = listener.local_addr();
+    while !shared.stopping() && !stop.load(Ordering::Acquire) && !workers.is_empty() {
+        let Some(end) = listener.accept(POLL) else {
+            continue;
+        };
+        if shared.connections.fetch_add(1, Ordering::AcqRel) >= max {
+            shared.connections.fetch_sub(1, Ordering::AcqRel);
+            tracing::warn!(
+                limit = max,
+                "limits.max_connections reached: loop queue closed"
+            );
+            continue;
+        }
+        let w = next % workers.len();
+        next = next.wrapping_add(1);
+        let msg = WorkerMsg::Conn {
+            transport: config::Transport::Loop,
+            conn: Box::new(LoopPending {
+                end,
+                peer,
+                listener: id,
+            }),
+        };
+        if workers[w].send(msg).is_err() {
+            shared.connections.fetch_sub(1, Ordering::AcqRel);
+            tracing::warn!("worker {w} is gone; loop queue dropped");
+        }
+    }
+    tracing::info!(addr = %peer, "listener stopped");
+}
