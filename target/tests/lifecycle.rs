@@ -143,7 +143,7 @@ fn fire(q: &Host, n: u32, sqe_for: impl Fn(u32) -> (rdmablk::nvme::Sqe, Vec<u8>)
         unsent += 1;
         let deadline = Instant::now() + HANG_GUARD;
         while unsent >= 8 {
-            let got = q.cq.poll(&mut wcs).expect("poll");
+            let got = q.rdma().cq.poll(&mut wcs).expect("poll");
             for wc in &wcs[..got] {
                 if wc.wr_id == 1 << 40 {
                     assert!(wc.status.is_success(), "capsule send failed: {}", wc.status);

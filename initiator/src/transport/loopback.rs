@@ -34,16 +34,17 @@ impl LoopLink {
         // SAFETY: the pool's memory lives as long as the clone kept with it; the target
         // writes only into buffers of commands in flight, which the queue does not touch.
         let region = unsafe { Region::new(pool.as_ptr(), pool.capacity(), Box::new(pool.clone())) };
-        let end = loopback::connect(p.addr, u32::from(p.entries), region).map_err(|e| match e {
-            LoopError::Refused(_) => Error::Refused {
-                qid,
-                addr: p.addr.to_string(),
-            },
-            e => Error::Transport {
-                qid,
-                what: format!("loop connect to {}: {e}", p.addr),
-            },
-        })?;
+        let end =
+            loopback::connect(p.addr, qid, u32::from(p.entries), region).map_err(|e| match e {
+                LoopError::Refused(_) => Error::Refused {
+                    qid,
+                    addr: p.addr.to_string(),
+                },
+                e => Error::Transport {
+                    qid,
+                    what: format!("loop connect to {}: {e}", p.addr),
+                },
+            })?;
         tracing::debug!(qid, entries = p.entries, "loop queue connected");
         Ok(LoopLink {
             qid,

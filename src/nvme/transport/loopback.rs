@@ -223,6 +223,8 @@ impl<T> Mailbox<T> {
 
 /// One queue between a host and a target.
 pub struct Channel {
+    /// The queue the host opens (as NVMe/RDMA's CM request says it).
+    qid: u16,
     entries: u32,
     key: u32,
     region: Region,
@@ -295,13 +297,20 @@ impl Drop for Listener {
     }
 }
 
-/// Opens a queue of `entries` capsule slots to the listener at `addr`, through which the
-/// target may reach `region`.
-pub fn connect(addr: SocketAddr, entries: u32, region: Region) -> Result<HostEnd, LoopError> {
+/// Opens queue `qid` of `entries` capsule slots to the listener at `addr`, through which the
+/// target may reach `region`. Its first command is the Fabrics Connect, as on every
+/// transport.
+pub fn connect(
+    addr: SocketAddr,
+    qid: u16,
+    entries: u32,
+    region: Region,
+) -> Result<HostEnd, LoopError> {
     if entries == 0 || entries > MAX_ENTRIES {
         return Err(LoopError::Entries(entries));
     }
     let ch = Arc::new(Channel {
+        qid,
         entries,
         key: NEXT_KEY.fetch_add(1, Ordering::Relaxed),
         region,
@@ -355,6 +364,18 @@ impl HostEnd {
         cap[..SQE_LEN].copy_from_slice(sqe);
         cap[SQE_LEN..SQE_LEN + data.len()].copy_from_slice(data);
         self.batch.push((slot, (SQE_LEN + data.len()) as u32));
+        Some(slot)
+    }
+
+    /// As [`HostEnd::queue`] with the capsule's bytes as given, whatever they hold (a test
+    /// host's malformed capsules).
+    pub fn queue_raw(&mut self, capsule: &[u8]) -> Option<u32> {
+        assert!(capsule.len() <= CAPSULE_BYTES, "capsule beyond a slot");
+        let slot = self.free.pop()?;
+        // SAFETY: the slot is the host's (free): the target reads it only once announced.
+        let cap = unsafe { &mut *self.ch.capsules[slot as usize].get() };
+        cap[..capsule.len()].copy_from_slice(capsule);
+        self.batch.push((slot, capsule.len() as u32));
         Some(slot)
     }
 
@@ -422,6 +443,11 @@ impl Drop for HostEnd {
 pub struct TargetEnd(Arc<Channel>);
 
 impl TargetEnd {
+    /// The queue the host opened.
+    pub fn qid(&self) -> u16 {
+        self.0.qid
+    }
+
     /// Capsule slots the host has.
     pub fn entries(&self) -> u32 {
         self.0.entries
@@ -542,7 +568,7 @@ mod tests {
         assert!(matches!(listen(l.local_addr()), Err(LoopError::InUse(_))));
         let mem = Arc::new(Mutex::new(vec![7u8; 4096]));
         let base = mem.lock().unwrap().as_ptr() as u64;
-        let mut h = connect(l.local_addr(), 2, region(&mem)).unwrap();
+        let mut h = connect(l.local_addr(), 1, 2, region(&mem)).unwrap();
         let t = l.accept(Duration::from_secs(1)).unwrap();
         let sqe = [1u8; SQE_LEN];
         assert_eq!(h.queue(&sqe, b"abc"), Some(0));
@@ -589,15 +615,15 @@ mod tests {
         };
         let mem = Arc::new(Mutex::new(vec![0u8; 64]));
         assert!(matches!(
-            connect(a, 1, region(&mem)),
+            connect(a, 0, 1, region(&mem)),
             Err(LoopError::Refused(_))
         ));
         assert!(matches!(
-            connect(a, 0, region(&mem)),
+            connect(a, 0, 0, region(&mem)),
             Err(LoopError::Entries(0))
         ));
         let l = listen(a).unwrap();
-        let h = connect(a, 1, region(&mem)).unwrap();
+        let h = connect(a, 0, 1, region(&mem)).unwrap();
         drop(l.accept(Duration::from_secs(1)));
         assert!(h.is_closed());
     }

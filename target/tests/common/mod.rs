@@ -1,24 +1,26 @@
-//! A raw NVMe-oF/RDMA test host built directly on `rdmablk::fabric` and `rdmablk::nvme`
-//! (deliberately not the initiator crate): one command at a time, every byte under the test's
-//! control, so bad input can be sent on purpose.
+//! A raw NVMe-oF test host built directly on `rdmablk::fabric`, the loop transport's channel
+//! and `rdmablk::nvme` (deliberately not the initiator crate): one command at a time, every
+//! byte under the test's control, so bad input can be sent on purpose. The host queue is in
+//! [`host`]; here are the target configuration the tests share and helpers on top.
+//!
+//! `RDMABLK_E2E_TRANSPORT=loop` runs the suites that use it over the loop transport (a target
+//! in the test's process) instead of RDMA; tests of RDMA itself skip there
+//! ([`skip_unless_rdma`]).
 
 #![allow(dead_code)]
+
+mod host;
+pub use host::*;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use rdmablk::fabric::{
-    self, Access, CmEvent, ConnParam, Cq, FabricError, MemBuf, Mr, Pd, ProviderKind, Qp, QpCaps,
-    QpInit, RecvWr, SendFlags, SendWr, Wc, WrOp,
-};
+use rdmablk::fabric::{FabricError, ProviderKind};
 use rdmablk::nvme::fabrics::CNTLID_DYNAMIC;
 use rdmablk::nvme::identify::IDENTIFY_LEN;
 use rdmablk::nvme::opcodes::{admin, fctype, io};
-use rdmablk::nvme::transport::rdma::{CmAccept, CmReject, CmRejectStatus, CmRequest};
-use rdmablk::nvme::{
-    Connect, ConnectData, Cqe, IdentifyCmd, InCapsuleSgl, KeyedSgl, Nqn, PropertyGet, PropertySet,
-    PropertySize, ReadWrite, Sgl, Sqe, Status,
-};
+use rdmablk::nvme::transport::rdma::{CmReject, CmRejectStatus};
+use rdmablk::nvme::{Cqe, IdentifyCmd, ReadWrite, Sgl, Sqe, Status};
 use rdmablk_target::config::Config;
 use rdmablk_target::Target;
 
@@ -31,18 +33,6 @@ pub const NS_BLOCKS: u64 = 32768;
 pub const BLOCK: u32 = 512;
 pub const MAX_IO: u32 = 128 << 10;
 pub const DEPTH: u32 = 32;
-
-const RECV_OFF: usize = 0;
-const CMD_OFF: usize = 8 << 10;
-/// Capsule buffers, used in turn: a posted SEND reads its buffer when it executes, so a
-/// capsule must not be overwritten by the next one before then.
-const CMD_SLOT: usize = 64 + 4096 + 64;
-pub const CMD_SLOTS: usize = 12;
-/// Host data buffer (keyed SGLs point here).
-pub const DATA_OFF: usize = 64 << 10;
-const BUF_LEN: usize = DATA_OFF + 2 * MAX_IO as usize;
-const SEND_ID: u64 = 1 << 40;
-const TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long a test waits for an event that takes milliseconds on an idle machine before it
 /// calls it a hang. Only a hang guard: a loaded 2-core machine or a TCG VM (10-50x slower)
@@ -68,11 +58,15 @@ pub const RAM_BACKEND: &str = r#"backend = { kind = "ram", size = "16MiB" }"#;
 /// A target configuration text on `port` with `arena` bytes.
 pub fn config_text(port: u16, arena: &str, extra_target: &str) -> String {
     let (kind, address) = e2e_fabric();
-    let provider = kind.as_str();
+    let listener = if e2e_loop() {
+        "transport = \"loop\"".to_string()
+    } else {
+        format!("provider = \"{}\"", kind.as_str())
+    };
     format!(
         r#"
 [[listener]]
-provider = "{provider}"
+{listener}
 address = "{address}"
 port = {port}
 
@@ -142,317 +136,6 @@ pub fn wait_idle(t: &Target) {
             t.connections()
         );
         std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// One host queue.
-pub struct Host {
-    pub qp: Qp,
-    pub cq: Cq,
-    pub pd: Pd,
-    pub mr: Mr,
-    pub depth: u32,
-    pub accept: CmAccept,
-    next_cid: u16,
-    next_cmd_slot: std::cell::Cell<usize>,
-    /// The last response's receive completion.
-    pub last_wc: Option<Wc>,
-    /// Capsule SENDs posted, and those whose successful completion [`Host::wait_response`]
-    /// has seen (the target's transport took them).
-    sends_posted: std::cell::Cell<u64>,
-    sends_ok: u64,
-}
-
-pub fn cm_request(qid: u16, depth: u16) -> CmRequest {
-    CmRequest {
-        qid,
-        hrqsize: depth,
-        hsqsize: depth - 1,
-        cntlid: 0,
-        push: None,
-    }
-}
-
-impl Host {
-    /// CM connect with `cm` as private data.
-    pub fn connect(addr: SocketAddr, cm: CmRequest) -> Result<Host, FabricError> {
-        Host::connect_raw(addr, cm.encode().to_vec(), u32::from(cm.hrqsize).max(1))
-    }
-
-    /// CM connect with arbitrary private data.
-    pub fn connect_raw(
-        addr: SocketAddr,
-        private_data: Vec<u8>,
-        depth: u32,
-    ) -> Result<Host, FabricError> {
-        Host::connect_rnr(addr, private_data, depth, 7)
-    }
-
-    /// As [`Host::connect_raw`], with the host's RNR retry count (0: a SEND that finds no
-    /// receive posted at the target fails at once with RNR_RETRY_EXC_ERR).
-    pub fn connect_rnr(
-        addr: SocketAddr,
-        private_data: Vec<u8>,
-        depth: u32,
-        rnr_retry_count: u8,
-    ) -> Result<Host, FabricError> {
-        let resolved = fabric::resolve(e2e_fabric().0, addr, TIMEOUT)?;
-        let dev = resolved.device();
-        let pd = dev.alloc_pd()?;
-        let cq = dev.create_cq(4 * depth + 16)?;
-        let access =
-            Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE | Access::MW_BIND;
-        let mr = pd.register(MemBuf::zeroed(BUF_LEN)?, access)?;
-        let init = QpInit {
-            pd: &pd,
-            send_cq: &cq,
-            recv_cq: &cq,
-            caps: QpCaps {
-                max_send_wr: 2 * depth + 4,
-                max_recv_wr: depth,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-        };
-        let param = ConnParam {
-            private_data,
-            responder_resources: 16,
-            initiator_depth: 16,
-            retry_count: 7,
-            rnr_retry_count,
-        };
-        let c = resolved.connect(&init, &param, TIMEOUT)?;
-        let accept = CmAccept::decode(&c.private_data).expect("accept private data");
-        let h = Host {
-            qp: c.qp,
-            cq,
-            pd,
-            mr,
-            depth,
-            accept,
-            next_cid: 1,
-            next_cmd_slot: std::cell::Cell::new(0),
-            last_wc: None,
-            sends_posted: std::cell::Cell::new(0),
-            sends_ok: 0,
-        };
-        for i in 0..depth {
-            h.post_recv(i);
-        }
-        Ok(h)
-    }
-
-    fn post_recv(&self, i: u32) {
-        let sge = [self.mr.sge(RECV_OFF + i as usize * 16, 16)];
-        self.qp
-            .post_recv(&[RecvWr {
-                wr_id: u64::from(i),
-                sgl: &sge,
-            }])
-            .expect("post recv");
-    }
-
-    /// A keyed SGL over `len` bytes of the data buffer at `off`.
-    pub fn keyed(&self, off: usize, len: u32) -> Sgl {
-        Sgl::Keyed(KeyedSgl {
-            addr: self.mr.addr() + (DATA_OFF + off) as u64,
-            len,
-            key: self.mr.rkey(),
-            invalidate: false,
-        })
-    }
-
-    pub fn write_data(&self, off: usize, bytes: &[u8]) {
-        self.mr.write_at(DATA_OFF + off, bytes).unwrap();
-    }
-
-    pub fn read_data(&self, off: usize, len: usize) -> Vec<u8> {
-        let mut v = vec![0u8; len];
-        self.mr.read_at(DATA_OFF + off, &mut v).unwrap();
-        v
-    }
-
-    /// Sends raw capsule bytes (no response expected by this call).
-    pub fn send_capsule(&self, bytes: &[u8]) {
-        assert!(bytes.len() <= CMD_SLOT);
-        let slot = self.next_cmd_slot.get();
-        self.next_cmd_slot.set((slot + 1) % CMD_SLOTS);
-        let off = CMD_OFF + slot * CMD_SLOT;
-        self.mr.write_at(off, bytes).unwrap();
-        let sge = [self.mr.sge(off, bytes.len() as u32)];
-        self.qp
-            .post_send(&[SendWr {
-                wr_id: SEND_ID,
-                op: WrOp::Send,
-                sgl: &sge,
-                flags: SendFlags::SIGNALED,
-            }])
-            .expect("post send");
-        self.sends_posted.set(self.sends_posted.get() + 1);
-    }
-
-    /// Whether every capsule sent so far was taken by the target's transport, as far as
-    /// [`Host::wait_response`] has seen (their SEND completions were successful).
-    pub fn all_sends_taken(&self) -> bool {
-        self.sends_ok == self.sends_posted.get()
-    }
-
-    /// Sends `sqe` (cid assigned here) with in-capsule `data`; waits for its response.
-    pub fn submit(&mut self, sqe: Sqe, data: &[u8]) -> Cqe {
-        self.try_submit(sqe, data).expect("a response")
-    }
-
-    /// As [`Host::submit`], but a queue that fails (torn down by the target) is an error
-    /// with its text instead of a panic.
-    pub fn try_submit(&mut self, mut sqe: Sqe, data: &[u8]) -> Result<Cqe, String> {
-        sqe.cid = self.next_cid;
-        self.next_cid = self.next_cid.wrapping_add(1).max(1);
-        let mut capsule = sqe.to_bytes().to_vec();
-        capsule.extend_from_slice(data);
-        self.send_capsule(&capsule);
-        let cqe = self.wait_response()?;
-        assert_eq!(cqe.cid, sqe.cid, "response for another command");
-        Ok(cqe)
-    }
-
-    /// Waits for the next response capsule.
-    pub fn wait_response(&mut self) -> Result<Cqe, String> {
-        let deadline = Instant::now() + TIMEOUT;
-        // One at a time: this returns at the first response, and a completion polled after it
-        // in a batch would be lost (hosts with several commands in flight get many at once).
-        let mut wcs = [Wc::default(); 1];
-        loop {
-            let n = self.cq.poll(&mut wcs).map_err(|e| e.to_string())?;
-            for wc in &wcs[..n] {
-                if wc.wr_id == SEND_ID {
-                    if !wc.status.is_success() {
-                        return Err(format!("send failed: {}", wc.status));
-                    }
-                    self.sends_ok += 1;
-                    continue;
-                }
-                if !wc.status.is_success() {
-                    return Err(format!("receive failed: {}", wc.status));
-                }
-                let slot = wc.wr_id as u32;
-                let mut b = [0u8; 16];
-                self.mr
-                    .read_at(RECV_OFF + slot as usize * 16, &mut b)
-                    .unwrap();
-                self.post_recv(slot);
-                self.last_wc = Some(*wc);
-                return Ok(Cqe::decode(&b));
-            }
-            if Instant::now() > deadline {
-                return Err("no response in time".into());
-            }
-            if n == 0 {
-                std::thread::sleep(Duration::from_micros(200));
-            }
-        }
-    }
-
-    /// Waits up to `timeout` for the target to tear the connection down: true at the
-    /// fabric's Disconnected event, false when the time runs out. Any other connection event
-    /// (an error: a device removed, an address change, a failed event channel) is not a
-    /// disconnect by the target and fails the test with its text.
-    pub fn wait_disconnected(&self, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.qp.cm_event(Some(left)) {
-                Ok(Some(CmEvent::Disconnected)) => return true,
-                Ok(Some(CmEvent::Error(e))) => {
-                    panic!("waiting for a disconnect, got a connection error: {e}")
-                }
-                Ok(Some(CmEvent::Established)) => {}
-                Ok(None) if left.is_zero() => return false,
-                Ok(None) => {}
-                Err(e) => panic!("waiting for a disconnect, the CM event channel failed: {e}"),
-            }
-        }
-    }
-
-    /// Waits (up to [`HANG_GUARD`]) until `n` more responses have arrived, without taking
-    /// them: their receives are not posted again (a host that stops taking responses).
-    pub fn wait_untaken_responses(&self, n: usize) {
-        let deadline = Instant::now() + HANG_GUARD;
-        let mut wcs = [Wc::default(); 1];
-        let mut got = 0;
-        while got < n {
-            let k = self.cq.poll(&mut wcs).expect("poll the CQ");
-            for wc in &wcs[..k] {
-                assert!(wc.status.is_success(), "completion {:?}", wc);
-                if wc.wr_id != SEND_ID {
-                    got += 1;
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{got} of {n} responses within {HANG_GUARD:?}"
-            );
-            if k == 0 {
-                std::thread::sleep(Duration::from_micros(200));
-            }
-        }
-    }
-
-    /// Fabrics Connect; the 1024-byte data goes keyed (admin) or in-capsule (I/O queues).
-    pub fn fabrics_connect(
-        &mut self,
-        qid: u16,
-        subnqn: &str,
-        hostnqn: &str,
-        cntlid: u16,
-        kato_ms: u32,
-    ) -> Cqe {
-        let data = ConnectData {
-            hostid: HOSTID,
-            cntlid,
-            subnqn: Nqn::new(subnqn).unwrap(),
-            hostnqn: Nqn::new(hostnqn).unwrap(),
-        }
-        .encode();
-        let c = Connect {
-            qid,
-            sqsize: (self.depth - 1) as u16,
-            cattr: 0,
-            kato_ms,
-        };
-        if qid == 0 {
-            self.write_data(0, &data);
-            let sgl = self.keyed(0, data.len() as u32);
-            self.submit(c.to_sqe(0, &sgl), &[])
-        } else {
-            let sgl = Sgl::InCapsule(InCapsuleSgl {
-                offset: 0,
-                len: data.len() as u32,
-            });
-            self.submit(c.to_sqe(0, &sgl), &data)
-        }
-    }
-
-    pub fn property_get(&mut self, offset: u32, size: PropertySize) -> Cqe {
-        self.submit(PropertyGet { size, offset }.to_sqe(0), &[])
-    }
-
-    pub fn property_set(&mut self, offset: u32, value: u64) -> Cqe {
-        self.submit(
-            PropertySet {
-                size: PropertySize::Four,
-                offset,
-                value,
-            }
-            .to_sqe(0),
-            &[],
-        )
-    }
-
-    /// Read (`write` false) or Write of `blocks` at `lba` with a keyed SGL at data offset 0.
-    pub fn rw(&mut self, write: bool, nsid: u32, lba: u64, blocks: u32) -> Cqe {
-        let sgl = self.keyed(0, blocks * BLOCK);
-        self.submit(rw_sqe(write, nsid, lba, blocks, &sgl), &[])
     }
 }
 

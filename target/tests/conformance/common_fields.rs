@@ -131,9 +131,9 @@ fn conformance_common_keyed_length_above_mdts() {
     let (_fx, _admin, mut q) = with_io();
     let over = MAX_IO / BLOCK + 1;
     let sgl = Sgl::Keyed(KeyedSgl {
-        addr: q.mr.addr(),
+        addr: q.buf_addr(),
         len: over * BLOCK,
-        key: q.mr.rkey(),
+        key: q.key(),
         invalidate: false,
     });
     for write in [false, true] {

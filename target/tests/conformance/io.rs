@@ -74,9 +74,9 @@ fn conformance_rw_mdts() {
     // A keyed length above MDTS fails the command (not the range): checked first.
     let blocks = MAX_IO / BLOCK * 2;
     let sgl = rdmablk::nvme::Sgl::Keyed(rdmablk::nvme::KeyedSgl {
-        addr: q.mr.addr(),
+        addr: q.buf_addr(),
         len: blocks * BLOCK,
-        key: q.mr.rkey(),
+        key: q.key(),
         invalidate: true,
     });
     expect(

@@ -1,19 +1,17 @@
-//! A worker's loop channels: each pass takes the capsules every channel announced (the first
-//! one of a new channel must be the Fabrics Connect that makes it a queue), runs the requests
-//! whose host data was copied in, and at the pass's end hands every queue's responses over
-//! in one batch. An idle worker sleeps on one eventfd that its hosts write only when it
-//! armed it.
+//! A worker's loop channels: a channel is a queue from the moment the worker takes it (as
+//! an RDMA connection is at its accept: the channel says which queue and how deep, the core
+//! expects the Fabrics Connect first). Each pass takes the capsules every channel announced,
+//! runs the requests whose host data was copied in, and at the pass's end hands every
+//! queue's responses over in one batch. An idle worker sleeps on one eventfd that its hosts
+//! write only when it armed it.
 
 use std::any::Any;
-use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rdmablk::nvme::opcodes::{self, fctype};
-use rdmablk::nvme::transport::loopback::{LoopError, TargetEnd, ToHost, Wake, CAPSULE_DATA};
-use rdmablk::nvme::{Connect, Sqe, SQE_LEN};
+use rdmablk::nvme::transport::loopback::{LoopError, ToHost, Wake, CAPSULE_DATA};
 
 use super::queue::{LoopConnection, LoopQueue};
 use super::LoopPending;
@@ -26,18 +24,9 @@ use crate::nvmf::transport::{PollGroup, Ready};
 use crate::nvmf::worker::queues::Queues;
 use crate::nvmf::{Shared, ADMIN_QUEUE_DEPTH};
 
-/// A channel before its Connect.
-struct Pending {
-    end: TargetEnd,
-    peer: SocketAddr,
-    listener: u64,
-    created: Instant,
-}
-
 /// A worker's loop channels.
 pub struct LoopGroup {
     wake: Arc<Wake>,
-    pending: Vec<Pending>,
     queues: Queues<LoopQueue>,
     taken: Vec<(u32, u32)>,
 }
@@ -46,66 +35,23 @@ impl LoopGroup {
     pub fn new() -> Result<LoopGroup, LoopError> {
         Ok(LoopGroup {
             wake: Wake::new()?,
-            pending: Vec::new(),
             queues: Queues::default(),
             taken: Vec::new(),
         })
     }
 
-    /// New channels: the first capsule makes one a queue; a closed one is dropped.
-    fn poll_pending(&mut self, ctx: &mut Ctx<'_>) -> bool {
-        let mut any = false;
-        let mut i = 0;
-        while i < self.pending.len() {
-            let p = &self.pending[i];
-            if p.end.is_closed() {
-                self.drop_pending(i, ctx.shared, "closed by the host");
-                continue;
-            }
-            if !p.end.pending() {
-                i += 1;
-                continue;
-            }
-            any = true;
-            let p = self.pending.swap_remove(i);
-            self.connect_queue(p, ctx);
-        }
-        any
-    }
-
-    fn drop_pending(&mut self, i: usize, shared: &Shared, why: &str) {
-        let p = self.pending.swap_remove(i);
-        tracing::info!(peer = %p.peer, why, "loop queue closed before its Connect");
-        shared.connections.fetch_sub(1, Ordering::AcqRel);
-    }
-
-    /// Makes channel `p` the queue its first capsule (a Fabrics Connect) names, then lets
-    /// the core run its capsules.
-    fn connect_queue(&mut self, p: Pending, ctx: &mut Ctx<'_>) {
+    /// Makes channel `p` a queue: as deep as the host asked, within the limits (a Connect
+    /// asking for more is answered by the core).
+    fn add_queue(&mut self, p: LoopPending, ctx: &mut Ctx<'_>) {
         let shared = ctx.shared;
-        let mut taken = std::mem::take(&mut self.taken);
-        taken.clear();
-        p.end.take(&mut taken);
-        let connect = taken
-            .first()
-            .and_then(|&(slot, len)| p.end.capsule(slot, len))
-            .filter(|c| c.len() >= SQE_LEN)
-            .map(|c| Sqe::decode(c[..SQE_LEN].try_into().expect("64 bytes")))
-            .filter(|sqe| sqe.opcode == opcodes::FABRICS && sqe.fctype() == fctype::CONNECT)
-            .and_then(|sqe| Connect::from_sqe(&sqe).ok());
-        let Some(c) = connect else {
-            tracing::warn!(peer = %p.peer, "loop queue closed: its first command is not a valid Fabrics Connect");
-            shared.connections.fetch_sub(1, Ordering::AcqRel);
-            self.taken = taken;
-            return;
-        };
+        let qid = p.end.qid();
         let limits = &shared.cfg.limits;
-        let max = if c.qid == 0 {
+        let max = if qid == 0 {
             ADMIN_QUEUE_DEPTH
         } else {
             limits.max_queue_depth
         };
-        let depth = c.queue_entries().clamp(1, max);
+        let depth = p.end.entries().clamp(1, max);
         let layout = WindowLayout::new(
             depth,
             limits.in_capsule_data_size.max(CAPSULE_DATA as u32),
@@ -114,36 +60,31 @@ impl LoopGroup {
         let window = match shared.arena.carve(layout) {
             Ok(w) => w,
             Err(e) => {
-                tracing::warn!(error = %e, qid = c.qid, "no arena space for a loop queue");
+                tracing::warn!(error = %e, qid, "no arena space for a loop queue");
                 shared.connections.fetch_sub(1, Ordering::AcqRel);
-                self.taken = taken;
                 return;
             }
         };
+        p.end.set_wake(&self.wake);
         let key = self.queues.next_key();
         let id = QueueId {
             key,
-            qid: c.qid,
+            qid,
             depth,
             peer: p.peer,
             listener: p.listener,
             provider: None,
         };
         let icd = limits.in_capsule_data_size;
-        let q = Queue::new(
-            LoopQueue::new(p.end, depth),
-            window,
-            id,
-            Phase::Live,
-            icd,
-            p.created,
-        );
-        tracing::info!(peer = %q.peer, qid = q.qid, depth, window_bytes = q.window.len(),
+        let xport = LoopQueue::new(p.end, depth);
+        let q = Queue::new(xport, window, id, Phase::Live, icd, Instant::now());
+        tracing::info!(peer = %q.peer, qid, depth, window_bytes = q.window.len(),
             "queue connected (loop)");
         shared.log_arena("queue connected");
         self.queues.put(q);
+        let mut taken = std::mem::take(&mut self.taken);
         if let Some(q) = self.queues.get(key) {
-            on_taken(q, &taken, ctx);
+            poll_queue(q, &mut taken, ctx);
         }
         self.taken = taken;
     }
@@ -214,19 +155,7 @@ impl PollGroup for LoopGroup {
             tracing::error!("the loop poll group was handed another transport's connection");
             return;
         };
-        let LoopPending {
-            end,
-            peer,
-            listener,
-        } = *p;
-        end.set_wake(&self.wake);
-        self.pending.push(Pending {
-            end,
-            peer,
-            listener,
-            created: Instant::now(),
-        });
-        self.poll_pending(ctx);
+        self.add_queue(*p, ctx);
     }
 
     fn refuse(&mut self, _conn: Box<dyn Any + Send>, shared: &Shared) {
@@ -255,7 +184,7 @@ impl PollGroup for LoopGroup {
     }
 
     fn poll(&mut self, ctx: &mut Ctx<'_>) -> bool {
-        let mut any = !self.pending.is_empty() && self.poll_pending(ctx);
+        let mut any = false;
         let mut taken = std::mem::take(&mut self.taken);
         for q in self.queues.iter_mut() {
             any |= poll_queue(q, &mut taken, ctx);
@@ -283,34 +212,14 @@ impl PollGroup for LoopGroup {
             },
             |_| {},
         );
-        let connect_ms = u128::from(ctx.shared.cfg.target.connect_timeout_ms);
-        let mut i = 0;
-        while i < self.pending.len() {
-            if connect_ms != 0 && self.pending[i].created.elapsed().as_millis() > connect_ms {
-                self.drop_pending(i, ctx.shared, "no Fabrics Connect in time");
-            } else {
-                i += 1;
-            }
-        }
     }
 
     fn close_listener(&mut self, id: u64, shared: &Shared) {
         self.queues.close_listener(id, shared);
-        let mut i = 0;
-        while i < self.pending.len() {
-            if self.pending[i].listener == id {
-                self.drop_pending(i, shared, "listener removed");
-            } else {
-                i += 1;
-            }
-        }
     }
 
     fn shutdown_step(&mut self, first: bool, grace_over: bool, ctx: &mut Ctx<'_>) -> bool {
         self.queues.shutdown_step(first, grace_over, ctx);
-        while !self.pending.is_empty() {
-            self.drop_pending(0, ctx.shared, "target shutting down");
-        }
         self.queues.is_empty()
     }
 
