@@ -84,7 +84,11 @@ struct Req {
     buf: Option<IoBuf>,
     send_done: bool,
     cqe: Option<Cqe>,
-    /// `None` for a command the controller holds on purpose (Asynchronous Event Request).
+    /// How long the command may take; `None` for a command the controller holds on purpose
+    /// (Asynchronous Event Request).
+    timeout: Option<Duration>,
+    /// When it times out: set by the first housekeeping after it was posted (no clock read
+    /// per command; a deadline late by up to [`HOUSEKEEPING`] is no matter).
     deadline: Option<Instant>,
     /// Reads at least [`LARGE_READ`] bytes: see [`Queue::wait`].
     large: bool,
@@ -152,6 +156,7 @@ impl Queue {
                     buf: None,
                     send_done: false,
                     cqe: None,
+                    timeout: None,
                     deadline: None,
                     large: false,
                 })
@@ -216,8 +221,7 @@ impl Queue {
         buf: Option<IoBuf>,
         tag: u64,
     ) -> Result<(), SubmitError> {
-        let deadline = Instant::now() + self.cmd_timeout;
-        self.post(sqe, dir, buf, tag, Some(deadline))
+        self.post(sqe, dir, buf, tag, Some(self.cmd_timeout))
     }
 
     /// Posts a command the controller holds until it has something to say (Asynchronous
@@ -236,7 +240,7 @@ impl Queue {
         dir: Dir,
         buf: Option<IoBuf>,
         tag: u64,
-        deadline: Option<Instant>,
+        timeout: Option<Duration>,
     ) -> Result<(), SubmitError> {
         if let Some(why) = &self.failed {
             let e = Error::Transport {
@@ -263,7 +267,8 @@ impl Queue {
             buf,
             send_done: false,
             cqe: None,
-            deadline,
+            timeout,
+            deadline: None,
             large,
         };
         self.posted += 1;
@@ -279,12 +284,17 @@ impl Queue {
 
     /// Moves finished requests into `out` without blocking; returns how many.
     pub fn poll(&mut self, out: &mut Vec<Done>) -> usize {
+        self.poll_at(out, Instant::now())
+    }
+
+    /// [`Queue::poll`] at `now` (the caller read the clock already).
+    fn poll_at(&mut self, out: &mut Vec<Done>, now: Instant) -> usize {
         let before = out.len();
         if self.failed.is_none() {
             self.poll_link(out);
         }
-        if self.failed.is_none() && Instant::now() >= self.next_housekeeping {
-            self.housekeeping();
+        if self.failed.is_none() && now >= self.next_housekeeping {
+            self.housekeeping(now);
         }
         if self.failed.is_some() {
             self.fail_posted(out);
@@ -354,8 +364,7 @@ impl Queue {
         });
     }
 
-    fn housekeeping(&mut self) {
-        let now = Instant::now();
+    fn housekeeping(&mut self, now: Instant) {
         self.next_housekeeping = now + HOUSEKEEPING;
         if self
             .abort
@@ -367,13 +376,21 @@ impl Queue {
         if let Err(why) = self.link.check() {
             return self.fail(why);
         }
-        if let Some((cid, _)) = self
-            .reqs
-            .iter()
-            .enumerate()
-            .find(|(_, r)| r.state == ReqState::Posted && r.deadline.is_some_and(|d| d <= now))
-        {
-            let ms = self.cmd_timeout.as_millis();
+        let mut late = None;
+        for (cid, r) in self.reqs.iter_mut().enumerate() {
+            if r.state != ReqState::Posted {
+                continue;
+            }
+            if let (None, Some(t)) = (r.deadline, r.timeout) {
+                r.deadline = Some(now + t);
+            }
+            if r.deadline.is_some_and(|d| d <= now) {
+                late = Some((cid, r.timeout.unwrap_or_default()));
+                break;
+            }
+        }
+        if let Some((cid, t)) = late {
+            let ms = t.as_millis();
             self.fail(format!("command cid {cid} got no response in {ms} ms"));
         }
     }
@@ -414,14 +431,15 @@ impl Queue {
 
     /// Waits until at least one request finishes, the queue fails, or `timeout` passes.
     pub fn wait(&mut self, out: &mut Vec<Done>, timeout: Duration) -> usize {
-        let deadline = Instant::now() + timeout;
+        let mut now = Instant::now();
+        let deadline = now + timeout;
         let mut spins = 0;
         loop {
-            let n = self.poll(out);
+            let n = self.poll_at(out, now);
             if n > 0 || self.posted == 0 {
                 return n;
             }
-            let now = Instant::now();
+            now = Instant::now();
             if now >= deadline {
                 return 0;
             }
@@ -464,8 +482,7 @@ impl Queue {
         timeout: Duration,
     ) -> Result<(Cqe, Option<IoBuf>)> {
         const TAG: u64 = u64::MAX;
-        let deadline = Some(Instant::now() + timeout);
-        match self.post(sqe, dir, buf, TAG, deadline) {
+        match self.post(sqe, dir, buf, TAG, Some(timeout)) {
             Ok(()) => {}
             Err(SubmitError::Failed(e, _)) => return Err(e),
             Err(SubmitError::Full(_)) => {

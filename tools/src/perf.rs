@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
-use self::args::{format_size, Args, Config};
+use self::args::{format_size, Args, Config, Target};
 use self::engine::{Engine, OpenOptions};
 use self::job::Region;
 use self::report::{JobReport, RunReport};
@@ -198,7 +198,19 @@ pub fn run<'a>(cfg: &'a Config, plan: Plan) -> RunReport<'a> {
             .map(|ms| measure_from + Duration::from_millis(ms)),
     };
     let (tx, rx) = mpsc::channel();
+    // Held until the target's CPU is sampled at the end (the last job's engine would stop it).
+    let embedded = matches!(cfg.target, Target::Embedded(..))
+        .then(engine::embedded::EmbeddedTarget::running)
+        .flatten();
+    let embedded_running = embedded.is_some();
     let outcomes = std::thread::scope(|scope| {
+        // The embedded target's CPU from the start of the measured window to the end.
+        let target_cpu_from = embedded_running.then(|| {
+            scope.spawn(move || {
+                std::thread::sleep(worker::until(measure_from));
+                engine::embedded::Sample::now()
+            })
+        });
         let handles: Vec<_> = workers
             .into_iter()
             .map(|(w, region)| {
@@ -216,9 +228,38 @@ pub fn run<'a>(cfg: &'a Config, plan: Plan) -> RunReport<'a> {
             .into_iter()
             .map(|h| h.join().expect("job thread panicked"))
             .collect::<Vec<_>>();
-        (timeline, outcomes)
+        // From the start of the measured window to the end of the last job's (a --verify
+        // read-back after it is not counted).
+        let sampled = target_cpu_from.and_then(|h| {
+            let from = h.join().expect("sampler thread panicked");
+            let to = outcomes
+                .iter()
+                .filter_map(|(_, o)| o.stats.embedded_at_end)
+                .max_by_key(|s| s.target_cpu_ns)?;
+            Some((
+                (
+                    to.target_cpu_ns.saturating_sub(from.target_cpu_ns),
+                    to.workers,
+                ),
+                (
+                    to.loop_spin_ns.0.saturating_sub(from.loop_spin_ns.0),
+                    to.loop_spin_ns.1.saturating_sub(from.loop_spin_ns.1),
+                ),
+            ))
+        });
+        (timeline, outcomes, sampled)
     });
-    let (timeline, outcomes) = outcomes;
+    let (timeline, outcomes, sampled) = outcomes;
+    let target_cpu = sampled.map(|(cpu, _)| cpu);
+    let loop_spin = sampled
+        .filter(|_| {
+            matches!(
+                cfg.target,
+                Target::Embedded(args::EmbeddedTransport::Loop, _)
+            )
+        })
+        .map(|(_, spin)| spin);
+    drop(embedded);
 
     let mut jobs = Vec::new();
     let mut total = JobStats::default();
@@ -257,6 +298,8 @@ pub fn run<'a>(cfg: &'a Config, plan: Plan) -> RunReport<'a> {
         total,
         exit_code,
         timeline,
+        target_cpu,
+        loop_spin,
     }
 }
 

@@ -398,3 +398,62 @@ lock = false
     let target = rdmablk_target::nvmf::Target::start(cfg).expect("target starts");
     (target, port)
 }
+
+/// `--embedded=loop` and `--embedded=tcp`: the same verified mixed workload over the loop
+/// transport (no network) and NVMe/TCP on loopback; the report carries the target's CPU per
+/// I/O, and over loop the time each side spent watching for the other.
+#[test]
+fn embedded_loop_and_tcp_verify_and_report_the_target_cpu() {
+    for transport in ["loop", "tcp"] {
+        let r = perf(&[
+            &format!("--embedded={transport}"),
+            "--rw",
+            "randrw",
+            "--bs",
+            "4k-64k",
+            "--size",
+            "16m",
+            "--iodepth",
+            "8",
+            "--numjobs",
+            "2",
+            "--runtime",
+            "1",
+            "--verify",
+            "crc32c",
+            "--json",
+            "-q",
+        ]);
+        assert_exit(&r, 0);
+        let v: serde_json::Value = serde_json::from_slice(&r.stdout).expect("JSON");
+        assert!(
+            v["global options"]["target"]
+                .as_str()
+                .unwrap()
+                .contains(transport),
+            "{v}"
+        );
+        assert!(v["total"]["verify"]["blocks_checked"].as_u64().unwrap() > 0);
+        let per_io = v["target_cpu_us_per_io"]
+            .as_f64()
+            .expect("target CPU per I/O");
+        assert!(per_io > 0.0, "{transport}: the target worked: {per_io}");
+        let spin = &v["loop_spin_ns"];
+        assert_eq!(spin.is_object(), transport == "loop", "{transport}: {spin}");
+    }
+    // A null namespace keeps no data: no verify, but I/O flows.
+    let r = perf(&[
+        "--embedded=loop",
+        "--embedded-ns",
+        "null",
+        "--rw",
+        "randread",
+        "--size",
+        "4m",
+        "--json",
+        "-q",
+    ]);
+    assert_exit(&r, 0);
+    let v: serde_json::Value = serde_json::from_slice(&r.stdout).expect("JSON");
+    assert_eq!(v["total"]["read"]["total_ios"], 1024);
+}

@@ -2,11 +2,15 @@
 //! (`rdmablk::nvme::transport::loopback`). Capsules are written into the channel's slots and
 //! handed over in one batch per poll; the target reaches the controller's buffer pool by the
 //! keyed SGLs the commands carry, as over RDMA; responses come back in batches.
+//!
+//! Write data always goes keyed, never in the capsule: the target copies it once, straight
+//! from the buffer, where in-capsule data would be copied three times (into the capsule slot,
+//! the target's receive slot, its data slot) to save a round trip the loop does not have.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use rdmablk::nvme::transport::loopback::{self, HostEnd, LoopError, Region, ToHost, CAPSULE_DATA};
+use rdmablk::nvme::transport::loopback::{self, HostEnd, LoopError, Region, ToHost};
 use rdmablk::nvme::{InCapsuleSgl, KeyedSgl, Sgl, Sqe};
 
 use super::{Event, QueueParams, QueueTransport};
@@ -140,7 +144,6 @@ impl QueueTransport for LoopLink {
         self.broken.get_or_insert_with(|| "disconnected".into());
     }
 
-    fn set_in_capsule_bytes(&mut self, n: u32) {
-        self.in_capsule_bytes = n.min(CAPSULE_DATA as u32);
-    }
+    /// Ignored: write data goes keyed (see the module's notes).
+    fn set_in_capsule_bytes(&mut self, _n: u32) {}
 }

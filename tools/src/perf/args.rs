@@ -42,9 +42,18 @@ pub struct Args {
     #[arg(value_name = "TARGET")]
     pub target: Option<String>,
 
-    /// Start an in-process target on the soft provider with a RAM namespace and drive it.
-    #[arg(long)]
-    pub embedded: bool,
+    /// Start an in-process target with a RAM namespace and drive it, over the soft RDMA
+    /// provider (the default), NVMe/TCP on loopback, or the loop transport (no network: what
+    /// the NVMe-oF code itself costs). The report adds the target's CPU per I/O.
+    #[arg(long, value_enum, value_name = "TRANSPORT", num_args = 0..=1,
+          default_missing_value = "soft", require_equals = true)]
+    pub embedded: Option<EmbeddedTransport>,
+
+    /// The embedded target's namespace: `ram` (the default: data kept, --verify works) or
+    /// `null` (reads return what the buffer held, writes are dropped: no data copied, what
+    /// the NVMe-oF code costs alone).
+    #[arg(long, value_enum, default_value_t = EmbeddedNs::Ram, value_name = "KIND")]
+    pub embedded_ns: EmbeddedNs,
 
     /// I/O pattern.
     #[arg(long, value_enum, default_value_t = RwMode::Read)]
@@ -294,6 +303,35 @@ impl fmt::Display for BsRange {
     }
 }
 
+/// How `--embedded` reaches its in-process target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EmbeddedTransport {
+    /// rdmablk's soft RDMA provider over loopback TCP.
+    Soft,
+    /// NVMe/TCP over loopback.
+    Tcp,
+    /// The loop transport: commands and data through memory.
+    Loop,
+}
+
+impl EmbeddedTransport {
+    /// The URL scheme and the target's `[[listener]]` lines for it.
+    pub fn scheme(self) -> &'static str {
+        match self {
+            Self::Soft => "soft",
+            Self::Tcp => "tcp",
+            Self::Loop => "loop",
+        }
+    }
+}
+
+/// The backend of `--embedded`'s namespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EmbeddedNs {
+    Ram,
+    Null,
+}
+
 /// Where the I/O goes, from the positional argument (or `--embedded`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
@@ -320,8 +358,8 @@ pub enum Target {
         /// Subsystem NQN.
         nqn: String,
     },
-    /// An in-process target on the soft provider with a RAM namespace.
-    Embedded,
+    /// An in-process target over the transport given, with a namespace of that kind.
+    Embedded(EmbeddedTransport, EmbeddedNs),
     /// One subsystem through several paths (full `rdma://` or `soft://` URLs, one provider).
     Multipath {
         /// The paths' URLs.
@@ -336,7 +374,7 @@ impl fmt::Display for Target {
             Self::Rdma { addr, nqn } => write!(f, "rdma://{addr}/{nqn}"),
             Self::Soft { addr, nqn } => write!(f, "soft://{addr}/{nqn}"),
             Self::Tcp { addr, nqn } => write!(f, "tcp://{addr}/{nqn}"),
-            Self::Embedded => f.write_str("embedded"),
+            Self::Embedded(t, ns) => write!(f, "embedded ({}, {ns:?})", t.scheme()),
             Self::Multipath { urls } => f.write_str(&urls.join(",")),
         }
     }
@@ -478,15 +516,17 @@ impl Args {
     /// Cross-checks the flags and turns them into a [`Config`].
     pub fn validate(&self) -> Result<Config, UsageError> {
         let target = match (&self.target, self.embedded) {
-            (Some(_), true) => return Err(usage("give either a TARGET or --embedded, not both")),
-            (None, false) => {
+            (Some(_), Some(_)) => {
+                return Err(usage("give either a TARGET or --embedded, not both"))
+            }
+            (None, None) => {
                 return Err(usage(
                     "missing TARGET (file:/path, /dev/..., rdma://IP:PORT/NQN, \
                      soft://HOST:PORT/NQN) or --embedded",
                 ))
             }
-            (None, true) => Target::Embedded,
-            (Some(t), false) => parse_target(t)?,
+            (None, Some(t)) => Target::Embedded(t, self.embedded_ns),
+            (Some(t), None) => parse_target(t)?,
         };
         if !(MIN_BS_BYTES..=MAX_BS_BYTES).contains(&self.bs.min)
             || !(MIN_BS_BYTES..=MAX_BS_BYTES).contains(&self.bs.max)
@@ -841,7 +881,15 @@ mod tests {
         }
         assert!(matches!(
             parse(&["--embedded"]).unwrap().target,
-            Target::Embedded
+            Target::Embedded(EmbeddedTransport::Soft, EmbeddedNs::Ram)
+        ));
+        assert!(matches!(
+            parse(&["--embedded=loop"]).unwrap().target,
+            Target::Embedded(EmbeddedTransport::Loop, EmbeddedNs::Ram)
+        ));
+        assert!(matches!(
+            parse(&["--embedded=tcp"]).unwrap().target,
+            Target::Embedded(EmbeddedTransport::Tcp, EmbeddedNs::Ram)
         ));
     }
 }

@@ -254,8 +254,8 @@ pub fn open(target: &Target, opts: &OpenOptions) -> Result<Box<dyn Engine>, Engi
             None,
         )?)),
         Target::Multipath { urls } => Ok(Box::new(nvmf::NvmfEngine::connect_paths(urls, opts)?)),
-        Target::Embedded => {
-            let target = embedded::EmbeddedTarget::get(opts)?;
+        Target::Embedded(transport, ns) => {
+            let target = embedded::EmbeddedTarget::get(*transport, *ns, opts)?;
             let url = target.url().to_string();
             Ok(Box::new(nvmf::NvmfEngine::connect(
                 &url,

@@ -79,6 +79,21 @@ pub struct RunReport<'a> {
     pub exit_code: i32,
     /// Each second of the run, as the progress line measured it (`--plot`).
     pub timeline: Vec<super::plot::Sample>,
+    /// With `--embedded`: the CPU time (ns) the target's worker threads used while the jobs
+    /// measured, and how many workers there are.
+    pub target_cpu: Option<(u64, usize)>,
+    /// With `--embedded=loop`: of the CPU time, what the initiators and the target spent
+    /// watching for the other side's next batch (ns): waiting, not work.
+    pub loop_spin: Option<(u64, u64)>,
+}
+
+impl RunReport<'_> {
+    /// The embedded target's CPU time per I/O of the run, in µs.
+    pub fn target_cpu_us_per_io(&self) -> Option<f64> {
+        let ios = self.total.read.ios + self.total.write.ios;
+        let (ns, _) = self.target_cpu?;
+        (ios > 0).then(|| ns as f64 / 1e3 / ios as f64)
+    }
 }
 
 // ---- text ----
@@ -312,6 +327,24 @@ pub fn text(r: &RunReport<'_>) -> String {
     if r.total.write.ios > 0 {
         status_line(&mut out, "WRITE", &r.jobs, &r.total, |s| &s.write);
     }
+    if let (Some((ns, workers)), Some(per_io)) = (r.target_cpu, r.target_cpu_us_per_io()) {
+        let _ = writeln!(
+            out,
+            "  target cpu: {per_io:.3} us per I/O ({:.3} s on {workers} worker thread(s))",
+            ns as f64 / 1e9
+        );
+    }
+    let ios = r.total.read.ios + r.total.write.ios;
+    if let (Some((host, target)), true) = (r.loop_spin, ios > 0) {
+        let us = |ns: u64| ns as f64 / 1e3 / ios as f64;
+        let _ = writeln!(
+            out,
+            "  loop spin : initiator {:.3} us, target {:.3} us per I/O of that CPU was waiting \
+             for the other side",
+            us(host),
+            us(target)
+        );
+    }
     out
 }
 
@@ -417,6 +450,9 @@ pub fn json(r: &RunReport<'_>) -> Value {
             .map(|j| job_json(&format!("job{}", j.index), Some(j.index), Some(j.region), &j.stats))
             .collect::<Vec<_>>(),
         "total": job_json("total", None, None, &r.total),
+        "target_cpu_ns": r.target_cpu.map(|(ns, _)| ns),
+        "target_cpu_us_per_io": r.target_cpu_us_per_io(),
+        "loop_spin_ns": r.loop_spin.map(|(host, target)| json!({"initiator": host, "target": target})),
         "exit_code": r.exit_code,
     })
 }
@@ -467,6 +503,8 @@ mod tests {
             total: s,
             exit_code: 0,
             timeline: Vec::new(),
+            target_cpu: None,
+            loop_spin: None,
         };
         let v: Value = serde_json::from_str(&json(&r).to_string()).unwrap();
         let read = &v["jobs"][0]["read"];
@@ -507,6 +545,8 @@ mod tests {
             total: s,
             exit_code: 0,
             timeline: Vec::new(),
+            target_cpu: None,
+            loop_spin: None,
         };
         let t = text(&r);
         assert!(

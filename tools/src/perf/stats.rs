@@ -247,6 +247,8 @@ pub struct JobStats {
     pub max_gap_ns: u64,
     /// Per path of a multipath engine (summed over jobs by URL).
     pub paths: Vec<PathIo>,
+    /// With `--embedded`: what the target had used when this job stopped measuring.
+    pub embedded_at_end: Option<crate::perf::engine::embedded::Sample>,
 }
 
 impl JobStats {

@@ -182,6 +182,9 @@ impl<'a> Worker<'a> {
         );
         let mut result = self.drive(&mut workload, Some(sched), sched.deadline);
         self.finish_measuring();
+        if matches!(cfg.target, crate::perf::args::Target::Embedded(..)) {
+            self.stats.embedded_at_end = Some(crate::perf::engine::embedded::Sample::now());
+        }
         let wrote = self.verifier.as_ref().is_some_and(|v| v.states.is_some());
         if result.is_ok() && wrote {
             let mut readback = Workload::new(

@@ -68,6 +68,10 @@ impl<X: QueueTransport> Queues<X> {
         self.slab.get_mut(i)?.as_mut()
     }
 
+    pub fn iter(&self) -> impl Iterator<Item = &Queue<X>> {
+        self.slab.iter().flatten()
+    }
+
     pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Queue<X>> {
         self.slab.iter_mut().flatten()
     }

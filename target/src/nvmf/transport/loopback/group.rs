@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rdmablk::nvme::transport::loopback::{LoopError, ToHost, Wake, CAPSULE_DATA};
+use rdmablk::nvme::transport::loopback::{LoopError, Side, ToHost, Wake, CAPSULE_DATA};
 
 use super::queue::{LoopConnection, LoopQueue};
 use super::LoopPending;
@@ -34,7 +34,7 @@ pub struct LoopGroup {
 impl LoopGroup {
     pub fn new() -> Result<LoopGroup, LoopError> {
         Ok(LoopGroup {
-            wake: Wake::new()?,
+            wake: Wake::new(Side::Target)?,
             queues: Queues::default(),
             taken: Vec::new(),
         })
@@ -238,8 +238,15 @@ impl PollGroup for LoopGroup {
         Some(self.wake.fd())
     }
 
+    /// Watches the channels for a while before it sleeps ([`Wake::spin_then_wait`]): a host
+    /// in this process usually sends its next batch within microseconds.
     fn wait(&mut self, other: Option<RawFd>, timeout: Duration) -> Option<Ready> {
-        let other_ready = self.wake.wait(other, timeout);
+        let queues = &self.queues;
+        let other_ready = self.wake.spin_then_wait(other, timeout, || {
+            queues
+                .iter()
+                .any(|q| q.xport.end.pending() || (q.xport.end.is_closed() && !q.is_closing()))
+        });
         Some(Ready {
             events: true,
             other: other_ready,
