@@ -439,25 +439,28 @@ impl Queue {
             if n > 0 || self.posted == 0 {
                 return n;
             }
+            spins += 1;
+            if spins < 64 {
+                // A few polls before the clock is read again: they take well under a
+                // microsecond together.
+                std::hint::spin_loop();
+                continue;
+            }
             now = Instant::now();
             if now >= deadline {
                 return 0;
-            }
-            spins += 1;
-            if spins < 64 {
-                std::hint::spin_loop();
-                continue;
             }
             if !self.link.arm() {
                 std::thread::yield_now();
                 continue;
             }
-            let n = self.poll(out);
+            let n = self.poll_at(out, now);
             if n > 0 {
                 return n;
             }
             let slice = (deadline - now).min(HOUSEKEEPING);
             self.link.wait(slice, self.large_posted > 0);
+            now = Instant::now();
         }
     }
 
