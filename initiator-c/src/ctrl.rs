@@ -61,7 +61,7 @@ pub extern "C" fn rdmablk_opts_new() -> *mut rdmablk_opts {
 /// Sets one option by name, as in a URL query: `hostnqn`, `hostid`, `io_queues`,
 /// `queue_size`, `kato_ms` (keep-alive timeout, 0 disables), `push` (1/0), `io_timeout_ms`,
 /// `connect_timeout_ms`, `max_io_bytes`, `buffer_pool_bytes`, `reconnect_attempts`,
-/// `reconnect_delay_ms`, `reconnect_max_delay_ms`, `retry_writes`.
+/// `ctrl_loss_tmo_ms`, `reconnect_delay_ms`, `reconnect_max_delay_ms`, `retry_writes`.
 /// Returns 0, or -EINVAL for an unknown name or a bad value.
 ///
 /// # Safety

@@ -18,9 +18,10 @@
 //! A transport failure (error completion, disconnect, command timeout, malformed response) on
 //! any queue leads whoever saw it to [`ControllerState::recover`]: the first caller for a session tears
 //! it down and reconnects with exponential backoff (`reconnect_delay_ms` doubling up to
-//! `reconnect_max_delay_ms`, `reconnect_attempts` tries); later callers for the same session
-//! wait for it. Queues of an old session are dropped when handed back. If every attempt
-//! fails, the controller is failed for good: every call returns [`Error::Disconnected`].
+//! `reconnect_max_delay_ms`) until it succeeds, `ctrl_loss_tmo_ms` has passed since the loss
+//! or `reconnect_attempts` tries were made; later callers for the same session wait for it.
+//! Queues of an old session are dropped when handed back. If recovery gives up, the
+//! controller is failed for good: every call returns [`Error::Disconnected`].
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -413,11 +414,24 @@ impl ControllerState {
         let mut delay = Duration::from_millis(u64::from(o.reconnect_delay_ms));
         let max_delay = Duration::from_millis(u64::from(o.reconnect_max_delay_ms.max(1)));
         let mut last = why.to_string();
+        let lost = std::time::Instant::now();
+        let loss_tmo = Duration::from_millis(u64::from(o.ctrl_loss_tmo_ms));
+        let mut tried = 0u32;
         for attempt in 1..=o.reconnect_attempts {
             if self.stop.load(Ordering::Relaxed) {
                 break;
             }
-            std::thread::sleep(delay);
+            // The last attempt comes when the loss timeout runs out, not a delay before.
+            let left = loss_tmo.saturating_sub(lost.elapsed());
+            if o.ctrl_loss_tmo_ms > 0 && left.is_zero() {
+                break;
+            }
+            tried = attempt;
+            std::thread::sleep(if o.ctrl_loss_tmo_ms > 0 {
+                delay.min(left)
+            } else {
+                delay
+            });
             delay = (delay * 2).min(max_delay);
             match self.setup().establish() {
                 Ok(s) => {
@@ -441,8 +455,11 @@ impl ControllerState {
             }
         }
         let what = format!(
-            "{why}; {} reconnect attempt(s) failed, last: {last}",
-            o.reconnect_attempts
+            "{why}; {tried} reconnect attempt(s) in {:.1} s failed (reconnect_attempts {}, \
+             ctrl_loss_tmo_ms {}), last: {last}",
+            lost.elapsed().as_secs_f64(),
+            o.reconnect_attempts,
+            o.ctrl_loss_tmo_ms
         );
         self.lock_pool().failed = Some(what.clone());
         self.queue_ready.notify_all();

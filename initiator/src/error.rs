@@ -25,7 +25,7 @@ pub enum ErrorKind {
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The URL does not parse.
-    #[error("invalid target URL {url:?}: {reason} (expected rdma://IP:PORT/SUBNQN, soft://HOST:PORT/SUBNQN or tcp://HOST:PORT/SUBNQN)")]
+    #[error("invalid target URL {url:?}: {reason} (expected rdma://IP:PORT/SUBNQN, soft://HOST:PORT/SUBNQN, tcp://HOST:PORT/SUBNQN or loop://IP:PORT/SUBNQN)")]
     Url { url: String, reason: String },
     /// An option value is out of range.
     #[error("invalid option {name}: {reason}")]

@@ -120,12 +120,21 @@ enum Inner {
 }
 
 /// The queue of a single-path namespace.
+///
+/// A request its connection's loss failed (a transport error, not an NVMe status) is not
+/// reported: it is parked with its buffer and slot, and sent again once the controller has
+/// reconnected, as the Linux host requeues I/O until `ctrl_loss_tmo`. Only when recovery
+/// gives up (the controller failed for good) do parked requests complete, with that error.
+/// A request the target may have executed before the cut is sent again all the same: a
+/// block write of the same data to the same place is idempotent.
 struct OnePath {
     ctrl: Controller,
     q: Option<(Queue, u64)>,
     meta: Vec<Option<Meta>>,
     free: Vec<u32>,
     done: Vec<Done>,
+    /// Requests to send again (slot, buffer), once there is a live queue.
+    parked: Vec<(u32, IoBuf)>,
 }
 
 impl IoQueue {
@@ -140,6 +149,7 @@ impl IoQueue {
                     meta: vec![None; depth],
                     free: (0..depth as u32).rev().collect(),
                     done: Vec::with_capacity(depth),
+                    parked: Vec::with_capacity(depth),
                 }))
             }
             Via::Paths(paths) => {
@@ -205,7 +215,7 @@ impl IoQueue {
     /// Moves finished requests into `out` without blocking; returns how many.
     pub fn poll(&mut self, out: &mut Vec<Completion>) -> Result<usize> {
         match &mut self.inner {
-            Inner::Path(p) => p.poll(out),
+            Inner::Path(p) => p.poll(&self.ns, out),
             Inner::Paths(p) => Ok(p.poll(out)),
         }
     }
@@ -214,7 +224,7 @@ impl IoQueue {
     /// moves every finished one into `out`; returns how many.
     pub fn wait(&mut self, out: &mut Vec<Completion>, min: usize) -> Result<usize> {
         match &mut self.inner {
-            Inner::Path(p) => p.wait(out, min),
+            Inner::Path(p) => p.wait(&self.ns, out, min),
             Inner::Paths(p) => Ok(p.wait(out, min)),
         }
     }
@@ -299,6 +309,10 @@ impl OnePath {
         if let Err(e) = self.ensure_queue() {
             return Err(SubmitError::Failed(e, buf));
         }
+        if !self.parked.is_empty() {
+            // Requests held across a reconnect go first.
+            return Err(SubmitError::QueueFull(buf));
+        }
         let Some(slot) = self.free.pop() else {
             return Err(SubmitError::QueueFull(buf));
         };
@@ -345,51 +359,106 @@ impl OnePath {
         Ok(())
     }
 
-    /// Moves finished requests into `out` without blocking; returns how many.
-    pub fn poll(&mut self, out: &mut Vec<Completion>) -> Result<usize> {
+    /// Moves finished requests into `out` without blocking (but for a reconnect that parked
+    /// requests wait for); returns how many.
+    pub fn poll(&mut self, ns: &Namespace, out: &mut Vec<Completion>) -> Result<usize> {
         if let Some((q, _)) = self.q.as_mut() {
             q.poll(&mut self.done);
         }
-        Ok(self.finish(out))
+        let n = self.finish(out);
+        Ok(n + self.resend(ns, out))
     }
 
     /// Waits until at least `min` requests (capped at those in flight) have finished and
     /// moves every finished one into `out`; returns how many.
-    pub fn wait(&mut self, out: &mut Vec<Completion>, min: usize) -> Result<usize> {
+    pub fn wait(&mut self, ns: &Namespace, out: &mut Vec<Completion>, min: usize) -> Result<usize> {
         let want = min.min(self.meta.len() - self.free.len());
-        let mut got = self.poll(out)?;
+        let mut got = self.poll(ns, out)?;
         let timeout = self.ctrl.shared().opts.io_timeout();
         while got < want {
             if let Some((q, _)) = self.q.as_mut() {
                 q.wait(&mut self.done, timeout);
             }
             got += self.finish(out);
-            if self.q.as_ref().map_or(true, |(q, _)| q.in_flight() == 0) && got < want {
+            got += self.resend(ns, out);
+            let idle = self.q.as_ref().map_or(true, |(q, _)| q.in_flight() == 0);
+            if idle && self.parked.is_empty() && got < want {
                 break;
             }
         }
         Ok(got)
     }
 
-    fn finish(&mut self, out: &mut Vec<Completion>) -> usize {
-        let n = self.done.len();
-        for d in self.done.drain(..) {
-            let slot = d.tag as u32;
-            let m = self.meta[slot as usize]
-                .take()
-                .expect("completion for a submitted slot");
-            self.free.push(slot);
-            let result = outcome(m.op, d.result);
-            out.push(Completion {
-                tag: m.tag,
-                op: m.op,
-                offset: m.offset,
-                len: m.len,
-                buf: d.buf.expect("async requests carry their buffer"),
-                result,
-            });
+    /// Sends the parked requests again on a live queue, reconnecting the controller first if
+    /// it must; if the controller gave up, completes them with its error. Returns how many
+    /// completed.
+    fn resend(&mut self, ns: &Namespace, out: &mut Vec<Completion>) -> usize {
+        if self.parked.is_empty() {
+            return 0;
         }
+        if let Err(e) = self.ensure_queue() {
+            let mut n = 0;
+            while let Some((slot, buf)) = self.parked.pop() {
+                let what = e.to_string();
+                self.complete(slot, buf, Err(Error::Disconnected { what }), out);
+                n += 1;
+            }
+            return n;
+        }
+        let Some((q, _)) = self.q.as_mut() else {
+            return 0;
+        };
+        if q.failure().is_some() {
+            return 0; // its posted requests are still to be reported (then parked)
+        }
+        while let Some((slot, buf)) = self.parked.pop() {
+            let m = self.meta[slot as usize].expect("a parked request has its slot");
+            let (sqe, dir) = command(ns, m.op, m.offset, m.len, &buf);
+            match q.submit(sqe, dir, Some(buf), u64::from(slot)) {
+                Ok(()) => self.ctrl.shared().stats.add_retry(),
+                Err(QSubmitError::Full(b) | QSubmitError::Failed(_, b)) => {
+                    self.parked.push((slot, b.expect("buffer returned")));
+                    break;
+                }
+            }
+        }
+        0
+    }
+
+    fn finish(&mut self, out: &mut Vec<Completion>) -> usize {
+        let mut n = 0;
+        let requeue = self.ctrl.shared().opts.reconnect_attempts > 0;
+        let mut done = std::mem::take(&mut self.done);
+        for d in done.drain(..) {
+            let slot = d.tag as u32;
+            let buf = d.buf.expect("async requests carry their buffer");
+            match d.result {
+                // The connection was lost: held for the reconnect.
+                Err(_) if requeue => self.parked.push((slot, buf)),
+                result => {
+                    let m = self.meta[slot as usize].expect("completion for a submitted slot");
+                    self.complete(slot, buf, outcome(m.op, result), out);
+                    n += 1;
+                }
+            }
+        }
+        self.done = done;
         n
+    }
+
+    fn complete(&mut self, slot: u32, buf: IoBuf, result: Result<()>, out: &mut Vec<Completion>) {
+        let m = self.meta[slot as usize]
+            .take()
+            .expect("completion for a submitted slot");
+        self.free.push(slot);
+        out.push(Completion {
+            tag: m.tag,
+            op: m.op,
+            offset: m.offset,
+            len: m.len,
+            buf,
+            result,
+        });
     }
 }
 

@@ -111,8 +111,13 @@ pub struct ConnectOptions {
     /// Registered buffer pool size (IoBufs, bounce buffers). Default 16 MiB.
     pub buffer_pool_bytes: usize,
     /// Reconnect attempts after a failure before the controller gives up (0: never
-    /// reconnect). Default 10.
+    /// reconnect). Default unlimited (`u32::MAX`): `ctrl_loss_tmo_ms` decides.
     pub reconnect_attempts: u32,
+    /// How long after its connection is lost the controller keeps trying to reconnect, as
+    /// the Linux host's `ctrl_loss_tmo`: I/O that was in flight on an asynchronous queue is
+    /// held meanwhile and sent again on the new connection, and fails only when this runs out
+    /// (or the attempts do). 0: no time limit. Default 600 000 (600 s, the Linux default).
+    pub ctrl_loss_tmo_ms: u32,
     /// First delay between reconnect attempts; doubles up to `reconnect_max_delay_ms`.
     pub reconnect_delay_ms: u32,
     pub reconnect_max_delay_ms: u32,
@@ -148,7 +153,8 @@ impl Default for ConnectOptions {
             push_writes: true,
             max_io_bytes: 128 << 10,
             buffer_pool_bytes: 16 << 20,
-            reconnect_attempts: 10,
+            reconnect_attempts: u32::MAX,
+            ctrl_loss_tmo_ms: 600_000,
             reconnect_delay_ms: 100,
             reconnect_max_delay_ms: 2_000,
             retry_writes: true,
@@ -240,6 +246,7 @@ impl ConnectOptions {
             "max_io_bytes" => self.max_io_bytes = num("max_io_bytes", value)?,
             "buffer_pool_bytes" => self.buffer_pool_bytes = num("buffer_pool_bytes", value)?,
             "reconnect_attempts" => self.reconnect_attempts = num("reconnect_attempts", value)?,
+            "ctrl_loss_tmo_ms" => self.ctrl_loss_tmo_ms = num("ctrl_loss_tmo_ms", value)?,
             "reconnect_delay_ms" => self.reconnect_delay_ms = num("reconnect_delay_ms", value)?,
             "reconnect_max_delay_ms" => {
                 self.reconnect_max_delay_ms = num("reconnect_max_delay_ms", value)?

@@ -30,7 +30,7 @@ pub struct StatsSnapshot {
     pub bounce_bytes: u64,
     /// Successful reconnects of the controller.
     pub reconnects: u64,
-    /// Sync-API I/Os re-sent after a reconnect.
+    /// I/Os sent again after a reconnect (sync API retries, async requests held across it).
     pub retried_ios: u64,
     /// Keep Alive commands completed.
     pub keep_alives: u64,

@@ -331,6 +331,15 @@ fn start_tcp(port: u16, img: &std::path::Path) -> Target {
 
 /// A target with one listener of `transport` (`tcp` or `loop`) on the e2e address.
 fn start_on(transport: &str, port: u16, img: &std::path::Path) -> Target {
+    let file = format!(
+        r#"{{ kind = "file", path = "{}", create_size = "32MiB", direct = false }}"#,
+        img.display()
+    );
+    start_with(transport, port, &file)
+}
+
+/// As [`start_on`], with the namespace's backend table given.
+fn start_with(transport: &str, port: u16, backend: &str) -> Target {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()
@@ -360,9 +369,8 @@ allow_any_host = true
 [[subsystem.namespace]]
 nsid = 1
 block_size = 512
-backend = {{ kind = "file", path = "{}", create_size = "32MiB", direct = false }}
+backend = {backend}
 "#,
-        img.display(),
         address = e2e_fabric().1,
     );
     Target::start(Config::from_str(&toml).expect("config")).expect("target starts")
@@ -538,4 +546,89 @@ fn sync_async_discovery_and_restart_over_loop() {
     drop(ns);
     drop(ctrl);
     t.shutdown();
+}
+
+// ----------------------------------------------------------------- a cut connection
+
+/// Writes in flight on an asynchronous queue when the target goes away are held and sent
+/// again once it is back: the application sees no error, and the data is there. With the
+/// target gone for good, they fail once `ctrl_loss_tmo_ms` has passed, with the controller's
+/// error.
+#[test]
+fn a_cut_connection_costs_the_async_queue_nothing_until_ctrl_loss_tmo() {
+    let dir = rdmablk_testkit::tmp_dir("requeue");
+    let img = dir.join("ns.img");
+    let port = free_port();
+    // Every completion waits 300 ms: the writes are still in the target when it stops, which
+    // drops them unanswered (the host resends after reconnecting).
+    let slow = format!(
+        r#"{{ kind = "error", latency_us = 300000, inner = {{ kind = "file", path = "{}", create_size = "32MiB", direct = false }} }}"#,
+        img.display()
+    );
+    let t = start_with("tcp", port, &slow);
+    let url = format!("tcp://{}/{NQN}", t.local_addrs()[0]);
+    let o = ConnectOptions {
+        ctrl_loss_tmo_ms: 2_000,
+        ..opts()
+    };
+    let ctrl = Controller::connect_with(&url, o).unwrap();
+    let mut q = ctrl.io_queue(1).unwrap();
+    const N: u64 = 16;
+    for i in 0..N {
+        let mut b = ctrl.alloc(4096).unwrap();
+        b.as_mut_slice()
+            .copy_from_slice(&pattern(i * 4096, 4096, 5));
+        q.submit(Op::Write, i * 4096, 4096, b, i).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    t.shutdown();
+    let t = start_on("tcp", port, &img);
+    let mut done = Vec::new();
+    while (done.len() as u64) < N {
+        q.wait(&mut done, 1).unwrap();
+    }
+    for c in &done {
+        assert!(c.result.is_ok(), "write {} failed: {:?}", c.tag, c.result);
+    }
+    let s = ctrl.stats();
+    assert!(
+        s.reconnects >= 1 && s.retried_ios >= 1,
+        "requests were sent again: {s:?}"
+    );
+    let ns = ctrl.namespace(1).unwrap();
+    let mut back = vec![0u8; (N * 4096) as usize];
+    ns.read_at(0, &mut back).unwrap();
+    for i in 0..N as usize {
+        assert!(
+            back[i * 4096..(i + 1) * 4096] == pattern(i as u64 * 4096, 4096, 5)[..],
+            "block {i} after the resend"
+        );
+    }
+    // Gone for good: what is in flight fails after ctrl_loss_tmo_ms, not before.
+    drop(t);
+    let t = start_with("tcp", port, &slow);
+    let mut b = ctrl.alloc(4096).unwrap();
+    b.as_mut_slice().fill(7);
+    done.clear();
+    q.submit(Op::Write, 0, 4096, b, 99).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    // The connection cannot be lost before the shutdown starts.
+    let cut = std::time::Instant::now();
+    t.shutdown();
+    while done.is_empty() {
+        q.wait(&mut done, 1).unwrap();
+    }
+    let e = done[0]
+        .result
+        .as_ref()
+        .expect_err("the target never came back");
+    assert!(e.to_string().contains("ctrl_loss_tmo_ms 2000"), "{e}");
+    assert!(
+        cut.elapsed() >= Duration::from_millis(2_000),
+        "failed only once the loss timeout ran out, not at the cut ({:?})",
+        cut.elapsed()
+    );
+    drop(q);
+    drop(ns);
+    drop(ctrl);
 }
