@@ -60,6 +60,9 @@ pub struct TcpGroup {
     sent_keys: Vec<u32>,
     /// Transmit queue capacity of a new connection.
     tx_capacity: usize,
+    /// No connection at all (as of the last housekeeping, or since the start): a pass does
+    /// not ask epoll (a worker serving another transport too polls every pass).
+    empty: bool,
 }
 
 fn epoll_ctl(epoll: &OwnedFd, op: i32, fd: RawFd, events: u32, token: u64) -> bool {
@@ -87,6 +90,7 @@ impl TcpGroup {
             other: None,
             sent_keys: Vec::new(),
             tx_capacity: 3 * max_depth as usize + 8,
+            empty: true,
         })
     }
 
@@ -561,6 +565,7 @@ impl PollGroup for TcpGroup {
                 return;
             }
         };
+        self.empty = false;
         let i = match self.pending.iter().position(Option::is_none) {
             Some(i) => i,
             None => {
@@ -601,6 +606,9 @@ impl PollGroup for TcpGroup {
 
     fn poll(&mut self, ctx: &mut Ctx<'_>) -> bool {
         let mut any = self.deliver_sent(ctx);
+        if self.empty {
+            return any;
+        }
         let n = self.epoll_wait(0);
         for e in 0..n {
             let token = self.events[e].u64;
@@ -648,6 +656,7 @@ impl PollGroup for TcpGroup {
                 self.drop_pending(i, ctx.shared, "no Fabrics Connect in time");
             }
         }
+        self.empty = self.pending.iter().all(Option::is_none) && self.queues.is_empty();
     }
 
     fn close_listener(&mut self, id: u64, shared: &Shared) {
