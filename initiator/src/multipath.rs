@@ -67,7 +67,7 @@ use crate::discovery::{discover_with, EntryKind};
 use crate::error::{Error, Result};
 use crate::ioqueue::IoQueue;
 use crate::namespace::{drive, Cmd, Namespace, Via};
-use crate::options::{ConnectOptions, TargetUrl};
+use crate::options::{ConnectOptions, TargetUrl, Transport};
 use crate::session::{ControllerInfo, NamespaceInfo};
 use crate::stats::{Stats, StatsSnapshot};
 use crate::transport::Fabric;
@@ -102,8 +102,8 @@ pub(crate) struct Paths {
 }
 
 impl MultipathController {
-    /// Connects every URL (each `rdma://IP:PORT/SUBNQN` or `soft://HOST:PORT/SUBNQN`, all with
-    /// one NQN) with default options.
+    /// Connects every URL (`rdma://`, `soft://`, `tcp://` or `loop://`, all with one NQN; the
+    /// RDMA ones of one provider) with default options.
     pub fn connect<S: AsRef<str>>(urls: &[S]) -> Result<MultipathController> {
         Self::connect_with(urls, ConnectOptions::default())
     }
@@ -133,18 +133,37 @@ impl MultipathController {
                 reason: format!("{} paths (at most 64)", parsed.len()),
             });
         }
+        // Paths may mix transports (an RDMA path and an NVMe/TCP one); the buffer pool is
+        // registered on the RDMA provider's PD when a path uses RDMA, which NVMe/TCP and loop
+        // paths read as plain memory. One RDMA provider per set: a pool registers on one PD.
+        let rdma = parsed
+            .iter()
+            .map(|(u, _)| u)
+            .find(|u| matches!(u.transport, Transport::Rdma(_)));
         for (u, _) in &parsed {
-            if u.subnqn != first.subnqn || u.transport != first.transport {
+            if u.subnqn != first.subnqn {
                 return Err(Error::PathMismatch {
                     url: u.to_string(),
                     what: format!(
-                        "names another subsystem or transport than {first} (every path must \
-                         lead to one subsystem)"
+                        "names another subsystem than {first} (every path must lead to one \
+                         subsystem)"
                     ),
                 });
             }
+            if let (Transport::Rdma(k), Some(r)) = (u.transport, rdma) {
+                if Transport::Rdma(k) != r.transport {
+                    return Err(Error::PathMismatch {
+                        url: u.to_string(),
+                        what: format!(
+                            "uses another RDMA provider than {r} (the paths' buffer pool is \
+                             registered with one provider: use rdma:// or soft:// for all)"
+                        ),
+                    });
+                }
+            }
         }
-        let (fabric, bufs) = open_fabric_and_pool(&opts, first, opts.buffer_pool_bytes)?;
+        let (fabric, bufs) =
+            open_fabric_and_pool(&opts, rdma.unwrap_or(first), opts.buffer_pool_bytes)?;
         Paths::connect(parsed, opts, fabric, bufs)
     }
 
@@ -236,7 +255,8 @@ impl Paths {
         let mut connected: Vec<Option<Controller>> = Vec::with_capacity(parsed.len());
         let mut errors = Vec::new();
         for (url, o) in &parsed {
-            match Controller::connect_on(url.clone(), o.clone(), fabric.clone(), bufs.clone()) {
+            let f = path_fabric(&fabric, url, o, &bufs);
+            match Controller::connect_on(url.clone(), o.clone(), f, bufs.clone()) {
                 Ok(c) => connected.push(Some(c)),
                 Err(e) => {
                     tracing::warn!(%url, "path does not connect (retrying in the background): {e}");
@@ -367,7 +387,7 @@ impl Paths {
         let c = Controller::connect_on(
             p.url.clone(),
             p.opts.clone(),
-            self.fabric.clone(),
+            path_fabric(&self.fabric, &p.url, &p.opts, &self.bufs),
             self.bufs.clone(),
         )?;
         check_same(
@@ -506,4 +526,20 @@ fn check_same(
         }
     }
     Ok(())
+}
+
+/// The fabric path `url` connects over: the set's RDMA fabric (one provider, the pool
+/// registered on its PD) for an RDMA path; NVMe/TCP with the path's own digests; loop with
+/// the pool.
+fn path_fabric(base: &Fabric, url: &TargetUrl, o: &ConnectOptions, bufs: &BufPool) -> Fabric {
+    match url.transport {
+        Transport::Rdma(_) => base.clone(),
+        Transport::Tcp => Fabric::Tcp {
+            hdr_digest: o.hdr_digest,
+            data_digest: o.data_digest,
+        },
+        Transport::Loop => Fabric::Loop {
+            pool: Some(bufs.clone()),
+        },
+    }
 }

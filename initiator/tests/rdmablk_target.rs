@@ -632,3 +632,78 @@ fn a_cut_connection_costs_the_async_queue_nothing_until_ctrl_loss_tmo() {
     drop(ns);
     drop(ctrl);
 }
+
+/// One multipath controller over two transports of one target: an RDMA path (optimized) and
+/// an NVMe/TCP path (non-optimized, by the tcp listener's ANA state). Verified I/O goes
+/// through the RDMA path only while it is usable; both paths are live.
+#[test]
+fn one_multipath_controller_over_an_rdma_path_and_a_tcp_path() {
+    let dir = rdmablk_testkit::tmp_dir("mixed-paths");
+    let (rport, tport) = (free_port(), free_port());
+    let toml = format!(
+        r#"
+[[listener]]
+provider = "{provider}"
+address = "{address}"
+port = {rport}
+
+[[listener]]
+transport = "tcp"
+address = "{address}"
+port = {tport}
+ana = {{ 1 = "non-optimized" }}
+
+[target]
+worker_threads = 1
+poll_mode = "interrupt"
+
+[control]
+socket = ""
+
+[arena]
+bytes = "96MiB"
+lock = false
+
+[[subsystem]]
+nqn = "{NQN}"
+allow_any_host = true
+
+[[subsystem.namespace]]
+nsid = 1
+block_size = 512
+ana_group = 1
+backend = {{ kind = "file", path = "{}", create_size = "32MiB", direct = false }}
+"#,
+        dir.join("ns.img").display(),
+        provider = e2e_fabric().0,
+        address = e2e_fabric().1,
+    );
+    let t = Target::start(Config::from_str(&toml).expect("config")).expect("target starts");
+    let addrs = t.local_addrs();
+    let urls = [url(&t, ""), format!("tcp://{}/{NQN}", addrs[1])];
+    let mp = rdmablk_initiator::MultipathController::connect_with(&urls, opts()).unwrap();
+    let ns = mp.namespace(1).unwrap();
+    let data = pattern(4096, 65536, 21);
+    ns.write_at(4096, &data).unwrap();
+    let mut back = vec![0u8; data.len()];
+    ns.read_at(4096, &mut back).unwrap();
+    assert!(
+        back == data,
+        "data read back through the multipath controller"
+    );
+    let paths = mp.paths();
+    assert_eq!(paths.len(), 2);
+    assert!(paths.iter().all(|p| p.live), "{paths:?}");
+    assert!(paths[0].url.starts_with(&urls[0][..4]), "{paths:?}");
+    assert!(
+        paths[0].commands > 0,
+        "the optimized RDMA path served: {paths:?}"
+    );
+    assert_eq!(
+        paths[1].commands, 0,
+        "the non-optimized TCP path stood by: {paths:?}"
+    );
+    drop(ns);
+    drop(mp);
+    t.shutdown();
+}

@@ -35,7 +35,7 @@ pub struct Args {
     /// What to drive: `file:/path` or `/dev/...` (local io_uring engine), `rdma://IP:PORT/NQN`,
     /// `soft://HOST:PORT/NQN` or `tcp://HOST:PORT/NQN` (NVMe-oF initiator; without /NQN, or
     /// with the discovery NQN, the first subsystem the target's discovery log lists). Several
-    /// URLs of one subsystem and one scheme, comma-separated, are the paths of one multipath
+    /// URLs of one subsystem, comma-separated, are the paths of one multipath
     /// controller (ANA path choice, failover; the report adds per-path I/O and the longest
     /// stall).
     /// Omit it with --embedded.
@@ -426,10 +426,11 @@ fn parse_paths(s: &str) -> Result<Target, UsageError> {
         kinds.push(url.split("://").next().unwrap_or_default().to_string());
         urls.push(url);
     }
-    if kinds.iter().any(|k| *k != kinds[0]) {
+    let rdma: Vec<&String> = kinds.iter().filter(|k| *k != "tcp").collect();
+    if rdma.iter().any(|k| *k != rdma[0]) {
         return Err(usage(format!(
-            "target '{s}': the paths of one multipath controller use one transport \
-             (all rdma://, all soft:// or all tcp://)"
+            "target '{s}': the RDMA paths of one multipath controller use one provider \
+             (all rdma:// or all soft://; tcp:// paths may join either)"
         )));
     }
     Ok(Target::Multipath { urls })
@@ -783,11 +784,12 @@ mod tests {
         assert!(parse_target("soft://a:1/nqn.x,rdma://b:2/nqn.x")
             .unwrap_err()
             .0
-            .contains("one transport"));
-        assert!(parse_target("tcp://a:1/nqn.x,soft://b:2/nqn.x")
-            .unwrap_err()
-            .0
-            .contains("one transport"));
+            .contains("one provider"));
+        // An RDMA path and an NVMe/TCP path of one subsystem: one multipath controller.
+        assert_eq!(
+            parse_target("tcp://a:1/nqn.x,soft://b:2/nqn.x").map(|t| t.to_string()),
+            Ok("tcp://a:1/nqn.x,soft://b:2/nqn.x".to_string())
+        );
         assert_eq!(
             parse_target("tcp://a:1/nqn.x,tcp://b:2/nqn.x").map(|t| t.to_string()),
             Ok("tcp://a:1/nqn.x,tcp://b:2/nqn.x".to_string())
