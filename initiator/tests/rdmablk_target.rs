@@ -452,42 +452,7 @@ fn a_target_restart_costs_a_reconnect_not_an_error() {
 fn one_worker_serves_rdma_and_tcp_hosts_at_once() {
     let dir = rdmablk_testkit::tmp_dir("both");
     let (rport, tport) = (free_port(), free_port());
-    let toml = format!(
-        r#"
-[[listener]]
-provider = "{provider}"
-address = "{address}"
-port = {rport}
-
-[[listener]]
-transport = "tcp"
-address = "{address}"
-port = {tport}
-
-[target]
-worker_threads = 1
-poll_mode = "interrupt"
-
-[control]
-socket = ""
-
-[arena]
-bytes = "96MiB"
-lock = false
-
-[[subsystem]]
-nqn = "{NQN}"
-allow_any_host = true
-
-[[subsystem.namespace]]
-nsid = 1
-block_size = 512
-backend = {{ kind = "file", path = "{}", create_size = "32MiB", direct = false }}
-"#,
-        dir.join("ns.img").display(),
-        provider = e2e_fabric().0,
-        address = e2e_fabric().1,
-    );
+    let toml = two_listeners(&dir.join("ns.img"), rport, tport, "", "");
     let t = Target::start(Config::from_str(&toml).expect("config")).expect("target starts");
     let addrs = t.local_addrs();
     let rdma = Controller::connect_with(&url(&t, ""), opts()).unwrap();
@@ -640,43 +605,12 @@ fn a_cut_connection_costs_the_async_queue_nothing_until_ctrl_loss_tmo() {
 fn one_multipath_controller_over_an_rdma_path_and_a_tcp_path() {
     let dir = rdmablk_testkit::tmp_dir("mixed-paths");
     let (rport, tport) = (free_port(), free_port());
-    let toml = format!(
-        r#"
-[[listener]]
-provider = "{provider}"
-address = "{address}"
-port = {rport}
-
-[[listener]]
-transport = "tcp"
-address = "{address}"
-port = {tport}
-ana = {{ 1 = "non-optimized" }}
-
-[target]
-worker_threads = 1
-poll_mode = "interrupt"
-
-[control]
-socket = ""
-
-[arena]
-bytes = "96MiB"
-lock = false
-
-[[subsystem]]
-nqn = "{NQN}"
-allow_any_host = true
-
-[[subsystem.namespace]]
-nsid = 1
-block_size = 512
-ana_group = 1
-backend = {{ kind = "file", path = "{}", create_size = "32MiB", direct = false }}
-"#,
-        dir.join("ns.img").display(),
-        provider = e2e_fabric().0,
-        address = e2e_fabric().1,
+    let toml = two_listeners(
+        &dir.join("ns.img"),
+        rport,
+        tport,
+        "ana = { 1 = \"non-optimized\" }",
+        "ana_group = 1",
     );
     let t = Target::start(Config::from_str(&toml).expect("config")).expect("target starts");
     let addrs = t.local_addrs();
@@ -706,4 +640,54 @@ backend = {{ kind = "file", path = "{}", create_size = "32MiB", direct = false }
     drop(ns);
     drop(mp);
     t.shutdown();
+}
+
+/// A target configuration with an RDMA listener on the e2e fabric at `rport` and a tcp one
+/// at `tport` (with `tcp_extra` lines), one worker in interrupt mode, and namespace 1 (with
+/// `ns_extra` lines) on the file `img`.
+fn two_listeners(
+    img: &std::path::Path,
+    rport: u16,
+    tport: u16,
+    tcp_extra: &str,
+    ns_extra: &str,
+) -> String {
+    format!(
+        r#"
+[[listener]]
+provider = "{provider}"
+address = "{address}"
+port = {rport}
+
+[[listener]]
+transport = "tcp"
+address = "{address}"
+port = {tport}
+{tcp_extra}
+
+[target]
+worker_threads = 1
+poll_mode = "interrupt"
+
+[control]
+socket = ""
+
+[arena]
+bytes = "96MiB"
+lock = false
+
+[[subsystem]]
+nqn = "{NQN}"
+allow_any_host = true
+
+[[subsystem.namespace]]
+nsid = 1
+block_size = 512
+{ns_extra}
+backend = {{ kind = "file", path = "{}", create_size = "32MiB", direct = false }}
+"#,
+        img.display(),
+        provider = e2e_fabric().0,
+        address = e2e_fabric().1,
+    )
 }
