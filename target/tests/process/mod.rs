@@ -37,14 +37,25 @@ pub fn fabric() -> (&'static str, String) {
     (if kind == "verbs" { "verbs" } else { "soft" }, addr)
 }
 
+/// Whether the target processes serve NVMe/TCP (`RDMABLK_E2E_TRANSPORT=tcp`) instead of RDMA
+/// on [`fabric`]'s provider.
+pub fn over_tcp() -> bool {
+    std::env::var("RDMABLK_E2E_TRANSPORT").is_ok_and(|t| t == "tcp")
+}
+
 /// A target on [`fabric`]'s address and `port` serving namespace 1 from `backend` (a TOML
 /// inline table) with 4 KiB blocks.
 pub fn config_text(port: u16, workers: u32, backend: &str) -> String {
     let (provider, address) = fabric();
+    let listener = if over_tcp() {
+        "transport = \"tcp\"".to_string()
+    } else {
+        format!("provider = \"{provider}\"")
+    };
     format!(
         r#"
 [[listener]]
-provider = "{provider}"
+{listener}
 address = "{address}"
 port = {port}
 
@@ -178,7 +189,9 @@ impl TargetProc {
     }
 
     pub fn url(&self) -> String {
-        let scheme = if fabric().0 == "verbs" {
+        let scheme = if over_tcp() {
+            "tcp"
+        } else if fabric().0 == "verbs" {
             "rdma"
         } else {
             "soft"
