@@ -14,9 +14,11 @@
 #      dhchap_ctrl_key, dhchap_hash, dhchap_dhgroup: right keys pass verified I/O, a wrong
 #      key and no key are refused.
 # Each check prints "auth: ok|FAIL <name>"; the last line is "RESULT: PASS|FAIL (...)".
+# Over NVMe/TCP with TRTYPE=tcp: rdmablk-target's tcp listener, nvmet-tcp, tcp:// URLs.
 #
-# Env: RDMABLK_TARGET (default build/debug/rdmablk-target), VERIFY_BIN (default
-#      build/debug/examples/verify), RXE_VM_IP (10.0.2.15).
+# Env: TRTYPE (rdma, the default, or tcp), RDMABLK_TARGET (default
+#      build/debug/rdmablk-target), VERIFY_BIN (default build/debug/examples/verify),
+#      RXE_VM_IP (10.0.2.15).
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -67,7 +69,7 @@ die() { bad setup "$*"; finish; }
 [ -x "$TBIN" ] || die "no target binary at $TBIN (cargo build -p rdmablk-target)"
 [ -x "$VBIN" ] || die "no verify binary at $VBIN (cargo build -p rdmablk-initiator --example verify)"
 command -v nvme >/dev/null || die "nvme-cli is missing"
-modprobe nvme-rdma || die "modprobe nvme-rdma"
+modprobe "nvme-$TRTYPE" || die "modprobe nvme-$TRTYPE"
 [ -e /sys/module/nvme_auth ] || modprobe nvme-auth 2>/dev/null || true
 [ -e /sys/module/nvme_auth ] || die "kernel $(uname -r) has no NVMe in-band authentication (use RXE_VM_KPKG=linux-image-6.12.95+deb12-amd64)"
 
@@ -83,9 +85,10 @@ echo "$C1" >"$WORK/ctrl1.key"
 echo "$KX" >"$WORK/wrong.key"
 
 # ------------------------------------------------------------------ A: rdmablk-target
+if [ "$TRTYPE" = rdma ]; then LISTENER='provider = "verbs"'; else LISTENER="transport = \"$TRTYPE\""; fi
 cat >"$WORK/target.toml" <<CFG
 [[listener]]
-provider = "verbs"
+$LISTENER
 address = "$IP"
 port = $TPORT
 
@@ -198,7 +201,7 @@ kill -0 "$TPID" 2>/dev/null || bad target-alive "target died"
 kill -TERM "$TPID" 2>/dev/null; wait "$TPID" 2>/dev/null; TPID=
 
 # ------------------------------------------------------------------ B: nvmet
-modprobe nvmet-rdma || die "modprobe nvmet-rdma"
+modprobe "nvmet-$TRTYPE" || die "modprobe nvmet-$TRTYPE"
 mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config
 truncate -s 32M "$WORK/nvmet.img"
 H=$CFG/hosts/$HOST1
@@ -217,12 +220,12 @@ echo 1 >"$S/namespaces/1/buffered_io" 2>/dev/null
 echo 1 >"$S/namespaces/1/enable" || die "enable namespace"
 P=$CFG/ports/2
 mkdir "$P"
-echo rdma >"$P/addr_trtype"; echo ipv4 >"$P/addr_adrfam"
+echo "$TRTYPE" >"$P/addr_trtype"; echo ipv4 >"$P/addr_adrfam"
 echo "$IP" >"$P/addr_traddr"; echo "$NPORT" >"$P/addr_trsvcid"
 ln -s "$S" "$P/subsystems/$NVMET_NQN" || die "link port"
 sleep 1
 
-URL="rdma://$IP:$NPORT/$NVMET_NQN?hostnqn=$HOST1&hostid=$HOSTID1&reconnect_attempts=0"
+URL="$TRTYPE://$IP:$NPORT/$NVMET_NQN?hostnqn=$HOST1&hostid=$HOSTID1&reconnect_attempts=0"
 if RUST_LOG=warn timeout 300 "$VBIN" "$URL&dhchap_key_file=$WORK/host1.key&dhchap_ctrl_key_file=$WORK/ctrl1.key" \
   >"$WORK/verify.out" 2>&1; then
   ok nvmet-bidi-ffdhe3072-sha512

@@ -231,12 +231,14 @@ def fmt_cpu(pt, i):
 
 def soft_vs_local(d):
     runs, order, notes = read_runs(d)
-    cols = ("soft", "local", "fio", "fio-rdmablk", "soft-nostats")
+    cols = ("soft", "tcp", "local", "fio", "fio-rdmablk", "soft-nostats")
     have = {c for (_, c) in runs}
     shown = [c for c in cols if c in ("soft", "local") or c in have]
-    label = {"soft": "rdmablk soft", "local": "local", "fio": "fio", "fio-rdmablk": "fio+rdmablk",
-             "soft-nostats": "soft, no stats"}
+    label = {"soft": "rdmablk soft", "tcp": "rdmablk tcp", "local": "local", "fio": "fio",
+             "fio-rdmablk": "fio+rdmablk", "soft-nostats": "soft, no stats"}
     ratios = [("soft / local", "soft", "local")]
+    if "tcp" in have:
+        ratios += [("tcp / local", "tcp", "local"), ("tcp / soft", "tcp", "soft")]
     if "fio" in have:
         ratios.append(("local / fio", "local", "fio"))
     if "fio-rdmablk" in have:
@@ -260,7 +262,7 @@ def soft_vs_local(d):
     # CPU per I/O: the tool's whole process (host) and the target (soft and fio+rdmablk).
     print()
     head = ["workload"] + [f"{label[c]} host us/IO" for c in shown]
-    tcols = [c for c in shown if c in ("soft", "fio-rdmablk", "soft-nostats")]
+    tcols = [c for c in shown if c in ("soft", "tcp", "fio-rdmablk", "soft-nostats")]
     head += [f"{label[c]} target us/IO" for c in tcols]
     cpu_ab = "soft-nostats" in have
     if cpu_ab:
