@@ -56,12 +56,12 @@ finish() {
   nvme disconnect -n "$NQN" >/dev/null 2>&1
   nvmet_cleanup
   if [ ${#FAILED[@]} -eq 0 ]; then
-    echo "RESULT: PASS (DH-HMAC-CHAP: Linux host <-> rdmablk-target bidirectional ffdhe2048/sha384, unidirectional null, re-auth, wrong/no/wrong-ctrl key refused; rdmablk-initiator <-> nvmet right key I/O, wrong/no key refused)"
+    echo "RESULT: PASS (DH-HMAC-CHAP over $TRTYPE: Linux host <-> rdmablk-target bidirectional ffdhe2048/sha384, unidirectional null, re-auth, wrong/no/wrong-ctrl key refused; rdmablk-initiator <-> nvmet right key I/O, wrong/no key refused)"
     exit 0
   fi
   echo "----- target log (last 40 lines) -----"; tail -n 40 "$WORK/target.log" 2>/dev/null
   echo "----- dmesg (last 40 lines) -----"; dmesg | tail -n 40
-  echo "RESULT: FAIL (${FAILED[*]})"
+  echo "RESULT: FAIL (over $TRTYPE: ${FAILED[*]})"
   exit 1
 }
 die() { bad setup "$*"; finish; }
