@@ -330,9 +330,14 @@ fn example_files_load_and_validate() {
         );
     }
     let quick = Config::from_file(repo_config("quickstart.toml")).unwrap();
-    assert_eq!(quick.listeners.len(), 1);
+    // The two transports a machine without an RDMA NIC has: soft RDMA and NVMe/TCP.
+    assert_eq!(quick.listeners.len(), 2);
     assert_eq!(quick.listeners[0].provider, Some(Provider::Soft));
     assert_eq!(quick.listeners[0].port, 4420);
+    assert_eq!(
+        (quick.listeners[1].transport, quick.listeners[1].port),
+        (Transport::Tcp, 4421)
+    );
     assert_eq!(quick.subsystems[0].nqn, "nqn.2026-11.io.rdmablk:quickstart");
     assert!(quick.subsystems[0].allow_any_host);
     let ns = &quick.subsystems[0].namespaces[0];
