@@ -427,7 +427,8 @@ impl OnePath {
 
     fn finish(&mut self, out: &mut Vec<Completion>) -> usize {
         let mut n = 0;
-        let requeue = self.ctrl.shared().opts.reconnect_attempts > 0;
+        let o = &self.ctrl.shared().opts;
+        let requeue = o.requeue && o.reconnect_attempts > 0;
         let mut done = std::mem::take(&mut self.done);
         for d in done.drain(..) {
             let slot = d.tag as u32;

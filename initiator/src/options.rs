@@ -118,6 +118,10 @@ pub struct ConnectOptions {
     /// held meanwhile and sent again on the new connection, and fails only when this runs out
     /// (or the attempts do). 0: no time limit. Default 600 000 (600 s, the Linux default).
     pub ctrl_loss_tmo_ms: u32,
+    /// Hold the requests an asynchronous queue had in flight when its connection was lost
+    /// and send them again after the reconnect (default true). False: they fail at once
+    /// with a transport error and the caller decides what to send again. URL: `requeue=0`.
+    pub requeue: bool,
     /// First delay between reconnect attempts; doubles up to `reconnect_max_delay_ms`.
     pub reconnect_delay_ms: u32,
     pub reconnect_max_delay_ms: u32,
@@ -155,6 +159,7 @@ impl Default for ConnectOptions {
             buffer_pool_bytes: 16 << 20,
             reconnect_attempts: u32::MAX,
             ctrl_loss_tmo_ms: 600_000,
+            requeue: true,
             reconnect_delay_ms: 100,
             reconnect_max_delay_ms: 2_000,
             retry_writes: true,
@@ -247,6 +252,7 @@ impl ConnectOptions {
             "buffer_pool_bytes" => self.buffer_pool_bytes = num("buffer_pool_bytes", value)?,
             "reconnect_attempts" => self.reconnect_attempts = num("reconnect_attempts", value)?,
             "ctrl_loss_tmo_ms" => self.ctrl_loss_tmo_ms = num("ctrl_loss_tmo_ms", value)?,
+            "requeue" => self.requeue = flag("requeue", value)?,
             "reconnect_delay_ms" => self.reconnect_delay_ms = num("reconnect_delay_ms", value)?,
             "reconnect_max_delay_ms" => {
                 self.reconnect_max_delay_ms = num("reconnect_max_delay_ms", value)?

@@ -230,7 +230,15 @@ fn sigterm_under_load_drains_flushes_exits_zero_and_the_host_reconnects() {
     let port = free_port();
     let cfg = config_text(port, 2, &file_backend(&img, "4MiB", false));
     let mut target = TargetProc::spawn(&dir, &cfg, 0);
-    let ctrl = connect(&target.url(), opts(2, 60));
+    // The load of phase 1 ends with the target's exit: its requests cut off must fail at
+    // once (the host's own retry is what phase 2 checks), not wait for the next target.
+    let ctrl = connect(
+        &target.url(),
+        rdmablk_initiator::ConnectOptions {
+            requeue: false,
+            ..opts(2, 60)
+        },
+    );
     assert_eq!(ctrl.info().io_queues, 2, "{:?}", ctrl.info());
 
     let completions = Arc::new(AtomicU64::new(0));
