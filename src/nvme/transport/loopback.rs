@@ -698,16 +698,21 @@ mod tests {
         let w = Wake::new(Side::Target).unwrap();
         w.arm();
         let w2 = Arc::clone(&w);
-        let t = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(20));
-            w2.kick();
-        });
-        let start = std::time::Instant::now();
-        w.wait(None, Duration::from_secs(30));
+        let t = std::thread::spawn(move || w2.kick());
+        // Its own eventfd as the "other" descriptor: readable means the kick arrived (a
+        // timeout would return false). 60 s is only a hang guard.
         assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "woken, not timed out"
+            w.wait(Some(w.fd()), Duration::from_secs(60)),
+            "woken by the kick"
         );
         t.join().unwrap();
+        // Cleared (arm reads the eventfd) and disarmed: a kick writes nothing.
+        w.arm();
+        w.disarm();
+        w.kick();
+        assert!(
+            !w.wait(Some(w.fd()), Duration::ZERO),
+            "an unarmed kick wakes no one"
+        );
     }
 }

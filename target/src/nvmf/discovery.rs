@@ -134,18 +134,12 @@ pub fn log_page(shared: &Shared, ctrl: &Controller, provider: Option<Provider>) 
 }
 
 /// The entry's TRTYPE and transport-specific address subtype (TSAS) for `t`: RDMA's
-/// (reliable connected, no provider type, RDMA CM) or TCP's (no security: all zero).
+/// (reliable connected, no provider type, RDMA CM), or TCP's and loop's (all zero).
 fn transport_fields(t: Transport) -> (u8, [u8; 16]) {
     match t {
         Transport::Rdma => (trtype::RDMA, DiscoveryLogEntry::rdma_tsas()),
-        Transport::Tcp | Transport::Loop => (
-            if t == Transport::Tcp {
-                trtype::TCP
-            } else {
-                trtype::LOOP
-            },
-            [0u8; 16],
-        ),
+        Transport::Tcp => (trtype::TCP, [0u8; 16]),
+        Transport::Loop => (trtype::LOOP, [0u8; 16]),
     }
 }
 

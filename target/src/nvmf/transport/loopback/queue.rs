@@ -34,8 +34,6 @@ pub struct LoopQueue {
     pub out: Vec<ToHost>,
     /// Requests whose response is in `out`: sent once `out` is handed over.
     pub responded: Vec<u32>,
-    /// Capsules taken from the channel (scratch).
-    pub taken: Vec<(u32, u32)>,
 }
 
 impl LoopQueue {
@@ -47,7 +45,6 @@ impl LoopQueue {
             fetched: Vec::with_capacity(n),
             out: Vec::with_capacity(2 * n),
             responded: Vec::with_capacity(n),
-            taken: Vec::with_capacity(n),
         }
     }
 }
