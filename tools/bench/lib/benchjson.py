@@ -231,11 +231,12 @@ def fmt_cpu(pt, i):
 
 def soft_vs_local(d):
     runs, order, notes = read_runs(d)
-    cols = ("soft", "tcp", "local", "fio", "fio-rdmablk", "soft-nostats")
+    cols = ("soft", "tcp", "local", "fio", "fio-rdmablk", "fio-rdmablk-tcp", "soft-nostats")
     have = {c for (_, c) in runs}
     shown = [c for c in cols if c in ("soft", "local") or c in have]
     label = {"soft": "rdmablk soft", "tcp": "rdmablk tcp", "local": "local", "fio": "fio",
-             "fio-rdmablk": "fio+rdmablk", "soft-nostats": "soft, no stats"}
+             "fio-rdmablk": "fio+rdmablk", "fio-rdmablk-tcp": "fio+rdmablk tcp",
+             "soft-nostats": "soft, no stats"}
     ratios = [("soft / local", "soft", "local")]
     if "tcp" in have:
         ratios += [("tcp / local", "tcp", "local"), ("tcp / soft", "tcp", "soft")]
@@ -243,6 +244,8 @@ def soft_vs_local(d):
         ratios.append(("local / fio", "local", "fio"))
     if "fio-rdmablk" in have:
         ratios.append(("fio+rdmablk / soft", "fio-rdmablk", "soft"))
+    if "fio-rdmablk-tcp" in have:
+        ratios.append(("fio+rdmablk tcp / tcp", "fio-rdmablk-tcp", "tcp"))
     if "soft-nostats" in have:
         ratios.append(("stats on / off", "soft", "soft-nostats"))
     head = ["workload"] + [f"{label[c]} IOPS" for c in shown] + [r[0] for r in ratios]
@@ -262,7 +265,7 @@ def soft_vs_local(d):
     # CPU per I/O: the tool's whole process (host) and the target (soft and fio+rdmablk).
     print()
     head = ["workload"] + [f"{label[c]} host us/IO" for c in shown]
-    tcols = [c for c in shown if c in ("soft", "tcp", "fio-rdmablk", "soft-nostats")]
+    tcols = [c for c in shown if c in ("soft", "tcp", "fio-rdmablk", "fio-rdmablk-tcp", "soft-nostats")]
     head += [f"{label[c]} target us/IO" for c in tcols]
     cpu_ab = "soft-nostats" in have
     if cpu_ab:

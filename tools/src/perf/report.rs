@@ -9,6 +9,7 @@
 //! {
 //!   "rdmablk-perf_version": "0.1.0",
 //!   "timestamp": 1700000000,                      // unix seconds at the end of the run
+//!   "timestamp_ms": 1700000000123,                // the same in milliseconds (fio's name)
 //!   "global options": {
 //!     "target": "file:/tmp/x", "engine": "io_uring", "block_size": 512,
 //!     "rw": "randread", "rwmixread": 50, "bs": "4KiB", "bs_min": 4096, "bs_max": 4096,
@@ -420,13 +421,13 @@ fn job_json(name: &str, id: Option<u32>, region: Option<Region>, s: &JobStats) -
 /// The JSON report (schema in the module doc).
 pub fn json(r: &RunReport<'_>) -> Value {
     let cfg = r.cfg;
-    let timestamp = std::time::SystemTime::now()
+    let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
+        .unwrap_or_default();
     json!({
         "rdmablk-perf_version": env!("CARGO_PKG_VERSION"),
-        "timestamp": timestamp,
+        "timestamp": now.as_secs(),
+        "timestamp_ms": u64::try_from(now.as_millis()).unwrap_or(u64::MAX),
         "global options": {
             "target": cfg.target.to_string(),
             "engine": r.engine,
