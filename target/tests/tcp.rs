@@ -1,302 +1,19 @@
 //! NVMe/TCP against rdmablk-target over real sockets: a host written from the NVMe/TCP
-//! specification (the PDUs of `rdmablk::nvme::transport::tcp`, as the Linux host sends them:
-//! CPDA 0 expected, Connect data in the capsule, the Transport SGL Data Block for other data)
-//! connects, enables the controller, identifies it, writes and reads back every size with and
-//! without digests; malformed PDUs get a C2HTermReq and the connection closes.
+//! specification ([`tcp_host`]) connects, enables the controller, identifies it, writes and
+//! reads back every size with and without digests; malformed PDUs get a C2HTermReq and the
+//! connection closes; data that fails its digest fails only its command.
+
+mod tcp_host;
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::time::Duration;
+use std::net::SocketAddr;
 
-use rdmablk::nvme::fabrics::CNTLID_DYNAMIC;
 use rdmablk::nvme::identify::{cns, sgls, IdentifyController, IDENTIFY_LEN};
-use rdmablk::nvme::opcodes::io;
-use rdmablk::nvme::properties::{self, PropertySize};
 use rdmablk::nvme::transport::tcp::{
-    digest, encode_capsule_cmd, flags, pdu_type, CommonHeader, DataHeader, Direction, Fes, IcReq,
-    IcResp, Negotiated, PduLayout, R2t, TermReq, CAPSULE_CMD_HLEN, CH_LEN, DATA_HLEN, IC_LEN,
+    encode_capsule_cmd, pdu_type, Fes, IcReq, TermReq, CAPSULE_CMD_HLEN, CH_LEN, DATA_HLEN,
 };
-use rdmablk::nvme::{
-    Connect, ConnectData, Cqe, InCapsuleSgl, Nqn, PropertyGet, PropertySet, ReadWrite, Sgl, Sqe,
-    Status, TransportSgl, CQE_LEN,
-};
-use rdmablk_target::config::Config;
-use rdmablk_target::Target;
-
-const SUBNQN: &str = "nqn.2026-11.io.rdmablk:tcp";
-const HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-00000000tcp1";
-const BLOCK: u32 = 512;
-const MAX_IO: u32 = 128 * 1024;
-const ICD: u32 = 4096;
-
-fn start() -> (Target, SocketAddr) {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_test_writer()
-        .try_init();
-    let port = rdmablk_testkit::free_port("127.0.0.1");
-    let text = format!(
-        r#"
-[[listener]]
-transport = "tcp"
-address = "127.0.0.1"
-port = {port}
-
-[target]
-worker_threads = 1
-poll_mode = "interrupt"
-
-[control]
-socket = ""
-
-[arena]
-bytes = "64MiB"
-lock = false
-
-[limits]
-max_queue_depth = 32
-max_io_size = {MAX_IO}
-in_capsule_data_size = {ICD}
-max_queues_per_controller = 4
-
-[[subsystem]]
-nqn = "{SUBNQN}"
-hosts = ["{HOSTNQN}"]
-
-[[subsystem.namespace]]
-nsid = 1
-block_size = {BLOCK}
-backend = {{ kind = "ram", size = "16MiB" }}
-"#
-    );
-    let cfg = Config::from_str(&text).expect("config");
-    let t = Target::start(cfg).expect("target starts");
-    let addr = t.local_addrs()[0];
-    (t, addr)
-}
-
-/// One NVMe/TCP queue from the host's side.
-struct Host {
-    s: TcpStream,
-    neg: Negotiated,
-    next_cid: u16,
-}
-
-impl Host {
-    fn connect(addr: SocketAddr, hdgst: bool, ddgst: bool) -> Host {
-        let mut s = TcpStream::connect(addr).expect("TCP connect");
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        let req = IcReq {
-            pfv: 0,
-            hpda: 0,
-            hdgst,
-            ddgst,
-            maxr2t: 0,
-        };
-        s.write_all(&req.encode()).unwrap();
-        let mut b = [0u8; IC_LEN];
-        s.read_exact(&mut b).expect("ICResp");
-        let ch = CommonHeader::decode(b[..8].try_into().unwrap());
-        PduLayout::check(&ch, Direction::ControllerToHost, None, 0).expect("ICResp header");
-        let resp = IcResp::decode(&b, &req).expect("ICResp as the Linux host checks it");
-        assert!(resp.maxh2cdata >= 4096);
-        Host {
-            s,
-            neg: Negotiated {
-                hdgst,
-                ddgst,
-                pda: 0,
-            },
-            next_cid: 1,
-        }
-    }
-
-    /// Sends a command capsule with `data` in the capsule.
-    fn send_capsule(&mut self, sqe: &Sqe, data: &[u8]) {
-        let mut h = [0u8; CAPSULE_CMD_HLEN];
-        let l = encode_capsule_cmd(sqe, data.len(), &self.neg, &mut h);
-        let mut pdu = h.to_vec();
-        if self.neg.hdgst {
-            pdu.extend_from_slice(&digest(&h).to_le_bytes());
-        }
-        pdu.resize(if data.is_empty() { pdu.len() } else { l.pdo }, 0);
-        pdu.extend_from_slice(data);
-        if self.neg.ddgst && !data.is_empty() {
-            pdu.extend_from_slice(&digest(data).to_le_bytes());
-        }
-        assert_eq!(pdu.len(), l.plen);
-        self.s.write_all(&pdu).unwrap();
-    }
-
-    /// Reads one PDU: its header fields and data.
-    fn recv(&mut self) -> std::io::Result<(PduLayout, Vec<u8>, Vec<u8>)> {
-        let mut ch = [0u8; CH_LEN];
-        self.s.read_exact(&mut ch)?;
-        let h = CommonHeader::decode(&ch);
-        let l = PduLayout::check(&h, Direction::ControllerToHost, Some(self.neg), 1 << 20)
-            .unwrap_or_else(|e| panic!("PDU from the target: {e}"));
-        let mut rest = vec![0u8; l.plen - CH_LEN];
-        self.s.read_exact(&mut rest)?;
-        let mut header = ch.to_vec();
-        header.extend_from_slice(&rest[..l.hlen - CH_LEN]);
-        if l.hdgst > 0 {
-            let got = u32::from_le_bytes(
-                rest[l.hlen - CH_LEN..l.hlen - CH_LEN + 4]
-                    .try_into()
-                    .unwrap(),
-            );
-            assert_eq!(got, digest(&header), "header digest of type {}", l.pdu_type);
-        }
-        let data = if l.data_len > 0 {
-            rest[l.pdo - CH_LEN..l.pdo - CH_LEN + l.data_len].to_vec()
-        } else {
-            Vec::new()
-        };
-        if l.ddgst > 0 {
-            let at = l.pdo - CH_LEN + l.data_len;
-            let got = u32::from_le_bytes(rest[at..at + 4].try_into().unwrap());
-            assert_eq!(got, digest(&data), "data digest");
-        }
-        Ok((l, header, data))
-    }
-
-    /// Runs one command: its data to the controller (in the capsule when `in_capsule`, else by
-    /// R2T and H2CData) and from it; returns the response and the data read.
-    fn exec(&mut self, mut sqe: Sqe, out: &[u8], in_len: u32, in_capsule: bool) -> (Cqe, Vec<u8>) {
-        sqe.cid = self.next_cid;
-        self.next_cid = self.next_cid.wrapping_add(1);
-        let len = if out.is_empty() {
-            in_len
-        } else {
-            out.len() as u32
-        };
-        if in_capsule && !out.is_empty() {
-            sqe.set_sgl(&Sgl::InCapsule(InCapsuleSgl {
-                offset: 0,
-                len: out.len() as u32,
-            }));
-            self.send_capsule(&sqe, out);
-        } else {
-            sqe.set_sgl(&Sgl::Transport(TransportSgl { len }));
-            self.send_capsule(&sqe, &[]);
-        }
-        let mut read = Vec::new();
-        loop {
-            let (l, header, data) = self.recv().expect("a PDU");
-            match l.pdu_type {
-                pdu_type::R2T => {
-                    let r = R2t::decode(header[..DATA_HLEN].try_into().unwrap());
-                    assert_eq!(r.cccid, sqe.cid);
-                    assert_eq!((r.r2to, r.r2tl as usize), (0, out.len()));
-                    // Two H2CData PDUs when the data is larger than a page: DATAO moves on.
-                    let split = if out.len() > 4096 {
-                        out.len() / 2
-                    } else {
-                        out.len()
-                    };
-                    for (i, chunk) in [&out[..split], &out[split..]].iter().enumerate() {
-                        if chunk.is_empty() {
-                            continue;
-                        }
-                        let last = i == 1 || split == out.len();
-                        self.h2c(r.cccid, r.ttag, (i * split) as u32, chunk, last);
-                    }
-                }
-                pdu_type::C2H_DATA => {
-                    let d = DataHeader::decode(header[..DATA_HLEN].try_into().unwrap());
-                    assert_eq!(d.cccid, sqe.cid);
-                    assert_eq!(d.datao as usize, read.len());
-                    read.extend_from_slice(&data);
-                }
-                pdu_type::CAPSULE_RESP => {
-                    let cqe = Cqe::decode(header[CH_LEN..CH_LEN + CQE_LEN].try_into().unwrap());
-                    assert_eq!(cqe.cid, sqe.cid);
-                    return (cqe, read);
-                }
-                t => panic!("unexpected PDU type {t}"),
-            }
-        }
-    }
-
-    fn h2c(&mut self, cccid: u16, ttag: u16, datao: u32, data: &[u8], last: bool) {
-        let h = DataHeader {
-            cccid,
-            ttag,
-            datao,
-            datal: data.len() as u32,
-        };
-        let mut b = [0u8; DATA_HLEN];
-        let f = if last { flags::DATA_LAST } else { 0 };
-        let l = h.encode(pdu_type::H2C_DATA, f, &self.neg, &mut b);
-        let mut pdu = b.to_vec();
-        if self.neg.hdgst {
-            pdu.extend_from_slice(&digest(&b).to_le_bytes());
-        }
-        pdu.resize(l.pdo, 0);
-        pdu.extend_from_slice(data);
-        if self.neg.ddgst {
-            pdu.extend_from_slice(&digest(data).to_le_bytes());
-        }
-        self.s.write_all(&pdu).unwrap();
-    }
-
-    fn fabrics_connect(&mut self, qid: u16, sqsize: u16, cntlid: u16) -> Cqe {
-        let data = ConnectData {
-            hostid: [7; 16],
-            cntlid,
-            subnqn: Nqn::new(SUBNQN).unwrap(),
-            hostnqn: Nqn::new(HOSTNQN).unwrap(),
-        }
-        .encode();
-        let c = Connect {
-            qid,
-            sqsize,
-            cattr: 0,
-            kato_ms: if qid == 0 { 5000 } else { 0 },
-        };
-        let sqe = c.to_sqe(0, &Sgl::InCapsule(InCapsuleSgl { offset: 0, len: 0 }));
-        self.exec(sqe, &data, 0, true).0
-    }
-}
-
-fn admin(addr: SocketAddr, hdgst: bool, ddgst: bool) -> (Host, u16) {
-    let mut a = Host::connect(addr, hdgst, ddgst);
-    let c = a.fabrics_connect(0, 31, CNTLID_DYNAMIC);
-    assert!(c.status.is_success(), "admin Connect: {}", c.status);
-    let cntlid = c.dw0 as u16;
-    let set = PropertySet {
-        size: PropertySize::Four,
-        offset: properties::CC,
-        value: 0x0046_0001,
-    };
-    assert!(a.exec(set.to_sqe(0), &[], 0, false).0.status.is_success());
-    let get = PropertyGet {
-        size: PropertySize::Four,
-        offset: properties::CSTS,
-    };
-    let (c, _) = a.exec(get.to_sqe(0), &[], 0, false);
-    assert_eq!(c.dw0 & 1, 1, "CSTS.RDY after CC.EN");
-    (a, cntlid)
-}
-
-fn rw_sqe(write: bool, lba: u64, blocks: u32) -> Sqe {
-    ReadWrite {
-        nsid: 1,
-        slba: lba,
-        nlb: (blocks - 1) as u16,
-        fua: false,
-        lr: false,
-        dsm: 0,
-    }
-    .to_sqe(if write { io::WRITE } else { io::READ }, 0)
-}
-
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    rdmablk_testkit::pattern(seed, len)
-}
+use rdmablk::nvme::{Cqe, Sgl, Sqe, Status, CQE_LEN};
+use tcp_host::*;
 
 fn every_size(addr: SocketAddr, hdgst: bool, ddgst: bool) {
     let (mut a, cntlid) = admin(addr, hdgst, ddgst);
@@ -418,5 +135,72 @@ fn malformed_pdus_get_a_term_req_and_the_connection_closes() {
     assert!(q.fabrics_connect(1, 31, cntlid).status.is_success());
     let (c, _) = q.exec(rw_sqe(false, 0, 1), &[], BLOCK, false);
     assert!(c.status.is_success());
+    t.shutdown();
+}
+
+/// Data that fails its data digest is bad data, not a bad PDU (the specification has no FES
+/// for it): its command completes with Transient Transport Error, which the host retries,
+/// without a byte of it reaching the namespace, and the connection goes on, as SPDK does
+/// (nvmet closes the connection). Before, the target sent a C2HTermReq and closed.
+#[test]
+fn a_data_digest_error_fails_its_command_with_a_transient_transport_error_and_nothing_else() {
+    let (t, addr) = start();
+    let (a, cntlid) = admin(addr, false, true);
+    let mut q = io_queue(addr, true, 1, cntlid, 32);
+    // 8 KiB at LBA 64: 4 KiB of it fits in a capsule (ICD); 8 KiB goes by R2T in two
+    // H2CData PDUs.
+    let (lba, blocks) = (64, 16);
+    let known = pattern(1, (blocks * BLOCK) as usize);
+    let (c, _) = q.exec(rw_sqe(true, lba, blocks), &known, 0, false);
+    assert_eq!(c.status, Status::SUCCESS, "the known pattern");
+    let other = pattern(2, known.len());
+    let read_back = |q: &mut Host| {
+        let (c, read) = q.exec(rw_sqe(false, lba, blocks), &[], known.len() as u32, false);
+        assert_eq!(c.status, Status::SUCCESS, "read");
+        read
+    };
+
+    // In-capsule data with a wrong digest.
+    q.corrupt_ddgst = true;
+    let (c, _) = q.exec(
+        rw_sqe(true, lba, blocks / 2),
+        &other[..known.len() / 2],
+        0,
+        true,
+    );
+    assert_eq!(c.status, Status::TRANSIENT_TRANSPORT_ERROR, "in-capsule");
+    assert!(
+        read_back(&mut q) == known,
+        "a damaged capsule's data was written"
+    );
+
+    // By R2T: the first H2CData's digest is wrong; the second (LAST) is taken and dropped.
+    q.corrupt_ddgst = true;
+    let (c, _) = q.exec(rw_sqe(true, lba, blocks), &other, 0, false);
+    assert_eq!(c.status, Status::TRANSIENT_TRANSPORT_ERROR, "H2CData");
+    assert!(read_back(&mut q) == known, "damaged H2CData was written");
+
+    // The same connection, the same receive and request slots: both ways work again.
+    let (c, _) = q.exec(
+        rw_sqe(true, lba, blocks / 2),
+        &other[..known.len() / 2],
+        0,
+        true,
+    );
+    assert_eq!(
+        c.status,
+        Status::SUCCESS,
+        "in-capsule write after the errors"
+    );
+    let (c, _) = q.exec(
+        rw_sqe(true, lba + 8, blocks / 2),
+        &other[known.len() / 2..],
+        0,
+        false,
+    );
+    assert_eq!(c.status, Status::SUCCESS, "write by R2T after the errors");
+    assert!(read_back(&mut q) == other, "data written after the errors");
+    drop((q, a));
+    wait_held(&t, 0, 0);
     t.shutdown();
 }

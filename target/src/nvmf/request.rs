@@ -20,6 +20,11 @@
 //!                         Held ────┘ (Async Event Request: completed by an event, or
 //!                                     aborted at shutdown)
 //! ```
+//! Data that arrives damaged (an NVMe/TCP data digest that does not match) never executes:
+//! a damaged capsule's command goes from New, and a command whose H2C data was damaged from
+//! AwaitingData once its data phase ends, straight to Responding with Transient Transport
+//! Error, which the host retries.
+//!
 //! A request context is taken from the queue's free list when a capsule arrives; the
 //! capsule's buffer is given back to the transport as soon as the command is prepared (the SQE
 //! decoded into the request, in-capsule data copied to the data slot), before any response

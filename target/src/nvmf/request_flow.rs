@@ -77,7 +77,7 @@ fn start_request<X: QueueTransport>(
         r.received = Some(Instant::now());
     }
     r.enter(ReqState::New, qid, slot);
-    let next = match X::claim_data_slot(conn, slot) {
+    let next = match X::capsule_status(conn, recv).and_then(|()| X::claim_data_slot(conn, slot)) {
         Err(st) => {
             conn.reqs[slot as usize].fail(st);
             Next::Respond
@@ -117,9 +117,14 @@ fn proceed<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, next: Next, ctx: &
     }
 }
 
-/// The request's data is in place: run it.
+/// The request's data is in place: run it. A request that failed on the way (its data
+/// arrived damaged) completes with its status instead, and nothing of it runs.
 pub fn execute<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, ctx: &mut Ctx<'_>) {
     let r = conn.reqs[slot as usize];
+    if !r.status.is_success() {
+        respond(conn, slot, ctx);
+        return;
+    }
     match r.action {
         Action::Connect => {
             fabrics::execute_connect(conn, slot, ctx.shared);
@@ -127,7 +132,7 @@ pub fn execute<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, ctx: &mut Ctx<
         }
         Action::Respond => respond(conn, slot, ctx),
         Action::Auth => {
-            if r.status.is_success() && conn.is_live() {
+            if conn.is_live() {
                 auth::execute(conn, slot);
                 // FFDHE takes this thread seconds in a debug build under TCG (ffdhe8192):
                 // time the controller spends on its own side is not the host's silence.
@@ -137,7 +142,7 @@ pub fn execute<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, ctx: &mut Ctx<
             }
             respond(conn, slot, ctx);
         }
-        _ if !r.status.is_success() || !conn.is_live() => respond(conn, slot, ctx),
+        _ if !conn.is_live() => respond(conn, slot, ctx),
         _ => {
             if !io_commands::plan(conn, slot, ctx.shared) {
                 respond(conn, slot, ctx);

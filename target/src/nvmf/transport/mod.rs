@@ -89,6 +89,14 @@ pub trait QueueTransport: Sized {
     /// the transport may reuse the buffer.
     fn release_capsule(q: &mut Queue<Self>, recv: u32) -> Result<(), Self::Error>;
 
+    /// Whether the capsule in receive slot `recv` arrived intact: an error is the status its
+    /// command completes with at once, before it is checked, and nothing of it runs (NVMe/TCP:
+    /// a capsule whose data digest did not match completes with Transient Transport Error).
+    /// By default capsules arrive intact.
+    fn capsule_status(_q: &mut Queue<Self>, _recv: u32) -> Result<(), Status> {
+        Ok(())
+    }
+
     /// The data slot of request `slot`, which carries command `cid` (transports whose host
     /// places data by command ID, like RDMA push writes, tie the two; by default the
     /// request's own).

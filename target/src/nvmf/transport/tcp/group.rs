@@ -17,7 +17,7 @@ use rdmablk::nvme::transport::tcp::{
     Negotiated, PduLayout, TermError, TermReq, CH_LEN, DATA_HLEN, DIGEST_LEN, IC_LEN,
     TERM_REQ_MAX_DATA,
 };
-use rdmablk::nvme::{Connect, Sqe, SQE_LEN};
+use rdmablk::nvme::{Connect, Sqe, Status, SQE_LEN};
 
 use super::conn::{Conn, TxPdu, TX_HEADER_BYTES};
 use super::queue::{TcpConnection, TcpQueue, NO_R2T};
@@ -429,10 +429,6 @@ fn on_pdu(q: &mut TcpConnection, l: &PduLayout, ctx: &mut Ctx<'_>) -> Result<(),
     };
     match l.pdu_type {
         pdu_type::CAPSULE_CMD => {
-            if !data_ok {
-                // Nothing of the command ran: the host's error recovery resends it.
-                return Err(data_digest_error());
-            }
             let Some(recv) = q.xport.free_recv.pop() else {
                 return Err(TermError {
                     fes: Fes::PduSequenceError,
@@ -451,13 +447,20 @@ fn on_pdu(q: &mut TcpConnection, l: &PduLayout, ctx: &mut Ctx<'_>) -> Result<(),
             // from the free list); the source is our receive buffer; they cannot overlap.
             unsafe {
                 std::ptr::copy_nonoverlapping(buf[CH_LEN..].as_ptr(), region.as_ptr(), SQE_LEN);
-                if l.data_len > 0 {
+                if l.data_len > 0 && data_ok {
                     std::ptr::copy_nonoverlapping(
                         buf[l.pdo..].as_ptr(),
                         region.as_ptr().add(SQE_LEN),
                         l.data_len,
                     );
                 }
+            }
+            if !data_ok {
+                // The data is bad, not the PDU: the command completes with Transient Transport
+                // Error without running (`capsule_status`), and the connection stays.
+                let sqe = Sqe::decode(buf[CH_LEN..CH_LEN + SQE_LEN].try_into().expect("64"));
+                data_digest_mismatch(q, sqe.cid);
+                q.xport.damaged[recv as usize] = true;
             }
             q.xport.conn.consume(l.plen);
             on_capsule(q, recv, len as u32, ctx);
@@ -495,13 +498,18 @@ fn on_pdu(q: &mut TcpConnection, l: &PduLayout, ctx: &mut Ctx<'_>) -> Result<(),
             if u64::from(h.datao) + u64::from(h.datal) > u64::from(r.data_len) {
                 return Err(out_of_range(16, "H2CData beyond the command's data"));
             }
-            if !data_ok {
-                // The data is not written; the connection ends and the host retries.
-                return Err(data_digest_error());
+            if !data_ok && r.status.is_success() {
+                // The data is bad, not the PDU: the rest of the command's data is taken and
+                // dropped, and the command completes with Transient Transport Error without
+                // running once its data phase ends (`execute`); the connection stays.
+                data_digest_mismatch(q, h.cccid);
+                q.reqs[slot as usize].fail(Status::TRANSIENT_TRANSPORT_ERROR);
             }
-            let data = &buf[l.pdo..l.pdo + l.data_len];
-            if q.write_data(r.data_slot, h.datao as usize, data).is_err() {
-                return Err(out_of_range(12, "H2CData outside the data slot"));
+            if q.reqs[slot as usize].status.is_success() {
+                let data = &buf[l.pdo..l.pdo + l.data_len];
+                if q.write_data(r.data_slot, h.datao as usize, data).is_err() {
+                    return Err(out_of_range(12, "H2CData outside the data slot"));
+                }
             }
             let got = h.datao + h.datal;
             let last = l.flags & flags::DATA_LAST != 0;
@@ -538,12 +546,11 @@ fn on_pdu(q: &mut TcpConnection, l: &PduLayout, ctx: &mut Ctx<'_>) -> Result<(),
     }
 }
 
-fn data_digest_error() -> TermError {
-    TermError {
-        fes: Fes::InvalidHeaderField,
-        fei: ch_offset::FLAGS,
-        what: "data digest mismatch",
-    }
+/// A data digest that did not match, for command `cid`: a transient error of the link (SPDK's
+/// choice; the specification has no FES for it, and nvmet closes the connection).
+fn data_digest_mismatch(q: &TcpConnection, cid: u16) {
+    tracing::warn!(peer = %q.peer, qid = q.qid, cid,
+        "NVMe/TCP data digest mismatch: the command completes with Transient Transport Error");
 }
 
 impl PollGroup for TcpGroup {

@@ -40,6 +40,9 @@ pub struct TcpQueue {
     pub neg: Negotiated,
     /// Receive slots free for the next capsule.
     pub free_recv: Vec<u32>,
+    /// Per receive slot: its capsule's in-capsule data failed its data digest (the command
+    /// completes with Transient Transport Error and does not run).
+    pub damaged: Box<[bool]>,
     /// Per request slot: H2C data bytes received for its R2T, or [`NO_R2T`].
     pub h2c_got: Box<[u32]>,
     /// Request slots whose last PDU was written: the core hears of them at the next poll.
@@ -56,6 +59,7 @@ impl TcpQueue {
             conn,
             neg,
             free_recv: (0..depth).rev().collect(),
+            damaged: vec![false; depth as usize].into_boxed_slice(),
             h2c_got: vec![NO_R2T; depth as usize].into_boxed_slice(),
             sent: Vec::with_capacity(depth as usize),
             send_watch: SendWatch::default(),
@@ -106,7 +110,22 @@ impl QueueTransport for TcpQueue {
     const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
     fn release_capsule(q: &mut TcpConnection, recv: u32) -> Result<(), String> {
+        debug_assert!(
+            !q.xport.damaged[recv as usize],
+            "damaged capsule {recv} not seen"
+        );
         q.xport.free_recv.push(recv);
+        Ok(())
+    }
+
+    /// A capsule whose data digest did not match: the data is bad, not the PDU's framing (the
+    /// specification has no FES for it), so the connection stays and the command completes
+    /// with Transient Transport Error, which the host retries (SPDK does the same; nvmet
+    /// closes the connection).
+    fn capsule_status(q: &mut TcpConnection, recv: u32) -> Result<(), Status> {
+        if std::mem::take(&mut q.xport.damaged[recv as usize]) {
+            return Err(Status::TRANSIENT_TRANSPORT_ERROR);
+        }
         Ok(())
     }
 
