@@ -36,6 +36,7 @@ use super::{Shared, TargetError};
 use crate::backend::Completion;
 use crate::config::{self, ListenerConfig};
 
+pub mod handoff;
 pub mod loopback;
 pub mod rdma;
 pub mod tcp;

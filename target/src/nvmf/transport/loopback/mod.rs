@@ -18,16 +18,16 @@ pub mod group;
 pub mod queue;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use rdmablk::nvme::transport::loopback::{self, Listener, TargetEnd};
 
+use super::handoff::Handoff;
 use super::{PollGroup, Transport};
 use crate::config::{self, ListenerConfig};
-use crate::nvmf::worker::WorkerMsg;
 use crate::nvmf::{Shared, TargetError};
 
 /// How often a listener looks at the stop flag.
@@ -84,36 +84,18 @@ impl Transport for LoopTransport {
 }
 
 fn accept_loop(listener: &Listener, shared: &Shared, id: u64, stop: &AtomicBool) {
-    let workers = shared.workers.get().cloned().unwrap_or_default();
-    let mut next = 0usize;
-    let max = shared.cfg.limits.max_connections as usize;
+    let mut handoff = Handoff::new(shared, config::Transport::Loop);
     let peer = listener.local_addr();
-    while !shared.stopping() && !stop.load(Ordering::Acquire) && !workers.is_empty() {
+    while handoff.running(stop) {
         let Some(end) = listener.accept(POLL) else {
             continue;
         };
-        if shared.connections.fetch_add(1, Ordering::AcqRel) >= max {
-            shared.connections.fetch_sub(1, Ordering::AcqRel);
-            tracing::warn!(
-                limit = max,
-                "limits.max_connections reached: loop queue closed"
-            );
-            continue;
-        }
-        let w = next % workers.len();
-        next = next.wrapping_add(1);
-        let msg = WorkerMsg::Conn {
-            transport: config::Transport::Loop,
-            conn: Box::new(LoopPending {
-                end,
-                peer,
-                listener: id,
-            }),
+        let conn = LoopPending {
+            end,
+            peer,
+            listener: id,
         };
-        if workers[w].send(msg).is_err() {
-            shared.connections.fetch_sub(1, Ordering::AcqRel);
-            tracing::warn!("worker {w} is gone; loop queue dropped");
-        }
+        handoff.hand_over(peer, Box::new(conn));
     }
     tracing::info!(addr = %peer, "listener stopped");
 }

@@ -17,14 +17,14 @@ pub mod queue;
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use super::handoff::Handoff;
 use super::{PollGroup, Transport};
 use crate::config::{self, ListenerConfig};
-use crate::nvmf::worker::WorkerMsg;
 use crate::nvmf::{Shared, TargetError};
 
 /// In-capsule data bytes admin and fabrics commands may carry (the Linux host's
@@ -104,10 +104,8 @@ impl Transport for TcpTransport {
 }
 
 fn accept_loop(listener: &TcpListener, shared: &Shared, id: u64, stop: &AtomicBool) {
-    let workers = shared.workers.get().cloned().unwrap_or_default();
-    let mut next = 0usize;
-    let max = shared.cfg.limits.max_connections as usize;
-    while !shared.stopping() && !stop.load(Ordering::Acquire) && !workers.is_empty() {
+    let mut handoff = Handoff::new(shared, config::Transport::Tcp);
+    while handoff.running(stop) {
         let mut pfd = libc::pollfd {
             fd: listener.as_raw_fd(),
             events: libc::POLLIN,
@@ -129,25 +127,12 @@ fn accept_loop(listener: &TcpListener, shared: &Shared, id: u64, stop: &AtomicBo
             if shared.stopping() {
                 break;
             }
-            if shared.connections.fetch_add(1, Ordering::AcqRel) >= max {
-                shared.connections.fetch_sub(1, Ordering::AcqRel);
-                tracing::warn!(%peer, limit = max, "limits.max_connections reached: NVMe/TCP connection closed");
-                continue;
-            }
-            let w = next % workers.len();
-            next = next.wrapping_add(1);
-            let msg = WorkerMsg::Conn {
-                transport: config::Transport::Tcp,
-                conn: Box::new(TcpPending {
-                    stream,
-                    peer,
-                    listener: id,
-                }),
+            let conn = TcpPending {
+                stream,
+                peer,
+                listener: id,
             };
-            if workers[w].send(msg).is_err() {
-                shared.connections.fetch_sub(1, Ordering::AcqRel);
-                tracing::warn!(%peer, "worker {w} is gone; connection dropped");
-            }
+            handoff.hand_over(peer, Box::new(conn));
         }
     }
     tracing::info!(addr = ?listener.local_addr().ok(), "listener stopped");

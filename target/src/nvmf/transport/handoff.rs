@@ -1,0 +1,68 @@
+//! Handing accepted connections to the workers: what the listener threads of NVMe/TCP and
+//! loop share. Each connection goes to the next worker in turn and counts against
+//! `limits.max_connections` until its poll group lets it go (`Shared::connections`). RDMA's
+//! listener keeps its own, because it answers a refusal with a CM reject that names the cause.
+
+use std::any::Any;
+use std::fmt::Display;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::config;
+use crate::nvmf::worker::{WorkerMsg, WorkerTx};
+use crate::nvmf::Shared;
+
+/// One listener's hand-over: the workers, whose turn is next, the limit.
+pub struct Handoff<'a> {
+    shared: &'a Shared,
+    transport: config::Transport,
+    workers: Vec<WorkerTx>,
+    next: usize,
+    max: usize,
+}
+
+impl<'a> Handoff<'a> {
+    pub fn new(shared: &'a Shared, transport: config::Transport) -> Handoff<'a> {
+        Handoff {
+            shared,
+            transport,
+            workers: shared.workers.get().cloned().unwrap_or_default(),
+            next: 0,
+            max: shared.cfg.limits.max_connections as usize,
+        }
+    }
+
+    /// Whether the listener should go on accepting: the target runs, the listener was not
+    /// removed, and there are workers to take connections.
+    pub fn running(&self, stop: &AtomicBool) -> bool {
+        !self.shared.stopping() && !stop.load(Ordering::Acquire) && !self.workers.is_empty()
+    }
+
+    /// Hands `conn` (the transport's own hand-over type) to the next worker; false if it was
+    /// dropped (over `limits.max_connections`, or the worker is gone), which is logged
+    /// naming `peer`.
+    pub fn hand_over(&mut self, peer: impl Display, conn: Box<dyn Any + Send>) -> bool {
+        let connections = &self.shared.connections;
+        if connections.fetch_add(1, Ordering::AcqRel) >= self.max {
+            connections.fetch_sub(1, Ordering::AcqRel);
+            tracing::warn!(
+                %peer,
+                transport = ?self.transport,
+                limit = self.max,
+                "limits.max_connections reached: connection closed"
+            );
+            return false;
+        }
+        let w = self.next % self.workers.len();
+        self.next = self.next.wrapping_add(1);
+        let msg = WorkerMsg::Conn {
+            transport: self.transport,
+            conn,
+        };
+        if self.workers[w].send(msg).is_err() {
+            connections.fetch_sub(1, Ordering::AcqRel);
+            tracing::warn!(%peer, "worker {w} is gone; connection dropped");
+            return false;
+        }
+        true
+    }
+}
