@@ -174,14 +174,13 @@ impl Wake {
     }
 
     /// Watches `ready` for up to [`SPIN`] (disarmed: a peer that sends meanwhile does not
-    /// kick), then arms, looks once more and sleeps as [`Wake::wait`] does. Whether `other`
-    /// is readable.
+    /// kick), then arms, looks once more and sleeps as [`Wake::wait`] does.
     pub fn spin_then_wait(
         &self,
         other: Option<RawFd>,
         timeout: Duration,
         ready: impl Fn() -> bool,
-    ) -> bool {
+    ) -> Woke {
         self.disarm();
         let start = std::time::Instant::now();
         let spin = SPIN.min(timeout);
@@ -195,7 +194,7 @@ impl Wake {
             if found || spun >= spin {
                 counter.fetch_add(spun.as_nanos() as u64, Ordering::Relaxed);
                 if found {
-                    return false;
+                    return Woke::READY;
                 }
                 break;
             }
@@ -206,14 +205,13 @@ impl Wake {
         self.arm();
         if ready() {
             self.disarm();
-            return false;
+            return Woke::READY;
         }
         self.wait(other, timeout.saturating_sub(start.elapsed()))
     }
 
-    /// Sleeps until kicked, `other` is readable, or `timeout` passes; whether `other` is
-    /// readable.
-    pub fn wait(&self, other: Option<RawFd>, timeout: Duration) -> bool {
+    /// Sleeps until kicked, `other` is readable, or `timeout` passes.
+    pub fn wait(&self, other: Option<RawFd>, timeout: Duration) -> Woke {
         let mut fds = [
             libc::pollfd {
                 fd: self.fd(),
@@ -231,8 +229,27 @@ impl Wake {
         // SAFETY: `n` valid pollfds.
         let r = unsafe { libc::poll(fds.as_mut_ptr(), n, ms) };
         self.disarm();
-        r > 0 && fds[1].revents != 0
+        Woke {
+            kicked: r > 0 && fds[0].revents != 0,
+            other: r > 0 && fds[1].revents != 0,
+        }
     }
+}
+
+/// Why a [`Wake`] sleeper returned (both false: the timeout passed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Woke {
+    /// The peer kicked it, or the work it watched for was there before it slept.
+    pub kicked: bool,
+    /// The caller's other descriptor is readable.
+    pub other: bool,
+}
+
+impl Woke {
+    const READY: Woke = Woke {
+        kicked: true,
+        other: false,
+    };
 }
 
 /// What the target sends the host.
@@ -481,7 +498,7 @@ impl HostEnd {
     /// before it sleeps: [`Wake::spin_then_wait`]).
     pub fn wait(&self, timeout: Duration) {
         let ch = &self.ch;
-        ch.host_wake.spin_then_wait(None, timeout, || {
+        let _ = ch.host_wake.spin_then_wait(None, timeout, || {
             ch.to_host.pending() || ch.closed.load(Ordering::SeqCst)
         });
     }
@@ -701,17 +718,19 @@ mod tests {
         let t = std::thread::spawn(move || w2.kick());
         // Its own eventfd as the "other" descriptor: readable means the kick arrived (a
         // timeout would return false). 60 s is only a hang guard.
-        assert!(
-            w.wait(Some(w.fd()), Duration::from_secs(60)),
-            "woken by the kick"
-        );
+        let woke = w.wait(Some(w.fd()), Duration::from_secs(60));
+        assert!(woke.kicked && woke.other, "woken by the kick: {woke:?}");
         t.join().unwrap();
         // Cleared (arm reads the eventfd) and disarmed: a kick writes nothing.
         w.arm();
         w.disarm();
         w.kick();
-        assert!(
-            !w.wait(Some(w.fd()), Duration::ZERO),
+        assert_eq!(
+            w.wait(Some(w.fd()), Duration::ZERO),
+            Woke {
+                kicked: false,
+                other: false
+            },
             "an unarmed kick wakes no one"
         );
     }

@@ -239,17 +239,18 @@ impl PollGroup for LoopGroup {
     }
 
     /// Watches the channels for a while before it sleeps ([`Wake::spin_then_wait`]): a host
-    /// in this process usually sends its next batch within microseconds.
+    /// in this process usually sends its next batch within microseconds. No events when the
+    /// timeout passed with no host kicking, so an idle worker lengthens its sleep.
     fn wait(&mut self, other: Option<RawFd>, timeout: Duration) -> Option<Ready> {
         let queues = &self.queues;
-        let other_ready = self.wake.spin_then_wait(other, timeout, || {
+        let woke = self.wake.spin_then_wait(other, timeout, || {
             queues
                 .iter()
                 .any(|q| q.xport.end.pending() || (q.xport.end.is_closed() && !q.is_closing()))
         });
         Some(Ready {
-            events: true,
-            other: other_ready,
+            events: woke.kicked,
+            other: woke.other,
         })
     }
 }
