@@ -199,7 +199,11 @@ pub fn apply(text: &str, edit: &Edit) -> Result<String, String> {
                 ));
             }
             let mut t = Table::new();
-            t.insert("provider", value(provider.as_str()));
+            match provider.as_str() {
+                // NVMe/TCP and loop listeners name their transport and have no provider.
+                "tcp" | "loop" => t.insert("transport", value(provider.as_str())),
+                _ => t.insert("provider", value(provider.as_str())),
+            };
             t.insert("address", value(address.as_str()));
             t.insert("port", value(i64::from(*port)));
             ls.push(t);
@@ -315,14 +319,16 @@ fn find_subsystem<'a>(doc: &'a mut DocumentMut, nqn: &str) -> Option<&'a mut Tab
     subs.get_mut(i)
 }
 
-fn listener_position(
-    ls: &ArrayOfTables,
-    provider: &str,
-    address: &str,
-    port: u16,
-) -> Option<usize> {
+/// The listener `kind` names: `tcp` or `loop` (its `transport`), or an RDMA provider
+/// (`verbs`, `soft`: its `provider`, under `transport = "rdma"`, the default).
+fn listener_position(ls: &ArrayOfTables, kind: &str, address: &str, port: u16) -> Option<usize> {
     ls.iter().position(|l| {
-        l.get("provider").and_then(Item::as_str) == Some(provider)
+        let transport = l.get("transport").and_then(Item::as_str).unwrap_or("rdma");
+        let same_kind = match kind {
+            "tcp" | "loop" => transport == kind,
+            _ => transport == "rdma" && l.get("provider").and_then(Item::as_str) == Some(kind),
+        };
+        same_kind
             && l.get("address").and_then(Item::as_str) == Some(address)
             && l.get("port")
                 .and_then(Item::as_integer)
@@ -419,6 +425,25 @@ backend = { kind = "ram", size = "8MiB" }
 
     fn edit(json: &str, text: &str) -> Result<String, String> {
         apply(text, &serde_json::from_str(json).expect("request"))
+    }
+
+    #[test]
+    fn tcp_listeners_are_added_and_removed_by_their_transport() {
+        let add = r#"{"cmd":"listener-add","provider":"tcp","address":"127.0.0.1","port":4420}"#;
+        let t = edit(add, BASE).unwrap();
+        assert!(t.contains("transport = \"tcp\""), "{t}");
+        let cfg = crate::config::Config::from_str(&t).expect("still a valid configuration");
+        assert_eq!(cfg.listeners.len(), 2);
+        assert_eq!(cfg.listeners[1].transport, crate::config::Transport::Tcp);
+        assert_eq!(cfg.listeners[1].provider, None);
+        // The soft listener on the same address and port is another listener.
+        assert!(edit(add, &t).unwrap_err().contains("exists already"));
+        let rm = r#"{"cmd":"listener-remove","provider":"tcp","address":"127.0.0.1","port":4420}"#;
+        let t = edit(rm, &t).unwrap();
+        let cfg = crate::config::Config::from_str(&t).unwrap();
+        assert_eq!(cfg.listeners.len(), 1);
+        assert_eq!(cfg.listeners[0].transport, crate::config::Transport::Rdma);
+        assert!(edit(rm, &t).unwrap_err().contains("no listener tcp"));
     }
 
     #[test]

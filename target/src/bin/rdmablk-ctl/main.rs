@@ -11,7 +11,7 @@
 //! rdmablk-ctl namespace remove NQN NSID
 //! rdmablk-ctl host add NQN HOSTNQN [--dhchap-key K [--dhchap-ctrl-key K]]
 //! rdmablk-ctl host remove NQN HOSTNQN
-//! rdmablk-ctl listener add|remove PROVIDER ADDRESS [PORT]
+//! rdmablk-ctl listener add|remove KIND ADDRESS [PORT]   KIND: verbs, soft (RDMA), tcp, loop
 //! rdmablk-ctl ana set PROVIDER ADDRESS PORT GROUP STATE   an ANA group's state on a listener
 //! rdmablk-ctl drain ADDR:PORT             stop accepting there; connections stay
 //! ```
@@ -170,13 +170,18 @@ enum HostOp {
 
 #[derive(Debug, Subcommand)]
 enum ListenerOp {
+    /// Add a listener. KIND: `verbs` or `soft` (an RDMA listener with that provider), `tcp`
+    /// (NVMe/TCP) or `loop`.
     Add {
+        #[arg(value_name = "KIND")]
         provider: String,
         address: String,
         #[arg(default_value_t = 4420)]
         port: u16,
     },
+    /// Remove a listener (KIND as for `add`); its connections are closed.
     Remove {
+        #[arg(value_name = "KIND")]
         provider: String,
         address: String,
         #[arg(default_value_t = 4420)]
