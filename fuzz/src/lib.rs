@@ -633,6 +633,92 @@ pub fn seeds_tcp_pdu() -> Seeds {
     ]
 }
 
+/// `tcp_host_rx` input: byte 0 the mode (bit 0 header digest, bit 1 data digest, bits 2-7
+/// the chunk size the stream is fed in, 0 for all at once), then commands 0-3's expectations
+/// (3 bytes each: 0 nothing, 1 to the host, 2 to the controller; then the length, u16 LE),
+/// then the controller's PDU stream.
+pub fn seeds_tcp_host_rx() -> Seeds {
+    use rdmablk::nvme::transport::tcp::{
+        digest, encode_capsule_resp, flags, pdu_type, DataHeader, Fes, Negotiated, R2t, TermReq,
+        CAPSULE_RESP_HLEN, DATA_HLEN,
+    };
+    // Command 0 reads 1024 bytes, 1 writes 4096, 2 moves nothing, 3 reads 3072.
+    let table = [1, 0x00, 0x04, 2, 0x00, 0x10, 0, 0, 0, 1, 0x00, 0x0C];
+    let stream = |neg: Negotiated| {
+        let mut out = Vec::new();
+        let mut pdu = |head: &[u8], pdo: usize, data: &[u8]| {
+            let at = out.len();
+            out.extend_from_slice(head);
+            if neg.hdgst {
+                out.extend_from_slice(&digest(head).to_le_bytes());
+            }
+            if !data.is_empty() {
+                out.resize(at + pdo, 0);
+                out.extend_from_slice(data);
+                if neg.ddgst {
+                    out.extend_from_slice(&digest(data).to_le_bytes());
+                }
+            }
+        };
+        let mut b = [0u8; DATA_HLEN];
+        R2t {
+            cccid: 1,
+            ttag: 1,
+            r2to: 0,
+            r2tl: 4096,
+        }
+        .encode(neg.hdgst, &mut b);
+        pdu(&b, 0, &[]);
+        // Command 0's data in two PDUs, the last with SUCCESS; command 3's in two, then its
+        // CapsuleResp; command 1's and 2's CapsuleResps.
+        for (cid, datao, datal, f) in [
+            (0, 0, 512, 0),
+            (0, 512, 512, flags::DATA_LAST | flags::DATA_SUCCESS),
+            (3, 0, 2048, 0),
+            (3, 2048, 1024, flags::DATA_LAST),
+        ] {
+            let h = DataHeader {
+                cccid: cid,
+                ttag: 0,
+                datao,
+                datal,
+            };
+            let l = h.encode(pdu_type::C2H_DATA, f, &neg, &mut b);
+            pdu(&b, l.pdo, &vec![cid as u8; datal as usize]);
+        }
+        for cid in [3, 1, 2] {
+            let mut r = [0u8; CAPSULE_RESP_HLEN];
+            encode_capsule_resp(&Cqe::error(cid, 1, 2, Status::SUCCESS), neg.hdgst, &mut r);
+            pdu(&r, 0, &[]);
+        }
+        let mut t = [0u8; DATA_HLEN + 128];
+        let n = TermReq {
+            fes: Fes::DataTransferOutOfRange,
+            fei: 12,
+        }
+        .encode(pdu_type::C2H_TERM_REQ, &[0xAB; 24], &mut t);
+        out.extend_from_slice(&t[..n]);
+        out
+    };
+    let plain = Negotiated::default();
+    let digests = Negotiated {
+        hdgst: true,
+        ddgst: true,
+        pda: 0,
+    };
+    vec![
+        (
+            "read-write-resp-termreq",
+            cat(&[&[0], &table, &stream(plain)]),
+        ),
+        // Both digests, fed 37 bytes at a time.
+        (
+            "digests-in-chunks",
+            cat(&[&[3 | 37 << 2], &table, &stream(digests)]),
+        ),
+    ]
+}
+
 /// Named seed inputs of one target.
 pub type Seeds = Vec<(&'static str, Vec<u8>)>;
 
@@ -649,5 +735,6 @@ pub fn all_seeds() -> Vec<(&'static str, Seeds)> {
         ("ana_log", seeds_ana_log()),
         ("discovery_log", seeds_discovery_log()),
         ("tcp_pdu", seeds_tcp_pdu()),
+        ("tcp_host_rx", seeds_tcp_host_rx()),
     ]
 }

@@ -14,16 +14,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rdmablk::nvme::opcodes;
+use rdmablk::nvme::transport::tcp::host_rx::{Expect, HostPdu, HostRx, Next};
 use rdmablk::nvme::transport::tcp::{
     digest, encode_capsule_cmd, flags, pdu_type, CommonHeader, DataHeader, Direction, IcReq,
-    IcResp, Negotiated, PduLayout, R2t, TermReq, CAPSULE_CMD_HLEN, CH_LEN, DATA_HLEN, DIGEST_LEN,
-    IC_LEN,
+    IcResp, Negotiated, PduLayout, R2t, CAPSULE_CMD_HLEN, CH_LEN, DATA_HLEN, DIGEST_LEN, IC_LEN,
 };
-use rdmablk::nvme::{Cqe, InCapsuleSgl, Sgl, Sqe, Status, TransportSgl, CQE_LEN};
+use rdmablk::nvme::{Cqe, InCapsuleSgl, Sgl, Sqe, Status, TransportSgl};
 
 use super::{Event, QueueParams, QueueTransport};
 use crate::error::{Error, Result};
-use crate::queue::{Dir, Seg};
+use crate::queue::Dir;
 use crate::stats::Stats;
 
 /// In-capsule data of admin and fabrics commands (the Linux host's NVME_TCP_ADMIN_CCSZ).
@@ -40,10 +40,11 @@ pub(crate) struct TcpLink {
     neg: Negotiated,
     maxh2cdata: u32,
     in_capsule_bytes: u32,
-    /// By command ID: the data the command moves (while it is in flight).
-    cmds: Vec<Option<Dir>>,
-    /// By command ID: C2H data bytes received so far.
-    c2h_got: Vec<u32>,
+    /// Checks what the target sends against the data of each command in flight.
+    rx_check: HostRx,
+    /// By command ID: the address of the command's data buffer (of the length `rx_check`
+    /// was told; used only for the ranges it hands back).
+    buf_addr: Vec<u64>,
     rx: Vec<u8>,
     rx_start: usize,
     rx_end: usize,
@@ -102,6 +103,11 @@ impl TcpLink {
         let resp = IcResp::decode(&b, &req).map_err(bad)?;
         stream.set_nonblocking(true).map_err(io)?;
         let n = usize::from(p.entries);
+        let neg = Negotiated {
+            hdgst,
+            ddgst,
+            pda: 0,
+        };
         tracing::debug!(
             qid,
             entries = p.entries,
@@ -113,15 +119,11 @@ impl TcpLink {
         Ok(TcpLink {
             qid,
             stream,
-            neg: Negotiated {
-                hdgst,
-                ddgst,
-                pda: 0,
-            },
+            neg,
             maxh2cdata: resp.maxh2cdata,
             in_capsule_bytes: p.in_capsule_bytes,
-            cmds: vec![None; n],
-            c2h_got: vec![0; n],
+            rx_check: HostRx::new(n, neg, resp.maxh2cdata.max(MAX_C2H_DATA)),
+            buf_addr: vec![0; n],
             rx: vec![0u8; RX_BYTES],
             rx_start: 0,
             rx_end: 0,
@@ -196,115 +198,49 @@ impl TcpLink {
     /// Handles the whole PDUs received; Err: a protocol error (the queue fails).
     fn parse(&mut self, events: &mut Vec<Event>) -> std::result::Result<(), String> {
         loop {
-            let base = self.rx_start;
-            let avail = self.rx_end - base;
-            if avail < CH_LEN {
-                return Ok(());
-            }
-            let ch = CommonHeader::decode(self.rx[base..base + CH_LEN].try_into().expect("8"));
-            let max = self.maxh2cdata.max(MAX_C2H_DATA);
-            let l = PduLayout::check(&ch, Direction::ControllerToHost, Some(self.neg), max)
-                .map_err(|e| format!("PDU from the target: {e}"))?;
-            if avail < l.plen {
-                if l.plen > self.rx.len() {
-                    self.rx.resize(l.plen, 0);
-                }
-                return Ok(());
-            }
-            let pdu = &self.rx[base..base + l.plen];
-            if l.hdgst > 0 {
-                let got = u32::from_le_bytes(pdu[l.hlen..l.hlen + 4].try_into().expect("4"));
-                if got != digest(&pdu[..l.hlen]) {
-                    return Err("header digest mismatch".into());
-                }
-            }
-            let data_at = base + if l.data_len > 0 { l.pdo } else { 0 };
-            if l.ddgst > 0 {
-                let data = &pdu[l.pdo..l.pdo + l.data_len];
-                let at = l.pdo + l.data_len;
-                let got = u32::from_le_bytes(pdu[at..at + 4].try_into().expect("4"));
-                if got != digest(data) {
-                    return Err("data digest mismatch".into());
-                }
-            }
-            let mut header = [0u8; DATA_HLEN];
-            header.copy_from_slice(&pdu[..DATA_HLEN.min(l.hlen)]);
-            self.rx_start += l.plen;
-            match l.pdu_type {
-                pdu_type::CAPSULE_RESP => {
-                    let cqe = Cqe::decode(header[CH_LEN..CH_LEN + CQE_LEN].try_into().expect("16"));
-                    if let Some(c) = self.cmds.get_mut(usize::from(cqe.cid)) {
-                        *c = None;
+            let rx = &self.rx[self.rx_start..self.rx_end];
+            let (pdu, len) = match self.rx_check.next(rx).map_err(|e| e.to_string())? {
+                Next::NeedMore { pdu_len } => {
+                    if pdu_len > self.rx.len() {
+                        self.rx.resize(pdu_len, 0);
                     }
-                    events.push(Event::Response(cqe));
+                    return Ok(());
                 }
-                pdu_type::C2H_DATA => {
-                    let h = DataHeader::decode(&header);
-                    h.check(&l).map_err(|e| e.to_string())?;
-                    let cid = usize::from(h.cccid);
-                    let Some(Some(Dir::ToHost(seg))) = self.cmds.get(cid).copied() else {
-                        return Err(format!("C2HData for command {cid}, which reads nothing"));
-                    };
-                    let got = self.c2h_got[cid];
-                    if h.datao != got
-                        || u64::from(h.datao) + u64::from(h.datal) > u64::from(seg.len)
-                    {
-                        return Err(format!(
-                            "C2HData of command {cid} at {}+{} does not follow its data ({got} of {} bytes)",
-                            h.datao, h.datal, seg.len
-                        ));
-                    }
-                    let data = &self.rx[data_at..data_at + l.data_len];
-                    // SAFETY: `seg` is the command's buffer, which its queue keeps (and nothing
-                    // else touches) until the command completes; the range is within it.
+                Next::Pdu { pdu, len } => (pdu, len),
+            };
+            self.rx_start += len;
+            match pdu {
+                HostPdu::Response(cqe) => events.push(Event::Response(cqe)),
+                HostPdu::C2hData {
+                    cid,
+                    offset,
+                    data,
+                    success,
+                } => {
+                    let dst = self.buf_addr[usize::from(cid)] as *mut u8;
+                    // SAFETY: the buffer at `dst` is the command's, which its queue keeps (and
+                    // nothing else touches) until the command completes; `rx_check` checked
+                    // that `offset + data.len()` lies within the length the command gave it.
                     unsafe {
                         std::ptr::copy_nonoverlapping(
                             data.as_ptr(),
-                            (seg.addr as *mut u8).add(h.datao as usize),
+                            dst.add(offset as usize),
                             data.len(),
                         )
                     };
-                    self.c2h_got[cid] = got + h.datal;
-                    if l.flags & flags::DATA_SUCCESS != 0 {
-                        if self.c2h_got[cid] != seg.len {
-                            return Err(format!("SUCCESS before all of command {cid}'s data"));
-                        }
-                        self.cmds[cid] = None;
-                        events.push(Event::Response(Cqe::error(
-                            h.cccid,
-                            self.qid,
-                            0xFFFF,
-                            Status::SUCCESS,
-                        )));
+                    if success {
+                        let cqe = Cqe::error(cid, self.qid, 0xFFFF, Status::SUCCESS);
+                        events.push(Event::Response(cqe));
                     }
                 }
-                pdu_type::R2T => {
-                    let r = R2t::decode(&header);
-                    let cid = usize::from(r.cccid);
-                    let Some(Some(Dir::ToCtrl(seg))) = self.cmds.get(cid).copied() else {
-                        return Err(format!("R2T for command {cid}, which writes nothing"));
-                    };
-                    if r.r2tl == 0 || u64::from(r.r2to) + u64::from(r.r2tl) > u64::from(seg.len) {
-                        return Err(format!(
-                            "R2T for {}+{} of command {cid}'s {} bytes",
-                            r.r2to, r.r2tl, seg.len
-                        ));
-                    }
-                    self.send_h2c(r, seg);
-                }
-                pdu_type::C2H_TERM_REQ => {
-                    let (fes, fei) = TermReq::decode(&header);
-                    return Err(format!(
-                        "the target terminated the connection (C2HTermReq: {fes:?}, field at byte {fei})"
-                    ));
-                }
-                t => return Err(format!("unexpected PDU type {t}")),
+                HostPdu::R2t(r) => self.send_h2c(r, self.buf_addr[usize::from(r.cccid)]),
             }
         }
     }
 
-    /// Sends the data an R2T asks for, in H2CData PDUs of at most MAXH2CDATA.
-    fn send_h2c(&mut self, r: R2t, seg: Seg) {
+    /// Sends the data an R2T asks for (checked against the command's length) from the
+    /// command's buffer at `addr`, in H2CData PDUs of at most MAXH2CDATA.
+    fn send_h2c(&mut self, r: R2t, addr: u64) {
         let mut off = r.r2to;
         let end = r.r2to + r.r2tl;
         while off < end {
@@ -319,10 +255,10 @@ impl TcpLink {
             let mut b = [0u8; DATA_HLEN];
             let f = if last { flags::DATA_LAST } else { 0 };
             let l = h.encode(pdu_type::H2C_DATA, f, &self.neg, &mut b);
-            // SAFETY: `seg` is the command's buffer, kept by its queue until the command
-            // completes; the range is within it (checked against the R2T).
+            // SAFETY: `addr` is the command's buffer, kept by its queue until the command
+            // completes; the range is within it (`rx_check` checked the R2T).
             let data = unsafe {
-                std::slice::from_raw_parts((seg.addr as *const u8).add(off as usize), len as usize)
+                std::slice::from_raw_parts((addr as *const u8).add(off as usize), len as usize)
             };
             self.queue_pdu(&b, l.pdo, data);
             off += len;
@@ -333,7 +269,7 @@ impl TcpLink {
 impl QueueTransport for TcpLink {
     fn send(&mut self, mut sqe: Sqe, dir: Dir) -> std::result::Result<(), Error> {
         let cid = usize::from(sqe.cid);
-        if cid >= self.cmds.len() {
+        if cid >= self.rx_check.entries() {
             return Err(Error::protocol(format!("command ID {cid} past the queue")));
         }
         let limit = if self.qid == 0 || sqe.opcode == opcodes::FABRICS {
@@ -362,12 +298,14 @@ impl QueueTransport for TcpLink {
             Dir::ToHost(s) => Sgl::Transport(TransportSgl { len: s.len }),
         };
         sqe.set_sgl(&sgl);
-        self.cmds[cid] = match dir {
-            Dir::None => None,
-            Dir::ToCtrl(_) if !in_capsule.is_empty() => None,
-            d => Some(d),
+        let (expect, addr) = match dir {
+            Dir::None => (Expect::Nothing, 0),
+            Dir::ToCtrl(s) if !in_capsule.is_empty() => (Expect::Nothing, s.addr),
+            Dir::ToCtrl(s) => (Expect::ToCtrl { len: s.len }, s.addr),
+            Dir::ToHost(s) => (Expect::ToHost { len: s.len }, s.addr),
         };
-        self.c2h_got[cid] = 0;
+        self.rx_check.expect(sqe.cid, expect);
+        self.buf_addr[cid] = addr;
         let mut h = [0u8; CAPSULE_CMD_HLEN];
         let l = encode_capsule_cmd(&sqe, in_capsule.len(), &self.neg, &mut h);
         self.queue_pdu(&h, l.pdo, in_capsule);

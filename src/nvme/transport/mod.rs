@@ -5,7 +5,8 @@
 //!
 //! - [`rdma`]: NVMe/RDMA's RDMA CM private data (request, accept, reject) and rdmablk's
 //!   push-write extension negotiated in it.
-//! - [`tcp`]: NVMe/TCP's PDUs, their digests and the checks of a received PDU header.
+//! - [`tcp`]: NVMe/TCP's PDUs, their digests and the checks of a received PDU header;
+//!   [`tcp::host_rx`] checks a controller's PDU stream against the host's commands.
 //! - [`loopback`]: the loop transport's in-memory channel (target and host in one process).
 
 pub mod loopback;

@@ -761,5 +761,7 @@ impl From<TermError> for TermReq {
     }
 }
 
+pub mod host_rx;
+
 #[cfg(test)]
 mod tests;
