@@ -2,7 +2,9 @@
 //! a socket delivers it: in chunks, into a buffer the PDUs are taken from one by one.
 //!
 //! Input: byte 0 bit 0 header digest, bit 1 data digest, bits 2-7 the chunk size (0: the
-//! whole stream at once); bytes 1-12 the expectations of commands 0-3, 3 bytes each (byte 0
+//! whole stream at once; odd: C2HData of 64 bytes and more is placed, as the initiator
+//! receives large reads: checked from its header, the rest of its data taken from the stream
+//! straight into the command's buffer, then its digest); bytes 1-12 the expectations of commands 0-3, 3 bytes each (byte 0
 //! mod 3: nothing / to the host / to the controller; bytes 1-2: the length, little-endian);
 //! the rest is the stream. IDs 4 and up are outside the queue.
 //!
@@ -16,8 +18,10 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rdmablk::nvme::transport::tcp::host_rx::{Expect, HostPdu, HostRx, Next};
-use rdmablk::nvme::transport::tcp::Negotiated;
+use rdmablk::nvme::transport::tcp::host_rx::{
+    check_data_digest, Expect, HostPdu, HostRx, Next, Placement,
+};
+use rdmablk::nvme::transport::tcp::{Negotiated, DIGEST_LEN};
 use rdmablk_fuzz::take_padded;
 
 const ENTRIES: usize = 4;
@@ -55,6 +59,12 @@ fuzz_target!(|input: &[u8]| {
     let chunk = usize::from(mode >> 2);
     let (table, stream) = take_padded::<{ 3 * ENTRIES }>(rest);
     let mut rx = HostRx::new(ENTRIES, neg, MAX_DATA);
+    if chunk & 1 == 1 {
+        rx.place_from(64);
+    }
+    // The placement under way: the command's buffer, where the next byte goes, how many
+    // are left, and the whole PDU's data range in the buffer (for its digest).
+    let mut placing: Option<(Placement<'static>, Vec<u8>, usize, usize)> = None;
     let mut cmds = [Cmd {
         expect: Expect::Nothing,
         got: 0,
@@ -74,6 +84,32 @@ fuzz_target!(|input: &[u8]| {
         fed = to;
         loop {
             let avail = &buf[start..];
+            if let Some((p, dst, at, left)) = placing.as_mut() {
+                // The rest of the data, straight into the buffer, then the digest.
+                let n = (*left).min(avail.len());
+                dst[*at..*at + n].copy_from_slice(&avail[..n]);
+                (*at, *left, start) = (*at + n, *left - n, start + n);
+                if *left > 0 {
+                    break;
+                }
+                let data = &dst[p.offset as usize..][..p.len as usize];
+                if p.digest {
+                    let Some(trailer) = buf[start..].first_chunk::<DIGEST_LEN>() else {
+                        break;
+                    };
+                    if check_data_digest(data, trailer).is_err() {
+                        return;
+                    }
+                    start += DIGEST_LEN;
+                }
+                let c = &mut cmds[usize::from(p.cid)];
+                c.got += p.len;
+                assert!(c.got <= buf_len(c.expect));
+                assert!(!p.success || c.got == buf_len(c.expect), "SUCCESS before all the data");
+                c.done = p.success;
+                placing = None;
+                continue;
+            }
             match rx.next(avail) {
                 Err(e) => {
                     let _ = e.to_string();
@@ -88,10 +124,34 @@ fuzz_target!(|input: &[u8]| {
                     took(&mut rx, &mut cmds, pdu, &avail[..len]);
                     start += len;
                 }
+                Ok(Next::Place(p)) => {
+                    assert!(chunk & 1 == 1 && p.len >= 64 && p.consumed <= avail.len());
+                    assert!(p.data.len() < p.len as usize || p.digest);
+                    let c = &cmds[usize::from(p.cid)];
+                    let Expect::ToHost { len } = c.expect else {
+                        panic!("C2HData placed for command {}, which does not read", p.cid);
+                    };
+                    assert!(!c.done, "C2HData placed after SUCCESS");
+                    assert_eq!(p.offset, c.got, "C2HData placed out of order");
+                    assert!(u64::from(p.offset) + u64::from(p.len) <= u64::from(len));
+                    let mut dst = vec![0u8; len as usize];
+                    let at = p.offset as usize;
+                    dst[at..at + p.data.len()].copy_from_slice(p.data);
+                    let (next, left) = (at + p.data.len(), p.len as usize - p.data.len());
+                    start += p.consumed;
+                    placing = Some((Placement { data: &[], ..p }, dst, next, left));
+                }
             }
         }
     }
 });
+
+fn buf_len(e: Expect) -> u32 {
+    match e {
+        Expect::ToHost { len } => len,
+        _ => 0,
+    }
+}
 
 /// Checks one accepted PDU (`bytes`, all of it) against the harness's model of the commands.
 fn took(rx: &mut HostRx, cmds: &mut [Cmd; ENTRIES], pdu: HostPdu<'_>, bytes: &[u8]) {

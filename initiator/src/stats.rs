@@ -14,6 +14,7 @@ pub(crate) struct Stats {
     reconnects: AtomicU64,
     retried_ios: AtomicU64,
     keep_alives: AtomicU64,
+    placed_bytes: AtomicU64,
 }
 
 /// A snapshot of the controller's counters.
@@ -34,6 +35,10 @@ pub struct StatsSnapshot {
     pub retried_ios: u64,
     /// Keep Alive commands completed.
     pub keep_alives: u64,
+    /// NVMe/TCP: bytes of read data received straight into the command's buffer (large
+    /// C2HData PDUs that had not all arrived when their header was parsed), not copied from
+    /// the queue's receive buffer.
+    pub placed_bytes: u64,
 }
 
 impl Stats {
@@ -59,6 +64,9 @@ impl Stats {
     pub fn add_keep_alive(&self) {
         self.keep_alives.fetch_add(1, Relaxed);
     }
+    pub fn add_placed(&self, bytes: usize) {
+        self.placed_bytes.fetch_add(bytes as u64, Relaxed);
+    }
 
     pub fn snapshot(&self) -> StatsSnapshot {
         StatsSnapshot {
@@ -70,6 +78,7 @@ impl Stats {
             reconnects: self.reconnects.load(Relaxed),
             retried_ios: self.retried_ios.load(Relaxed),
             keep_alives: self.keep_alives.load(Relaxed),
+            placed_bytes: self.placed_bytes.load(Relaxed),
         }
     }
 }

@@ -4,6 +4,12 @@
 //! at its MAXH2CDATA), C2HData received into the command's buffer, CapsuleResp, header and
 //! data digests, and the target's C2HTermReq reported as the queue's failure.
 //!
+//! Receiving: the socket is read into the queue's receive buffer, and each PDU is checked
+//! there ([`HostRx`]). A C2HData PDU of [`PLACE_FROM`] bytes or more whose data has not all
+//! arrived is checked from its header and the rest of its data is read from the socket
+//! straight into the command's buffer ("placed"): the kernel's copy is the only one, as in
+//! the Linux host.
+//!
 //! Everything a batch of submissions queues leaves with the next poll in as few `write`s as
 //! the socket takes.
 
@@ -14,7 +20,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rdmablk::nvme::opcodes;
-use rdmablk::nvme::transport::tcp::host_rx::{Expect, HostPdu, HostRx, Next};
+use rdmablk::nvme::transport::tcp::host_rx::{
+    check_data_digest, Expect, HostPdu, HostRx, Next, Placement,
+};
 use rdmablk::nvme::transport::tcp::{
     digest, encode_capsule_cmd, flags, pdu_type, CommonHeader, DataHeader, Direction, IcReq,
     IcResp, Negotiated, PduLayout, R2t, CAPSULE_CMD_HLEN, CH_LEN, DATA_HLEN, DIGEST_LEN, IC_LEN,
@@ -32,6 +40,27 @@ const ADMIN_CAPSULE_DATA: u32 = 8192;
 const MAX_C2H_DATA: u32 = 16 << 20;
 /// Receive buffer bytes (grows to the largest PDU seen, within [`MAX_C2H_DATA`]).
 const RX_BYTES: usize = 256 * 1024;
+/// C2HData of at least this many bytes is placed straight into the command's buffer when it
+/// has not all arrived (below it, one more `read` would cost more than the copy it saves).
+const PLACE_FROM: usize = 16 * 1024;
+/// While the target sends large C2HData, the socket is read this much at a time into the
+/// receive buffer (a PDU's header, and whatever small PDUs come between), so that little of
+/// the next PDU's data lands there before its header says where it goes.
+const PLACE_READ: usize = 4096;
+
+/// A C2HData PDU being received straight into its command's buffer.
+#[derive(Clone, Copy, Debug)]
+struct Placing {
+    cid: u16,
+    /// The whole PDU's data in the command's buffer (for its digest).
+    start: u64,
+    len: usize,
+    /// Bytes of it still to come from the socket.
+    left: usize,
+    /// Its data digest follows the data.
+    digest: bool,
+    success: bool,
+}
 
 /// One queue's TCP connection.
 pub(crate) struct TcpLink {
@@ -52,6 +81,12 @@ pub(crate) struct TcpLink {
     tx_off: usize,
     /// Commands whose capsule was queued since the last poll.
     sent: Vec<u16>,
+    /// The C2HData being placed; once its data is in, its digest is the next thing on the
+    /// stream (if it has one).
+    placing: Option<Placing>,
+    /// The most one read into `rx` takes: [`PLACE_READ`] while the last C2HData was one to
+    /// place, all of `rx` otherwise.
+    read_max: usize,
     broken: Option<String>,
     stats: Arc<Stats>,
 }
@@ -75,6 +110,7 @@ impl TcpLink {
                 Error::Refused {
                     qid,
                     addr: p.addr.to_string(),
+                    hint: "nothing listens on that TCP port: is the target running, with a tcp listener there?",
                 }
             } else {
                 transport_err(qid, format!("connect to {}: {e}", p.addr))
@@ -122,7 +158,11 @@ impl TcpLink {
             neg,
             maxh2cdata: resp.maxh2cdata,
             in_capsule_bytes: p.in_capsule_bytes,
-            rx_check: HostRx::new(n, neg, resp.maxh2cdata.max(MAX_C2H_DATA)),
+            rx_check: {
+                let mut c = HostRx::new(n, neg, resp.maxh2cdata.max(MAX_C2H_DATA));
+                c.place_from(PLACE_FROM);
+                c
+            },
             buf_addr: vec![0; n],
             rx: vec![0u8; RX_BYTES],
             rx_start: 0,
@@ -130,6 +170,8 @@ impl TcpLink {
             tx: Vec::with_capacity(64 * 1024),
             tx_off: 0,
             sent: Vec::with_capacity(n),
+            placing: None,
+            read_max: RX_BYTES,
             broken: None,
             stats,
         })
@@ -168,35 +210,150 @@ impl TcpLink {
         }
     }
 
-    fn fill(&mut self) {
+    /// Reads into `rx`, at most `read_max` bytes; whether the socket has nothing more now
+    /// (or the connection broke), rather than the read stopping at its limit.
+    fn fill(&mut self) -> bool {
         if self.rx_start > 0 {
             self.rx.copy_within(self.rx_start..self.rx_end, 0);
             self.rx_end -= self.rx_start;
             self.rx_start = 0;
         }
-        while self.rx_end < self.rx.len() && self.broken.is_none() {
-            let asked = self.rx.len() - self.rx_end;
-            match self.stream.read(&mut self.rx[self.rx_end..]) {
+        let end = (self.rx_end + self.read_max).min(self.rx.len());
+        while self.rx_end < end && self.broken.is_none() {
+            let asked = end - self.rx_end;
+            match self.stream.read(&mut self.rx[self.rx_end..end]) {
                 Ok(0) => self.fail_with("the target closed the connection".into()),
                 Ok(n) => {
                     self.rx_end += n;
                     if n < asked {
-                        return; // drained: no second call just to hear EAGAIN
+                        return true; // drained: no second call just to hear EAGAIN
                     }
                 }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return true,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => self.fail_with(format!("receive: {e}")),
             }
         }
+        self.broken.is_some()
     }
 
     fn fail_with(&mut self, why: String) {
         self.broken.get_or_insert(why);
+        // Nothing more goes into a command's buffer on a broken connection.
+        self.placing = None;
     }
 
-    /// Handles the whole PDUs received; Err: a protocol error (the queue fails).
-    fn parse(&mut self, events: &mut Vec<Event>) -> std::result::Result<(), String> {
+    /// Reads what the socket has, parses it, and places large C2HData straight into their
+    /// buffers; Err: a protocol error (the queue fails).
+    fn receive(&mut self, events: &mut Vec<Event>) -> std::result::Result<(), String> {
+        loop {
+            if self.placing.is_some_and(|p| p.left > 0) && !self.place_more(events)? {
+                return Ok(()); // the socket is drained (or broken)
+            }
+            let drained = self.fill();
+            if !self.parse(events)? && drained {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Reads the rest of the placed C2HData's data from the socket into its buffer; true
+    /// once all of it is in (its digest, if any, is then parsed from the receive buffer).
+    fn place_more(&mut self, events: &mut Vec<Event>) -> std::result::Result<bool, String> {
+        let Some(p) = self.placing.as_mut() else {
+            return Ok(true);
+        };
+        while p.left > 0 {
+            let at = p.start + (p.len - p.left) as u64;
+            // SAFETY: the buffer is the command's, which its queue keeps (and nothing else
+            // touches) until the command completes, and that cannot happen before its data
+            // is in; `rx_check` checked that the PDU's data lies within it.
+            let dst = unsafe { std::slice::from_raw_parts_mut(at as *mut u8, p.left) };
+            match self.stream.read(dst) {
+                Ok(0) => {
+                    self.fail_with("the target closed the connection".into());
+                    return Ok(false);
+                }
+                Ok(n) => p.left -= n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.fail_with(format!("receive: {e}"));
+                    return Ok(false);
+                }
+            }
+        }
+        if !p.digest {
+            let p = self.placing.take().expect("placing");
+            self.placed(p, events);
+        }
+        Ok(true)
+    }
+
+    /// The placed C2HData `p` is all in (and its digest checked): its command's read is
+    /// done when it carried SUCCESS.
+    fn placed(&mut self, p: Placing, events: &mut Vec<Event>) {
+        self.stats.add_placed(p.len);
+        if p.success {
+            events.push(Event::Response(Cqe::error(
+                p.cid,
+                self.qid,
+                0xFFFF,
+                Status::SUCCESS,
+            )));
+        }
+    }
+
+    /// Copies what of placed C2HData `p` arrived with its header into the command's buffer
+    /// (the rest will be read straight into it).
+    fn first_of_placed(buf_addr: &[u64], p: &Placement<'_>) -> Placing {
+        let start = buf_addr[usize::from(p.cid)] + u64::from(p.offset);
+        // SAFETY: as in `parse`: the command's buffer, `offset + len` within it.
+        unsafe { std::ptr::copy_nonoverlapping(p.data.as_ptr(), start as *mut u8, p.data.len()) };
+        Placing {
+            cid: p.cid,
+            start,
+            len: p.len as usize,
+            left: p.len as usize - p.data.len(),
+            digest: p.digest,
+            success: p.success,
+        }
+    }
+
+    /// Goes on with `placing` (all in and no digest: done).
+    fn start_placing(&mut self, placing: Placing, events: &mut Vec<Event>) {
+        if placing.left == 0 && !placing.digest {
+            self.placed(placing, events);
+        } else {
+            self.placing = Some(placing);
+        }
+    }
+
+    /// The digest of the placed C2HData, at the front of the receive buffer: whether it was
+    /// there (then the placement is over).
+    fn placed_digest(&mut self, events: &mut Vec<Event>) -> std::result::Result<bool, String> {
+        let Some(p) = self.placing.filter(|p| p.left == 0) else {
+            return Ok(true);
+        };
+        let rx = &self.rx[self.rx_start..self.rx_end];
+        let Some(trailer) = rx.first_chunk::<DIGEST_LEN>() else {
+            return Ok(false);
+        };
+        // SAFETY: as in `place_more`; all of the data is in.
+        let data = unsafe { std::slice::from_raw_parts(p.start as *const u8, p.len) };
+        check_data_digest(data, trailer).map_err(|e| e.to_string())?;
+        self.rx_start += DIGEST_LEN;
+        self.placing = None;
+        self.placed(p, events);
+        Ok(true)
+    }
+
+    /// Handles the whole PDUs received; true if it stopped at a C2HData to place (read
+    /// more into its buffer, then parse again); Err: a protocol error (the queue fails).
+    fn parse(&mut self, events: &mut Vec<Event>) -> std::result::Result<bool, String> {
+        if !self.placed_digest(events)? {
+            return Ok(false);
+        }
         loop {
             let rx = &self.rx[self.rx_start..self.rx_end];
             let (pdu, len) = match self.rx_check.next(rx).map_err(|e| e.to_string())? {
@@ -204,7 +361,14 @@ impl TcpLink {
                     if pdu_len > self.rx.len() {
                         self.rx.resize(pdu_len, 0);
                     }
-                    return Ok(());
+                    return Ok(false);
+                }
+                Next::Place(p) => {
+                    self.read_max = PLACE_READ;
+                    let placing = Self::first_of_placed(&self.buf_addr, &p);
+                    self.rx_start += p.consumed;
+                    self.start_placing(placing, events);
+                    return Ok(true);
                 }
                 Next::Pdu { pdu, len } => (pdu, len),
             };
@@ -217,6 +381,11 @@ impl TcpLink {
                     data,
                     success,
                 } => {
+                    self.read_max = if data.len() < PLACE_FROM {
+                        RX_BYTES
+                    } else {
+                        PLACE_READ
+                    };
                     let dst = self.buf_addr[usize::from(cid)] as *mut u8;
                     // SAFETY: the buffer at `dst` is the command's, which its queue keeps (and
                     // nothing else touches) until the command completes; `rx_check` checked
@@ -318,8 +487,7 @@ impl QueueTransport for TcpLink {
         for cid in self.sent.drain(..) {
             events.push(Event::Sent(cid));
         }
-        self.fill();
-        if let Err(why) = self.parse(events) {
+        if let Err(why) = self.receive(events) {
             self.fail_with(why);
         }
         self.flush();

@@ -19,6 +19,12 @@
 //!
 //! and hands back the PDU (with the data's range in the command's buffer, which it
 //! guarantees) or a [`HostRxError`] that ends the connection.
+//!
+//! **Placement.** With [`HostRx::place_from`] set, a C2HData PDU of at least that much data
+//! whose header has arrived but not all of its data comes back as a [`Placement`]: checked
+//! from its header alone, so the host can receive the rest of the data straight into the
+//! command's buffer (one copy, the kernel's, instead of two) and check its data digest
+//! there ([`check_data_digest`]).
 
 use super::{
     flags, pdu_type, CommonHeader, DataHeader, Direction, Fes, Negotiated, PduLayout, R2t,
@@ -79,6 +85,27 @@ pub enum Next<'a> {
     NeedMore { pdu_len: usize },
     /// A whole PDU, checked, `len` bytes long (drop them from the buffer's front).
     Pdu { pdu: HostPdu<'a>, len: usize },
+    /// The header of a large C2HData PDU, checked, and the start of its data (only with
+    /// [`HostRx::place_from`]).
+    Place(Placement<'a>),
+}
+
+/// A C2HData PDU whose data the host receives straight into the command's buffer: `len`
+/// bytes go to byte `offset` of command `cid`'s buffer (within the length the command
+/// expects, in order), the first `data.len()` of them already in the receive buffer. Drop
+/// `consumed` bytes (the headers and `data`) from the buffer's front; the rest of the data
+/// comes next on the stream, then, if `digest`, its data digest ([`check_data_digest`]).
+/// `success`: when all of it is in (and its digest checks), the command succeeded and no
+/// CapsuleResp follows. The checker counts the data as received already.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Placement<'a> {
+    pub cid: u16,
+    pub offset: u32,
+    pub len: u32,
+    pub data: &'a [u8],
+    pub consumed: usize,
+    pub digest: bool,
+    pub success: bool,
 }
 
 /// Why the controller's PDU stream is broken: the connection ends.
@@ -136,6 +163,8 @@ fn fes_name(fes: &Option<Fes>) -> String {
 pub struct HostRx {
     neg: Negotiated,
     max_data: u32,
+    /// The least data a C2HData PDU must carry to come back as a [`Placement`].
+    place_from: Option<usize>,
     /// By command ID.
     cmds: Vec<Slot>,
 }
@@ -147,8 +176,15 @@ impl HostRx {
         HostRx {
             neg,
             max_data,
+            place_from: None,
             cmds: vec![Slot::Idle; entries],
         }
+    }
+
+    /// C2HData PDUs of at least `bytes` of data come back as a [`Placement`] once their
+    /// header is in, rather than whole.
+    pub fn place_from(&mut self, bytes: usize) {
+        self.place_from = Some(bytes);
     }
 
     /// How many command IDs the table holds.
@@ -178,13 +214,21 @@ impl HostRx {
         let l = PduLayout::check(&ch, dir, Some(self.neg), self.max_data)
             .map_err(HostRxError::Header)?;
         let Some(pdu) = buf.get(..l.plen) else {
+            let placing = self.place_from.is_some_and(|min| l.data_len >= min);
+            if placing && l.pdu_type == pdu_type::C2H_DATA && buf.len() >= l.pdo {
+                return self.place(buf, &l).map(Next::Place);
+            }
             return Ok(Next::NeedMore { pdu_len: l.plen });
         };
-        check_digests(pdu, &l)?;
-        let header = match pdu.first_chunk::<DATA_HLEN>() {
-            Some(h) if l.hlen == DATA_HLEN => h,
-            _ => return Err(HostRxError::UnexpectedType(l.pdu_type)),
-        };
+        check_header_digest(pdu, &l)?;
+        let data_end = l.pdo + l.data_len;
+        if l.ddgst > 0 {
+            let trailer = pdu[data_end..]
+                .first_chunk()
+                .expect("PLEN holds the digest");
+            check_data_digest(&pdu[l.pdo..data_end], trailer)?;
+        }
+        let header = header_of(pdu, &l)?;
         let checked = match l.pdu_type {
             pdu_type::CAPSULE_RESP => self.response(header),
             pdu_type::C2H_DATA => self.c2h_data(header, &l, pdu)?,
@@ -209,12 +253,45 @@ impl HostRx {
         HostPdu::Response(cqe)
     }
 
+    /// A C2HData PDU with its header (and header digest, and PDO) in `buf` but not all of
+    /// its data.
+    fn place<'a>(&mut self, buf: &'a [u8], l: &PduLayout) -> Result<Placement<'a>, HostRxError> {
+        check_header_digest(buf, l)?;
+        let (cid, offset, success) = self.accept_c2h(header_of(buf, l)?, l)?;
+        let data = &buf[l.pdo..buf.len().min(l.pdo + l.data_len)];
+        Ok(Placement {
+            cid,
+            offset,
+            len: l.data_len as u32, // <= max_data, a u32
+            data,
+            consumed: l.pdo + data.len(),
+            digest: l.ddgst > 0,
+            success,
+        })
+    }
+
     fn c2h_data<'a>(
         &mut self,
         header: &[u8; DATA_HLEN],
         l: &PduLayout,
         pdu: &'a [u8],
     ) -> Result<HostPdu<'a>, HostRxError> {
+        let (cid, offset, success) = self.accept_c2h(header, l)?;
+        Ok(HostPdu::C2hData {
+            cid,
+            offset,
+            data: &pdu[l.pdo..l.pdo + l.data_len],
+            success,
+        })
+    }
+
+    /// Checks a C2HData header against its command and counts its data in: the command ID,
+    /// the data's offset, and whether it ends the command with SUCCESS.
+    fn accept_c2h(
+        &mut self,
+        header: &[u8; DATA_HLEN],
+        l: &PduLayout,
+    ) -> Result<(u16, u32, bool), HostRxError> {
         let h = DataHeader::decode(header);
         h.check(l).map_err(HostRxError::Header)?;
         let cid = h.cccid;
@@ -244,12 +321,7 @@ impl HostRx {
                 Slot::ToHost { len, got }
             };
         }
-        Ok(HostPdu::C2hData {
-            cid,
-            offset: h.datao,
-            data: &pdu[l.pdo..l.pdo + l.data_len],
-            success,
-        })
+        Ok((cid, h.datao, success))
     }
 
     fn r2t(&self, header: &[u8; DATA_HLEN]) -> Result<HostPdu<'static>, HostRxError> {
@@ -270,17 +342,31 @@ impl HostRx {
     }
 }
 
-/// Checks the header and data digests of whole PDU `pdu` laid out as `l`.
-fn check_digests(pdu: &[u8], l: &PduLayout) -> Result<(), HostRxError> {
-    let le32 = |at: usize| {
-        let b = pdu[at..at + DIGEST_LEN].try_into().expect("4 bytes");
-        u32::from_le_bytes(b)
-    };
-    if l.hdgst > 0 && le32(l.hlen) != super::digest(&pdu[..l.hlen]) {
+/// The 24-byte header of PDU `pdu` (at least its header) laid out as `l`.
+fn header_of<'a>(pdu: &'a [u8], l: &PduLayout) -> Result<&'a [u8; DATA_HLEN], HostRxError> {
+    match pdu.first_chunk::<DATA_HLEN>() {
+        Some(h) if l.hlen == DATA_HLEN => Ok(h),
+        _ => Err(HostRxError::UnexpectedType(l.pdu_type)),
+    }
+}
+
+/// Checks the header digest of PDU `pdu` (at least its header and digest) laid out as `l`.
+fn check_header_digest(pdu: &[u8], l: &PduLayout) -> Result<(), HostRxError> {
+    if l.hdgst == 0 {
+        return Ok(());
+    }
+    let got = pdu[l.hlen..]
+        .first_chunk::<DIGEST_LEN>()
+        .expect("PDO holds the digest");
+    if u32::from_le_bytes(*got) != super::digest(&pdu[..l.hlen]) {
         return Err(HostRxError::HeaderDigest);
     }
-    let data_end = l.pdo + l.data_len;
-    if l.ddgst > 0 && le32(data_end) != super::digest(&pdu[l.pdo..data_end]) {
+    Ok(())
+}
+
+/// Checks `data` against the data digest that followed it on the wire.
+pub fn check_data_digest(data: &[u8], digest: &[u8; DIGEST_LEN]) -> Result<(), HostRxError> {
+    if u32::from_le_bytes(*digest) != super::digest(data) {
         return Err(HostRxError::DataDigest);
     }
     Ok(())

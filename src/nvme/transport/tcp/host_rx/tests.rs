@@ -442,3 +442,81 @@ fn a_stream_is_taken_one_pdu_at_a_time() {
     assert_eq!(kinds, ['r', 'd', 'd', 'c', 'c']);
     assert_eq!(rx.next(&[]), Ok(Next::NeedMore { pdu_len: CH_LEN }));
 }
+
+#[test]
+fn a_large_c2h_is_placed_once_its_header_is_in() {
+    for n in [neg(false, false), neg(true, true)] {
+        let mut rx = checker(n);
+        rx.place_from(256);
+        let data: Vec<u8> = (0..600u32).map(|i| i as u8).collect();
+        let pdu = c2h(n, READ, 0, &data, 0);
+        let pdo = pdu.len() - data.len() - if n.ddgst { DIGEST_LEN } else { 0 };
+        // Before the whole header (and its digest) is in: more, as for any PDU.
+        assert_eq!(
+            rx.next(&pdu[..pdo - 1]),
+            Ok(Next::NeedMore { pdu_len: pdu.len() })
+        );
+        // The header and 100 bytes of data: placed, those 100 bytes handed over.
+        let Ok(Next::Place(p)) = rx.next(&pdu[..pdo + 100]) else {
+            panic!("not placed")
+        };
+        assert_eq!((p.cid, p.offset, p.len), (READ, 0, 600));
+        assert_eq!((p.data, p.consumed), (&data[..100], pdo + 100));
+        assert_eq!((p.digest, p.success), (n.ddgst, false));
+        if n.ddgst {
+            let trailer = pdu[pdu.len() - DIGEST_LEN..].try_into().unwrap();
+            assert_eq!(check_data_digest(&data, trailer), Ok(()));
+            assert_eq!(
+                check_data_digest(&data[1..], trailer),
+                Err(HostRxError::DataDigest)
+            );
+        }
+        // The checker counted the 600 bytes: the rest of the command follows them.
+        let rest = c2h(n, READ, 600, &[1; 424], SUCCESS);
+        let HostPdu::C2hData {
+            offset, success, ..
+        } = accepted(&mut rx, &rest)
+        else {
+            panic!("not C2HData")
+        };
+        assert_eq!((offset, success), (600, true));
+    }
+}
+
+#[test]
+fn placement_checks_the_header_first() {
+    let n = neg(true, false);
+    let mut rx = checker(n);
+    rx.place_from(1);
+    // Small PDUs stay whole below the threshold; past the buffer or out of order: refused
+    // from the header alone, before any data is placed.
+    let past = c2h(n, READ, 0, &[0; 1028], 0);
+    assert_eq!(
+        rx.next(&past[..DATA_HLEN + DIGEST_LEN + 1]),
+        Err(HostRxError::C2hOutOfPlace {
+            cid: READ,
+            datao: 0,
+            datal: 1028,
+            got: 0,
+            len: 1024
+        })
+    );
+    let mut bad = c2h(n, READ, 0, &[0; 512], 0);
+    bad[CH_LEN] ^= 1;
+    assert_eq!(
+        rx.next(&bad[..DATA_HLEN + DIGEST_LEN + 1]),
+        Err(HostRxError::HeaderDigest)
+    );
+    let no_read = c2h(n, WRITE, 0, &[0; 512], 0);
+    assert_eq!(
+        rx.next(&no_read[..DATA_HLEN + DIGEST_LEN]),
+        Err(HostRxError::C2hForNoRead { cid: WRITE })
+    );
+    let mut small = checker(n);
+    small.place_from(1024);
+    let pdu = c2h(n, READ, 0, &[0; 512], 0);
+    assert_eq!(
+        small.next(&pdu[..pdu.len() - 1]),
+        Ok(Next::NeedMore { pdu_len: pdu.len() })
+    );
+}
