@@ -41,9 +41,14 @@ pub enum Error {
     /// The target rejected the RDMA CM connect of a queue.
     #[error("queue {qid}: the target rejected the connection: {status}{}", reject_hint(*status))]
     Rejected { qid: u16, status: CmRejectStatus },
-    /// The target rejected the connection without NVMe/RDMA reject data.
-    #[error("queue {qid}: the target at {addr} refused the connection (no NVMe/RDMA reject data: is it an NVMe-oF target on that port?)")]
-    Refused { qid: u16, addr: String },
+    /// The target refused the connection: an RDMA CM reject without NVMe/RDMA reject data,
+    /// or a TCP connect refused (nothing listens there); `hint` says which and what to check.
+    #[error("queue {qid}: the target at {addr} refused the connection ({hint})")]
+    Refused {
+        qid: u16,
+        addr: String,
+        hint: &'static str,
+    },
     /// Fabrics Connect failed with an NVMe status.
     #[error("queue {qid}: Connect to {subnqn} refused: {reason}")]
     ConnectRefused {

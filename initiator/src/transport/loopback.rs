@@ -43,6 +43,7 @@ impl LoopLink {
                 LoopError::Refused(_) => Error::Refused {
                     qid,
                     addr: p.addr.to_string(),
+                    hint: "no loop listener at that address in this process",
                 },
                 e => Error::Transport {
                     qid,

@@ -100,6 +100,7 @@ impl RdmaLink {
                     Err(_) => Error::Refused {
                         qid,
                         addr: addr.to_string(),
+                        hint: "no NVMe/RDMA reject data: is it an NVMe-oF target on that port?",
                     },
                 })
             }
