@@ -6,7 +6,9 @@
 //! cargo run -p rdmablk-initiator --example idle -- soft://127.0.0.1:4420/NQN 30
 //! ```
 //! Arguments: URL SECONDS. Prints "connected" once the controller is up (with its I/O queues),
-//! then "PASS" after SECONDS if the controller is still live (one read of block 0 at the end).
+//! then "PASS" after SECONDS if the controller is still the one it connected (no reconnect:
+//! the keep-alives kept it) and one read of block 0 at the end succeeds; the keep-alives sent
+//! are printed.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -35,7 +37,13 @@ fn main() -> ExitCode {
         let mut buf = vec![0u8; ns.block_size() as usize];
         ns.read_at(0, &mut buf)
     });
+    let s = ctrl.stats();
+    println!("keep-alives {} reconnects {}", s.keep_alives, s.reconnects);
     match result {
+        Ok(_) if s.reconnects > 0 => {
+            println!("FAIL: the controller was lost and reconnected while idle");
+            ExitCode::FAILURE
+        }
         Ok(_) => {
             println!("PASS");
             ExitCode::SUCCESS

@@ -2,13 +2,24 @@
 # nvmet-interop.sh - run INSIDE the Soft-RoCE VM: export a file-backed namespace through the
 # Linux kernel target (nvmet-rdma on rxe0, or nvmet-tcp with NVMET_TRTYPE=tcp), then connect
 # rdmablk-initiator to it (rdma:// over verbs, or tcp://) and do verified I/O (the `verify`
-# example: several sizes, sync + zero-copy + async, flush).
+# example: every power-of-two size from one block to 1 MiB, sync + zero-copy + async, flush);
+# then, against the same nvmet port:
+#   - discovery: rdmablk-perf given only HOST:PORT finds the subsystem in nvmet's discovery
+#     log and connects to its entry over the same transport (verified randrw);
+#   - keep-alive: the `idle` example with kato_ms=2000 stays idle 12 s (6 KATOs) and keeps the
+#     controller it connected (no reconnect), its keep-alives accepted by nvmet;
+#   - a reset of the nvmet port under I/O: rdmablk-perf (verified randrw, QD16) while the
+#     subsystem is unlinked from the port for 3 s (nvmet deletes its controllers and closes the
+#     port) and linked again: the run ends with zero errors and zero verify failures, and the
+#     initiator logged its reconnect (the reset did hit it).
 #
 #   tools/rxe-vm/run-in-vm.sh bash tests/vm/nvmet-interop.sh      (from the repository root)
 #   NVMET_TRTYPE=tcp tools/rxe-vm/run-in-vm.sh bash tests/vm/nvmet-interop.sh
 #
-# Needs: build/debug/examples/verify (cargo build -p rdmablk-initiator --example verify),
-#        or set VERIFY_BIN; python3 (the backing-store check). A missing tool is a FAIL.
+# Needs: build/debug/examples/{verify,idle} (cargo build -p rdmablk-initiator --example verify
+#        --example idle) and build/debug/rdmablk-perf (cargo build -p rdmablk-tools --bin
+#        rdmablk-perf), or VERIFY_BIN / IDLE_BIN / PERF_BIN; python3 (the backing-store and
+#        report checks). A missing tool is a FAIL.
 #        Prints PASS/FAIL; exit status 0 only on PASS.
 set -uo pipefail
 
@@ -19,6 +30,8 @@ NQN=${NVMET_NQN:-nqn.2024-01.io.rdmablk:interop}
 NS_MB=${NVMET_NS_MB:-64}
 HERE=$(cd "$(dirname "$0")/../.." && pwd)
 BIN=${VERIFY_BIN:-$HERE/build/debug/examples/verify}
+IDLE=${IDLE_BIN:-$HERE/build/debug/examples/idle}
+PERF=${PERF_BIN:-$HERE/build/debug/rdmablk-perf}
 CFG=/sys/kernel/config/nvmet
 IMG=/tmp/rdmablk-nvmet-ns.img
 
@@ -26,6 +39,8 @@ fail() { echo "FAIL: $*"; exit 1; }
 step() { echo "== $*"; }
 
 [ -x "$BIN" ] || fail "$BIN missing: cargo build -p rdmablk-initiator --example verify"
+[ -x "$IDLE" ] || fail "$IDLE missing: cargo build -p rdmablk-initiator --example idle"
+[ -x "$PERF" ] || fail "$PERF missing: cargo build -p rdmablk-tools --bin rdmablk-perf"
 [ "$(id -u)" = 0 ] || fail "must run as root (inside the VM)"
 command -v python3 >/dev/null || fail "python3 is missing (the backing-store check needs it)"
 
@@ -44,7 +59,7 @@ cleanup() {
   rmdir "$CFG/subsystems/$NQN/namespaces/1" 2>/dev/null
   rmdir "$CFG/subsystems/$NQN" 2>/dev/null
   [ -n "${LOOP:-}" ] && losetup -d "$LOOP" 2>/dev/null
-  rm -f "$IMG"
+  rm -f "$IMG" /tmp/rdmablk-interop-perf.*
 }
 trap cleanup EXIT
 
@@ -102,5 +117,53 @@ if got != want:
     sys.exit(1)
 print("backing store: 64 KiB match")
 PY
+
+# perf_ok REPORT: rdmablk-perf's JSON report shows I/O done, no failed I/O and no verify failure.
+perf_ok() {
+  python3 - "$1" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+t = d["total"]
+ios = t["read"]["total_ios"] + t["write"]["total_ios"]
+v = t.get("verify") or {}
+print(f"rdmablk-perf: {ios} I/Os, {t['error']} failed, {v.get('blocks_checked', 0)} blocks checked, "
+      f"{v.get('failures', 0)} verify failures, exit code {d['exit_code']}")
+sys.exit(0 if ios > 0 and t["error"] == 0 and v.get("failures", 0) == 0
+         and v.get("blocks_checked", 0) > 0 and d["exit_code"] == 0 else 1)
+PY
+}
+
+step "discovery: rdmablk-perf $TR://$IP:$PORT/ (no NQN: nvmet's discovery log names the subsystem)"
+out=/tmp/rdmablk-interop-perf.discovery
+RUST_LOG=info timeout 300 "$PERF" "$TR://$IP:$PORT/" --rw randrw --bs 4k --iodepth 8 --size 2m \
+  --verify crc32c --json -q > "$out.json" 2> "$out.log"
+prc=$?
+tail -n 3 "$out.log"
+[ $prc = 0 ] || fail "rdmablk-perf through discovery exited $prc"
+grep -q "$NQN" "$out.log" "$out.json" || fail "rdmablk-perf did not name the discovered subsystem $NQN"
+perf_ok "$out.json" || fail "rdmablk-perf through discovery: bad report"
+
+step "keep-alive: idle 12 s with kato_ms=2000 (nvmet drops a controller silent for KATO)"
+out=$(timeout 120 "$IDLE" "$TR://$IP:$PORT/$NQN?kato_ms=2000" 12 2>&1)
+echo "$out" | tail -n 3
+echo "$out" | grep -q '^PASS' || fail "the idle controller did not survive 6 KATOs"
+ka=$(echo "$out" | sed -n 's/^keep-alives \([0-9]*\) .*/\1/p')
+[ "${ka:-0}" -ge 4 ] || fail "only ${ka:-0} keep-alives in 12 s at KATO 2 s"
+
+step "a reset of the nvmet port under I/O (subsystem unlinked 3 s, linked again)"
+out=/tmp/rdmablk-interop-perf.reset
+RUST_LOG=info timeout 300 "$PERF" "$TR://$IP:$PORT/$NQN?reconnect_delay_ms=200" --rw randrw \
+  --bs 4k --iodepth 16 --runtime 20 --verify crc32c --json -q > "$out.json" 2> "$out.log" &
+PP=$!
+sleep 6
+kill -0 $PP 2>/dev/null || { tail -n 5 "$out.log"; fail "rdmablk-perf ended before the reset"; }
+rm "$P/subsystems/$NQN" || fail "unlink the subsystem from the port"
+sleep 3
+ln -s "$S" "$P/subsystems/$NQN" || fail "link the subsystem to the port again"
+wait $PP; prc=$?
+grep -E 'reconnect|failed' "$out.log" | tail -n 4
+[ $prc = 0 ] || { tail -n 10 "$out.log"; fail "rdmablk-perf across the port reset exited $prc"; }
+perf_ok "$out.json" || fail "rdmablk-perf across the port reset: bad report"
+grep -q 'controller reconnected' "$out.log" || fail "no reconnect logged: the port reset did not reach the initiator"
 
 echo PASS
