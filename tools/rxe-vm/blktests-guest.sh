@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # blktests-guest.sh - runs INSIDE the rxe VM (started by tools/blktests): blktests' nvme tests
-# over nvme-rdma on Soft-RoCE, against each target named in $TARGETS, one `./check` each.
-#   nvmet:   Linux's nvmet-rdma, which blktests configures itself (configfs);
-#   rdmablk: rdmablk-target (verbs provider on $RXE_ADDR:4420, control socket), driven through
+# over nvme-rdma on Soft-RoCE (TRTYPE=rdma) or over nvme-tcp on loopback (TRTYPE=tcp),
+# against each target named in $TARGETS, one `./check` each.
+#   nvmet:   Linux's nvmet-rdma / nvmet-tcp, which blktests configures itself (configfs);
+#   rdmablk: rdmablk-target (verbs provider on $RXE_ADDR:4420, or a tcp listener on
+#            127.0.0.1:4420; control socket), driven through
 #            NVME_TARGET_CONTROL=tools/blktests-target-control.
 # Per target T: $OUT/T/<NNN>.out (check's output), $OUT/T/results (blktests' result files),
 # and one line per test in $OUT/T.results: "nvme/NNN <check rc> <phase seconds> <connects>",
@@ -16,6 +18,15 @@
 set -u
 : "${ROOT:?}" "${OUT:?}" "${BT:?}" "${TESTS:?}" "${TARGETS:?}" "${RXE_ADDR:?}"
 PHASE_TIMEOUT=${PHASE_TIMEOUT:-3000}
+TRTYPE=${TRTYPE:-rdma}
+if [ "$TRTYPE" = tcp ]; then
+  # blktests' own default address for tcp (common/nvme def_traddr); the placeholder listener
+  # of the target's file is a tcp one too
+  TRADDR=127.0.0.1 KIND=tcp LISTENER_KIND='transport = "tcp"'
+  ip link set lo up 2>/dev/null
+else
+  TRADDR=$RXE_ADDR KIND=verbs LISTENER_KIND='provider = "verbs"'
+fi
 TEST_STALL=${TEST_STALL:-900}
 say() { echo "blktests-guest: $*"; }
 
@@ -56,8 +67,8 @@ start_rdmablk() {
   # nvmet's port). 1 MiB MDTS as nvmet-rdma offers (nvme/029 passes 512 KiB through nvme-cli).
   cat > "$d/target.toml" <<CFG
 [[listener]]
-provider = "verbs"
-address = "$RXE_ADDR"
+$LISTENER_KIND
+address = "$TRADDR"
 port = 4419
 
 [target]
@@ -140,13 +151,17 @@ cd "$BT" || exit 2
 for target in $TARGETS; do
   mkdir -p "$OUT/$target" && : > "$OUT/$target.results"
   ( # each target in its own environment
-    export nvme_trtype=rdma USE_RXE=1 NVME_IMG_SIZE NVMET_BLKDEV_TYPES=${NVMET_BLKDEV_TYPES:-file}
+    export nvme_trtype=$TRTYPE NVME_IMG_SIZE NVMET_BLKDEV_TYPES=${NVMET_BLKDEV_TYPES:-file}
+    [ "$TRTYPE" = rdma ] && export USE_RXE=1
     if [ "$target" = rdmablk ]; then
-      ensure_rxe || { say "no rxe device for rdmablk-target"; exit 2; }
+      if [ "$TRTYPE" = rdma ]; then
+        ensure_rxe || { say "no rxe device for rdmablk-target"; exit 2; }
+      fi
       start_rdmablk || exit 2
       export NVME_TARGET_CONTROL=$ROOT/tools/blktests-target-control
       export RDMABLK_CTL_SOCKET=$SCR/rdmablk/ctl.sock BLKTESTS_IMG_DIR=$SCR/rdmablk/img
-      export RDMABLK_BLKTESTS_TRADDR=$RXE_ADDR RDMABLK_BLKTESTS_LOG=$OUT/rdmablk/control.log
+      export RDMABLK_BLKTESTS_TRADDR=$TRADDR RDMABLK_BLKTESTS_LOG=$OUT/rdmablk/control.log
+      export RDMABLK_BLKTESTS_TRTYPE=$TRTYPE RDMABLK_BLKTESTS_PROVIDER=$KIND
     fi
     dmesg -C; dmesg -w > "$OUT/$target/dmesg.log" 2>&1 & DPID=$!
     t0=$(date +%s)
