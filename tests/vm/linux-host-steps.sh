@@ -7,10 +7,20 @@
 # kconnect NQN [OPTIONS]: connects NQN at $IP:$PORT through /dev/nvme-fabrics, as nvme-cli
 # does underneath, with this host's NQN (and OPTIONS, comma-separated kernel options).
 kconnect() {
-  local hostnqn
+  local hostnqn hostid
   hostnqn=$(cat /etc/nvme/hostnqn 2>/dev/null || true)
-  printf 'transport=%s,traddr=%s,trsvcid=%s,nqn=%s%s%s' "$TRTYPE" "$IP" "$PORT" "$1" \
-    "${hostnqn:+,hostnqn=$hostnqn}" "${2:+,$2}" >/dev/nvme-fabrics
+  # The host NQN and ID of the controller already connected to $1 (nvme-cli's): Linux 6.12
+  # refuses a known host NQN with another host ID ("found same hostnqn ... but different
+  # hostid"), and given none it would use its own.
+  local c
+  for c in /sys/class/nvme/nvme*; do
+    [ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$1" ] || continue
+    hostnqn=$(cat "$c/hostnqn" 2>/dev/null || echo "$hostnqn")
+    hostid=$(cat "$c/hostid" 2>/dev/null || true)
+    break
+  done
+  printf 'transport=%s,traddr=%s,trsvcid=%s,nqn=%s%s%s%s' "$TRTYPE" "$IP" "$PORT" "$1" \
+    "${hostnqn:+,hostnqn=$hostnqn}" "${hostid:+,hostid=$hostid}" "${2:+,$2}" >/dev/nvme-fabrics
 }
 
 # later STEP MESSAGE: a failure that does not stop the later steps (so one VM run shows every
