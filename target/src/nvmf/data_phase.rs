@@ -4,7 +4,7 @@
 //! [`super::auth`], [`super::io_commands`]); the data pointer itself is the transport's to
 //! map ([`QueueTransport::map_data`]), with the helpers here.
 
-use rdmablk::nvme::{InCapsuleSgl, Status, SQE_LEN};
+use rdmablk::nvme::{InCapsuleSgl, Sgl, SglLimits, Status, SQE_LEN};
 
 use super::queue::Queue;
 use super::request::DataDir;
@@ -72,6 +72,35 @@ pub fn data_phase<X: QueueTransport>(
     r.dir = DataDir::None;
     r.data_len = 0;
     X::map_data(q, slot, dir, len, fit, shared)
+}
+
+/// The checks every transport makes of request `slot`'s data pointer, `len` bytes moving
+/// `dir`: the SGL decoded; `foreign` (another transport's kind: a keyed SGL over NVMe/TCP, a
+/// transport data block over NVMe/RDMA) refused as an invalid SGL type; the SGL checked against
+/// `limits` and its length against `len` as `fit` says; in-capsule data copied into the data
+/// slot. The SGL, for the transport to move the rest of the data as it does.
+pub fn check_sgl<X>(
+    q: &mut Queue<X>,
+    slot: u32,
+    dir: DataDir,
+    len: u32,
+    fit: SglFit,
+    limits: &SglLimits,
+    foreign: fn(&Sgl) -> bool,
+) -> Result<Sgl, Status> {
+    let sgl = Sgl::decode(&q.reqs[slot as usize].sqe.dptr)?;
+    if foreign(&sgl) {
+        return Err(Status::SGL_INVALID_TYPE.with_dnr());
+    }
+    sgl.check(limits, dir == DataDir::HostToController)?;
+    if !fit.fits(sgl.len(), len) {
+        return Err(Status::SGL_INVALID_DATA_LENGTH.with_dnr());
+    }
+    if let Sgl::InCapsule(c) = sgl {
+        let capsule = q.window.recv_slot(q.reqs[slot as usize].recv_slot);
+        copy_in_capsule(q, slot, capsule, c, len)?;
+    }
+    Ok(sgl)
 }
 
 /// Copies the first `len` bytes of in-capsule data from `capsule` (the whole capsule, SQE

@@ -13,7 +13,7 @@ use std::time::Duration;
 use rdmablk::nvme::transport::loopback::{LoopError, TargetEnd, ToHost};
 use rdmablk::nvme::{Cqe, Sgl, SglLimits, Status};
 
-use crate::nvmf::data_phase::{copy_in_capsule, Next, SglFit};
+use crate::nvmf::data_phase::{check_sgl, Next, SglFit};
 use crate::nvmf::queue::Queue;
 use crate::nvmf::request::{DataDir, ReqState};
 use crate::nvmf::transport::QueueTransport;
@@ -86,24 +86,12 @@ impl QueueTransport for LoopQueue {
             in_capsule_bytes: q.icd_bytes,
             max_transfer_bytes: shared.cfg.limits.max_io_size,
         };
-        let h2c = dir == DataDir::HostToController;
-        let r = q.reqs[slot as usize];
-        let sgl = Sgl::decode(&r.sqe.dptr)?;
-        if let Sgl::Transport(_) = sgl {
-            return Err(Status::SGL_INVALID_TYPE.with_dnr());
-        }
-        sgl.check(&limits, h2c)?;
-        if !fit.fits(sgl.len(), len) {
-            return Err(Status::SGL_INVALID_DATA_LENGTH.with_dnr());
-        }
+        // Keyed SGLs into the host's region, as NVMe/RDMA (the data block is NVMe/TCP's).
+        let foreign = |s: &Sgl| matches!(s, Sgl::Transport(_));
+        let sgl = check_sgl(q, slot, dir, len, fit, &limits, foreign)?;
         let next = match sgl {
-            Sgl::InCapsule(c) => {
-                let capsule = q.window.recv_slot(r.recv_slot);
-                copy_in_capsule(q, slot, capsule, c, len)?;
-                Next::Execute
-            }
-            _ if h2c => Next::Fetch,
-            _ => Next::Execute,
+            Sgl::Keyed(_) if dir == DataDir::HostToController => Next::Fetch,
+            _ => Next::Execute, // in-capsule data is in the data slot now
         };
         let r = &mut q.reqs[slot as usize];
         (r.sgl, r.dir, r.data_len) = (Some(sgl), dir, len);

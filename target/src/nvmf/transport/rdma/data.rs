@@ -7,7 +7,7 @@ use rdmablk::nvme::transport::rdma::PushedSgl;
 use rdmablk::nvme::{Sgl, SglLimits, Status};
 
 use super::queue::Connection;
-use crate::nvmf::data_phase::{copy_in_capsule, Next, SglFit};
+use crate::nvmf::data_phase::{check_sgl, Next, SglFit};
 use crate::nvmf::request::DataDir;
 use crate::nvmf::Shared;
 
@@ -44,33 +44,21 @@ pub fn map_data(
         (r.dir, r.data_len) = (dir, len);
         return Ok(Next::Execute);
     }
-    let sgl = Sgl::decode(&r.sqe.dptr)?;
-    if let Sgl::Transport(_) = sgl {
-        // NVMe/RDMA moves data by keyed SGLs or in the capsule; the transport data block is
-        // NVMe/TCP's (nvmet-rdma and SPDK's rdma.c answer it as an unknown type too).
-        return Err(Status::SGL_INVALID_TYPE.with_dnr());
-    }
     let limits = SglLimits {
         in_capsule_bytes: icd_bytes,
         max_transfer_bytes: max_transfer,
     };
-    sgl.check(&limits, h2c)?;
-    if !fit.fits(sgl.len(), len) {
-        return Err(Status::SGL_INVALID_DATA_LENGTH.with_dnr());
-    }
+    // NVMe/RDMA moves data by keyed SGLs or in the capsule; the transport data block is
+    // NVMe/TCP's (nvmet-rdma and SPDK's rdma.c answer it as an unknown type too).
+    let foreign = |s: &Sgl| matches!(s, Sgl::Transport(_));
+    let sgl = check_sgl(q, slot, dir, len, fit, &limits, foreign)?;
+    let r = &mut q.reqs[slot as usize];
+    (r.dir, r.data_len) = (dir, len);
     match sgl {
         Sgl::Keyed(_) => {
             r.sgl = Some(sgl);
-            (r.dir, r.data_len) = (dir, len);
             Ok(if h2c { Next::Fetch } else { Next::Execute })
         }
-        Sgl::InCapsule(c) => {
-            let capsule = q.window.recv_slot(r.recv_slot);
-            copy_in_capsule(q, slot, capsule, c, len)?;
-            let r = &mut q.reqs[slot as usize];
-            (r.dir, r.data_len) = (dir, len);
-            Ok(Next::Execute)
-        }
-        Sgl::Transport(_) => Err(Status::SGL_INVALID_TYPE.with_dnr()), // refused above
+        _ => Ok(Next::Execute), // in-capsule data is in the data slot now
     }
 }

@@ -20,7 +20,7 @@ use rdmablk::nvme::{Cqe, Sgl, SglLimits, Sqe, Status};
 
 use super::conn::{Conn, TxPdu, TX_HEADER_BYTES};
 use super::ADMIN_CAPSULE_DATA;
-use crate::nvmf::data_phase::{copy_in_capsule, Next, SglFit};
+use crate::nvmf::data_phase::{check_sgl, Next, SglFit};
 use crate::nvmf::queue::{Queue, SendWatch};
 use crate::nvmf::request::{DataDir, ReqState};
 use crate::nvmf::transport::QueueTransport;
@@ -146,24 +146,12 @@ impl QueueTransport for TcpQueue {
             in_capsule_bytes: capsule_data_limit(q, &sqe),
             max_transfer_bytes: shared.cfg.limits.max_io_size,
         };
-        let h2c = dir == DataDir::HostToController;
-        let sgl = Sgl::decode(&sqe.dptr)?;
-        if let Sgl::Keyed(_) = sgl {
-            // Keyed SGLs are NVMe/RDMA's (nvmet-tcp answers them as an unknown type too).
-            return Err(Status::SGL_INVALID_TYPE.with_dnr());
-        }
-        sgl.check(&limits, h2c)?;
-        if !fit.fits(sgl.len(), len) {
-            return Err(Status::SGL_INVALID_DATA_LENGTH.with_dnr());
-        }
+        // Keyed SGLs are NVMe/RDMA's (nvmet-tcp answers them as an unknown type too).
+        let foreign = |s: &Sgl| matches!(s, Sgl::Keyed(_));
+        let sgl = check_sgl(q, slot, dir, len, fit, &limits, foreign)?;
         let next = match sgl {
-            Sgl::InCapsule(c) => {
-                let capsule = q.window.recv_slot(q.reqs[slot as usize].recv_slot);
-                copy_in_capsule(q, slot, capsule, c, len)?;
-                Next::Execute
-            }
-            _ if h2c => Next::Fetch,
-            _ => Next::Execute,
+            Sgl::Transport(_) if dir == DataDir::HostToController => Next::Fetch,
+            _ => Next::Execute, // in-capsule data is in the data slot now
         };
         let r = &mut q.reqs[slot as usize];
         (r.dir, r.data_len) = (dir, len);
