@@ -215,7 +215,11 @@ impl HostRx {
             .map_err(HostRxError::Header)?;
         let Some(pdu) = buf.get(..l.plen) else {
             let placing = self.place_from.is_some_and(|min| l.data_len >= min);
-            if placing && l.pdu_type == pdu_type::C2H_DATA && buf.len() >= l.pdo {
+            if placing && l.pdu_type == pdu_type::C2H_DATA {
+                if buf.len() < l.pdo {
+                    // Only the headers need to be in the buffer, not the data.
+                    return Ok(Next::NeedMore { pdu_len: l.pdo });
+                }
                 return self.place(buf, &l).map(Next::Place);
             }
             return Ok(Next::NeedMore { pdu_len: l.plen });
