@@ -11,7 +11,7 @@
 //! Asserts no panic; that every accepted C2HData lies within its reading command's length
 //! (copied into a buffer of exactly that length) and follows the data before it, SUCCESS
 //! only with the last byte; that every accepted R2T asks for a non-empty range within a
-//! writing command's length; that a PDU's length and the length it asks the buffer to grow
+//! writing command's length, none of it asked for before; that a PDU's length and the length it asks the buffer to grow
 //! to stay within the data limit; that nothing more is accepted for a command whose data
 //! ended in SUCCESS. A CapsuleResp sends its command again with the same expectation, as a
 //! queue reuses its IDs.
@@ -189,12 +189,15 @@ fn took(rx: &mut HostRx, cmds: &mut [Cmd; ENTRIES], pdu: HostPdu<'_>, bytes: &[u
         }
         HostPdu::R2t(r) => {
             let c = cmds
-                .get(usize::from(r.cccid))
+                .get_mut(usize::from(r.cccid))
                 .expect("R2T for an ID outside the queue");
             let Expect::ToCtrl { len } = c.expect else {
                 panic!("R2T accepted for command {}, which does not write", r.cccid);
             };
             assert!(r.r2tl > 0 && u64::from(r.r2to) + u64::from(r.r2tl) <= u64::from(len));
+            // `got`: the data asked for so far; never asked for twice.
+            assert!(r.r2to >= c.got, "R2T accepted for data asked for already");
+            c.got = r.r2to + r.r2tl;
         }
     }
 }

@@ -247,6 +247,9 @@ impl TcpLink {
     /// buffers; Err: a protocol error (the queue fails).
     fn receive(&mut self, events: &mut Vec<Event>) -> std::result::Result<(), String> {
         loop {
+            if self.broken.is_some() {
+                return Ok(()); // nothing more goes into a command's buffer
+            }
             if self.placing.is_some_and(|p| p.left > 0) && !self.place_more(events)? {
                 return Ok(()); // the socket is drained (or broken)
             }

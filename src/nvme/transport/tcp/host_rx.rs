@@ -12,8 +12,9 @@
 //! - C2HData: DATAL is the PDU's data, the command reads, DATAO is the bytes received so far
 //!   (in order, no gap, no overlap), DATAO + DATAL within the command's length, and SUCCESS
 //!   only with the last byte of the command's data (it then completes the command);
-//! - R2T: the command writes through R2Ts, R2TL is not zero and R2TO + R2TL lies within the
-//!   command's length;
+//! - R2T: the command writes through R2Ts, R2TL is not zero, R2TO + R2TL lies within the
+//!   command's length, and R2TO asks for no data an earlier R2T asked for (as the Linux host
+//!   checks: a target repeating R2Ts cannot make the host send a command's data twice);
 //! - CapsuleResp: completes the command (whatever its data did);
 //! - C2HTermReq: the controller gave up on the connection (its FES and FEI);
 //!
@@ -54,8 +55,8 @@ enum Slot {
     Idle,
     /// Reading `len` bytes; `got` of them received.
     ToHost { len: u32, got: u32 },
-    /// Writing `len` bytes.
-    ToCtrl { len: u32 },
+    /// Writing `len` bytes; R2Ts asked for the data before `asked`.
+    ToCtrl { len: u32, asked: u32 },
 }
 
 /// A checked PDU from the controller.
@@ -135,6 +136,13 @@ pub enum HostRxError {
     SuccessEarly { cid: u16, got: u32, len: u32 },
     #[error("R2T for command {cid}, which writes nothing")]
     R2tForNoWrite { cid: u16 },
+    #[error("R2T for {r2to}+{r2tl} of command {cid}'s data, of which {asked} bytes were asked for already")]
+    R2tRepeated {
+        cid: u16,
+        r2to: u32,
+        r2tl: u32,
+        asked: u32,
+    },
     #[error("R2T for {r2to}+{r2tl} of command {cid}'s {len} bytes")]
     R2tOutOfRange {
         cid: u16,
@@ -200,7 +208,7 @@ impl HostRx {
         self.cmds[usize::from(cid)] = match e {
             Expect::Nothing => Slot::Idle,
             Expect::ToHost { len } => Slot::ToHost { len, got: 0 },
-            Expect::ToCtrl { len } => Slot::ToCtrl { len },
+            Expect::ToCtrl { len } => Slot::ToCtrl { len, asked: 0 },
         };
     }
 
@@ -328,20 +336,30 @@ impl HostRx {
         Ok((cid, h.datao, success))
     }
 
-    fn r2t(&self, header: &[u8; DATA_HLEN]) -> Result<HostPdu<'static>, HostRxError> {
+    fn r2t(&mut self, header: &[u8; DATA_HLEN]) -> Result<HostPdu<'static>, HostRxError> {
         let r = R2t::decode(header);
         let cid = r.cccid;
-        let Some(&Slot::ToCtrl { len }) = self.cmds.get(usize::from(cid)) else {
+        let slot = self.cmds.get_mut(usize::from(cid));
+        let Some(Slot::ToCtrl { len, asked }) = slot else {
             return Err(HostRxError::R2tForNoWrite { cid });
         };
-        if r.r2tl == 0 || u64::from(r.r2to) + u64::from(r.r2tl) > u64::from(len) {
+        if r.r2tl == 0 || u64::from(r.r2to) + u64::from(r.r2tl) > u64::from(*len) {
             return Err(HostRxError::R2tOutOfRange {
                 cid,
                 r2to: r.r2to,
                 r2tl: r.r2tl,
-                len,
+                len: *len,
             });
         }
+        if r.r2to < *asked {
+            return Err(HostRxError::R2tRepeated {
+                cid,
+                r2to: r.r2to,
+                r2tl: r.r2tl,
+                asked: *asked,
+            });
+        }
+        *asked = r.r2to + r.r2tl; // <= len: checked above
         Ok(HostPdu::R2t(r))
     }
 }

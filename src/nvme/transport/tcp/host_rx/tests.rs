@@ -219,6 +219,31 @@ fn r2t_within_a_writing_command() {
 }
 
 #[test]
+fn r2t_that_asks_again_for_data_already_asked_for() {
+    let n = neg(false, false);
+    let mut rx = checker(n);
+    accepted(&mut rx, &r2t(n, WRITE, 0, 1024));
+    for (r2to, r2tl) in [(0, 1024), (512, 1024), (1023, 1)] {
+        let e = err(&mut rx, &r2t(n, WRITE, r2to, r2tl));
+        assert_eq!(
+            e,
+            HostRxError::R2tRepeated {
+                cid: WRITE,
+                r2to,
+                r2tl,
+                asked: 1024
+            }
+        );
+    }
+    // The next part of the data, and a gap, as the Linux host allows.
+    accepted(&mut rx, &r2t(n, WRITE, 1024, 1024));
+    accepted(&mut rx, &r2t(n, WRITE, 3072, 1024));
+    // A command sent again starts over.
+    rx.expect(WRITE, Expect::ToCtrl { len: 4096 });
+    accepted(&mut rx, &r2t(n, WRITE, 0, 4096));
+}
+
+#[test]
 fn r2t_of_zero_bytes() {
     let n = neg(false, false);
     let mut rx = checker(n);
