@@ -486,6 +486,10 @@ pub struct NamespaceConfig {
     /// ANA group (1..=128): each listener gives a state per group (`[[listener]] ana`).
     #[serde(default = "default_ana_group")]
     pub ana_group: u32,
+    /// Hosts that see the namespace (host NQNs the subsystem admits); absent: every host the
+    /// subsystem admits; empty: none. Changes apply live, without reopening the namespace.
+    #[serde(default)]
+    pub hosts: Option<Vec<String>>,
     /// Where the blocks live.
     pub backend: BackendConfig,
 }

@@ -18,6 +18,10 @@ use crate::backend::{
 use crate::config::{parse_uuid, NamespaceConfig};
 use crate::ring::WorkerIo;
 
+pub mod visibility;
+
+use visibility::{Visibility, VisibilityCell};
+
 /// One namespace of a subsystem. Share it between workers (`Arc<Namespace>`); each worker
 /// opens its own [`NamespaceQueue`].
 #[derive(Debug)]
@@ -34,6 +38,8 @@ pub struct Namespace {
     fenced: Arc<AtomicBool>,
     /// Capacity in blocks, shared with every worker's queue (grows on reload).
     capacity: Arc<AtomicU64>,
+    /// The hosts that see it (changes on reload without reopening).
+    visibility: VisibilityCell,
 }
 
 impl Namespace {
@@ -43,6 +49,7 @@ impl Namespace {
         let mut ns = Namespace::new(cfg.nsid, backend, cfg.read_only);
         ns.uuid = cfg.uuid.as_deref().and_then(|u| parse_uuid(u).ok());
         ns.ana_group = cfg.ana_group;
+        ns.visibility = VisibilityCell::new(Visibility::of(cfg.hosts.as_deref()));
         Ok(ns)
     }
 
@@ -59,6 +66,7 @@ impl Namespace {
             ana_group: 1,
             fenced: Arc::new(AtomicBool::new(false)),
             capacity,
+            visibility: VisibilityCell::default(),
         }
     }
 
@@ -107,6 +115,16 @@ impl Namespace {
     /// The ANA group (Identify Namespace ANAGRPID).
     pub fn ana_group(&self) -> u32 {
         self.ana_group
+    }
+
+    /// Whether `hostnqn`'s controllers see this namespace (else it is inactive for them).
+    pub fn visible_to(&self, hostnqn: &str) -> bool {
+        self.visibility.allows(hostnqn)
+    }
+
+    /// Who sees it, and the cell that changes it.
+    pub fn visibility(&self) -> &VisibilityCell {
+        &self.visibility
     }
 
     pub fn uuid(&self) -> Option<[u8; 16]> {

@@ -10,10 +10,8 @@ use std::time::Duration;
 
 use common::*;
 use rdmablk::nvme::admin::AsyncEvent;
-use rdmablk::nvme::features::fid;
-use rdmablk::nvme::log_page::lid;
 use rdmablk::nvme::opcodes::admin;
-use rdmablk::nvme::{GetLogPage, SetFeatures, Sqe, Status};
+use rdmablk::nvme::Sqe;
 use rdmablk_initiator::{ConnectOptions, Controller};
 use rdmablk_target::config::Config;
 use rdmablk_target::nvmf::reload::ReloadError;
@@ -93,31 +91,6 @@ fn verify(ctrl: &Controller, nsid: u32, at: u64, seed: u64) -> Result<(), String
     Ok(())
 }
 
-/// Enables namespace-attribute events and leaves an Async Event Request outstanding.
-fn arm_events(h: &mut Host) {
-    let sf = SetFeatures {
-        fid: fid::ASYNC_EVENT_CONFIG,
-        value: 1 << 8,
-        save: false,
-        nsid: 0,
-    };
-    assert_status(&h.submit(sf.to_sqe(0), &[]), Status::SUCCESS);
-    let mut aer = Sqe::new(admin::ASYNC_EVENT_REQUEST, 0);
-    aer.cid = 0x7000;
-    h.send_capsule(&aer.to_bytes());
-}
-
-fn changed_namespaces(h: &mut Host) -> Vec<u32> {
-    let mut sqe = GetLogPage::new(lid::CHANGED_NS_LIST, 0xFFFF_FFFF, 0, 4096).to_sqe(0);
-    sqe.set_sgl(&h.keyed(0, 4096));
-    assert_status(&h.submit(sqe, &[]), Status::SUCCESS);
-    h.read_data(0, 4096)
-        .chunks(4)
-        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .take_while(|&id| id != 0)
-        .collect()
-}
-
 /// Waits until the I/O thread `io` has done `n` rounds; fails if it stopped (an I/O of it
 /// failed) or hangs.
 fn wait_rounds(rounds: &AtomicU64, n: u64, io: &std::thread::JoinHandle<Result<(), String>>) {
@@ -140,7 +113,7 @@ fn namespaces_come_and_go_while_hosts_stay_connected() {
     let t = Target::start(cfg(port, &[1], &[HOSTNQN], "")).expect("target starts");
     let handle = t.handle();
     let (mut admin, _) = admin_queue(t.local_addrs()[0], 0);
-    arm_events(&mut admin);
+    arm_ns_events(&mut admin, 0x7000);
     let ctrl = Controller::connect_with(&url(&t), opts()).expect("initiator connects");
     verify(&ctrl, 1, 0, 1).unwrap();
 
@@ -318,7 +291,7 @@ fn a_file_grown_on_disk_grows_its_namespace_on_reload() {
     );
     let t = Target::start(cfg(port, &[1], &[HOSTNQN], &extra)).expect("target starts");
     let (mut admin, _) = admin_queue(t.local_addrs()[0], 0);
-    arm_events(&mut admin);
+    arm_ns_events(&mut admin, 0x7000);
     let ctrl = Controller::connect_with(&url(&t), opts()).expect("initiator connects");
     assert_eq!(ctrl.namespace(2).unwrap().capacity_bytes(), 4 << 20);
 

@@ -403,6 +403,31 @@ fn check_subsystem(cfg: &Config, s: &SubsystemConfig, key: &str, c: &mut Checker
             }
         }
         check_namespace(cfg, ns, &nkey, c);
+        check_visibility(s, ns, &nkey, c);
+    }
+}
+
+/// `hosts` of a namespace: host NQNs the subsystem admits, each once.
+fn check_visibility(s: &SubsystemConfig, ns: &NamespaceConfig, key: &str, c: &mut Checker) {
+    let Some(hosts) = &ns.hosts else { return };
+    let mut seen = HashSet::new();
+    for (j, h) in hosts.iter().enumerate() {
+        let hkey = format!("{key}.hosts[{j}]");
+        if let Err(e) = validate_nqn(h) {
+            c.fail(hkey, e);
+            continue;
+        }
+        if !seen.insert(h.as_str()) {
+            c.fail(hkey, format!("{h:?} is listed twice"));
+        } else if !s.allow_any_host && !s.hosts.iter().any(|x| x.nqn() == h) {
+            c.fail(
+                hkey,
+                format!(
+                    "{h:?} is not in the subsystem's hosts, so it could never connect to see \
+                     the namespace (add it to the subsystem's hosts, or remove it here)"
+                ),
+            );
+        }
     }
 }
 

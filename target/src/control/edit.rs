@@ -40,6 +40,18 @@ pub enum Edit {
         nqn: String,
         nsid: u32,
     },
+    /// Shows a namespace to one more host (a namespace without `hosts` gets a list of one).
+    NamespaceHostAdd {
+        nqn: String,
+        nsid: u32,
+        host: String,
+    },
+    /// Hides a namespace from a host (the last one removed leaves `hosts = []`: no host).
+    NamespaceHostRemove {
+        nqn: String,
+        nsid: u32,
+        host: String,
+    },
     HostAdd {
         nqn: String,
         host: String,
@@ -144,6 +156,25 @@ pub fn apply(text: &str, edit: &Edit) -> Result<String, String> {
                 .ok_or_else(|| format!("subsystem {nqn} has no namespace {nsid}"))?;
             nss.remove(i);
         }
+        Edit::NamespaceHostAdd { nqn, nsid, host } => {
+            let hosts = namespace_hosts(&mut doc, nqn, *nsid)?;
+            if hosts.iter().any(|h| h.as_str() == Some(host.as_str())) {
+                return Err(format!(
+                    "subsystem {nqn} namespace {nsid} is visible to {host} already"
+                ));
+            }
+            hosts.push(host.as_str());
+        }
+        Edit::NamespaceHostRemove { nqn, nsid, host } => {
+            let hosts = namespace_hosts(&mut doc, nqn, *nsid)?;
+            let i = hosts
+                .iter()
+                .position(|h| h.as_str() == Some(host.as_str()))
+                .ok_or_else(|| {
+                    format!("subsystem {nqn} namespace {nsid} does not list {host} in its hosts")
+                })?;
+            hosts.remove(i);
+        }
         Edit::HostAdd {
             nqn,
             host,
@@ -245,6 +276,23 @@ pub fn apply(text: &str, edit: &Edit) -> Result<String, String> {
         }
     }
     Ok(doc.to_string())
+}
+
+/// The `hosts` array of namespace `nsid` of subsystem `nqn`, created empty if absent.
+fn namespace_hosts<'a>(
+    doc: &'a mut DocumentMut,
+    nqn: &str,
+    nsid: u32,
+) -> Result<&'a mut Array, String> {
+    let sub = find_subsystem(doc, nqn).ok_or_else(|| no_subsystem(nqn))?;
+    let ns = table_array(sub, "namespace")
+        .iter_mut()
+        .find(|n| n.get("nsid").and_then(Item::as_integer) == Some(i64::from(nsid)))
+        .ok_or_else(|| format!("subsystem {nqn} has no namespace {nsid}"))?;
+    ns.entry("hosts")
+        .or_insert(value(Array::new()))
+        .as_array_mut()
+        .ok_or_else(|| format!("subsystem {nqn} namespace {nsid}: `hosts` is not an array"))
 }
 
 /// A `hosts` entry: the NQN alone, or a one-line table with its DH-HMAC-CHAP keys.
@@ -552,6 +600,28 @@ backend = { kind = "ram", size = "8MiB" }
         )
         .unwrap_err();
         assert!(e.contains("needs the host's key"), "{e}");
+    }
+
+    #[test]
+    fn namespace_host_edits_show_and_hide_a_namespace() {
+        const A: &str = "nqn.2026-11.io.rdmablk:a";
+        const H1: &str = "nqn.2026-11.io.rdmablk:h1";
+        let add = format!(r#"{{"cmd":"namespace-host-add","nqn":"{A}","nsid":1,"host":"{H1}"}}"#);
+        let t = edit(&add, BASE).unwrap();
+        let cfg = crate::config::Config::from_str(&t).expect("still a valid configuration");
+        assert_eq!(
+            cfg.subsystems[0].namespaces[0].hosts,
+            Some(vec![H1.to_owned()])
+        );
+        assert!(edit(&add, &t).unwrap_err().contains("already"));
+        let rm = add.replace("namespace-host-add", "namespace-host-remove");
+        let t = edit(&rm, &t).unwrap();
+        // The last host removed: no host sees it (not every host).
+        let cfg = crate::config::Config::from_str(&t).unwrap();
+        assert_eq!(cfg.subsystems[0].namespaces[0].hosts, Some(Vec::new()));
+        assert!(edit(&rm, &t).unwrap_err().contains("does not list"));
+        let e = edit(&add.replace("\"nsid\":1", "\"nsid\":9"), BASE).unwrap_err();
+        assert!(e.contains("no namespace 9"), "{e}");
     }
 
     #[test]

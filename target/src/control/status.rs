@@ -4,6 +4,7 @@
 
 use serde_json::{json, Value};
 
+use crate::namespace::visibility::Visibility;
 use crate::nvmf::TargetHandle;
 
 impl TargetHandle {
@@ -46,6 +47,11 @@ impl TargetHandle {
                             "bytes": ns.num_blocks() * u64::from(ns.block_size()),
                             "read_only": ns.read_only(),
                             "fenced": ns.is_fenced(),
+                            // Absent (null): every host the subsystem admits.
+                            "visible_to": match &*ns.visibility().get() {
+                                Visibility::All => Value::Null,
+                                Visibility::Hosts(h) => json!(h),
+                            },
                         })
                     })
                     .collect();

@@ -132,7 +132,7 @@ fn identify<X: QueueTransport>(
         cns::CONTROLLER => identify_controller::<X>(ctrl, shared).encode(),
         cns::NAMESPACE => match id.nsid {
             0 | u32::MAX => return Err(Status::INVALID_NAMESPACE.with_dnr()),
-            nsid => match subsys.namespace(nsid) {
+            nsid => match ctrl.namespace(nsid) {
                 Some(ns) => {
                     let lbads = ns.block_size().trailing_zeros() as u8;
                     let mut idn = IdentifyNamespace::simple(ns.num_blocks(), lbads);
@@ -157,9 +157,8 @@ fn identify<X: QueueTransport>(
             }
             let mut nsids = [0u32; 1024];
             let mut n = 0;
-            for ns in subsys
-                .namespaces()
-                .iter()
+            for ns in ctrl
+                .visible_namespaces()
                 .filter(|ns| ns.nsid() > id.nsid)
                 .take(1024)
             {
@@ -168,7 +167,7 @@ fn identify<X: QueueTransport>(
             }
             encode_ns_list(&nsids[..n], id.nsid)
         }
-        cns::NS_DESC_LIST => match subsys.namespace(id.nsid) {
+        cns::NS_DESC_LIST => match ctrl.namespace(id.nsid) {
             Some(ns) => encode_ns_descriptors(&[
                 NsDescriptor::Uuid(uuid_of(subsys.nqn.as_str(), &ns)),
                 NsDescriptor::Csi(0),
@@ -314,7 +313,10 @@ fn get_log_page<X: QueueTransport>(
     if glp.lid == lid::ANA {
         // The log's size is its largest (what the host computes from NANAGRPID and MNAN):
         // a host that reads it in 4 KiB pieces (libnvme) gets zeroes past the groups.
-        let mut log = ctrl.ana.log(&ctrl.subsys).encode(glp.lsp & LSP_RGO != 0);
+        let mut log = ctrl
+            .ana
+            .log(&ctrl.subsys, &ctrl.hostnqn)
+            .encode(glp.lsp & LSP_RGO != 0);
         let max = ana::HEADER_LEN
             + ana::GROUP_LEN * ANA_GROUP_MAX as usize
             + 4 * MAX_NAMESPACES_PER_SUBSYSTEM;
@@ -328,6 +330,11 @@ fn get_log_page<X: QueueTransport>(
         // Error information: no errors recorded (all-zero entries).
         lid::ERROR => PAGE_4K_LEN,
         lid::SMART => {
+            // Per namespace (an NSID other than 0 and all): the namespace must be active for
+            // this host (nvmet's rule); the page is the controller's either way.
+            if !matches!(glp.nsid, 0 | u32::MAX) && ctrl.namespace(glp.nsid).is_none() {
+                return Err(Status::INVALID_NAMESPACE.with_dnr());
+            }
             let smart = SmartLog {
                 temperature_k: 300,
                 avail_spare: 100,

@@ -82,11 +82,11 @@ impl AnaPort {
             .collect()
     }
 
-    /// The ANA log page a controller of `subsys` on this port returns: every group that has
-    /// namespaces in the subsystem, and group 1 (the default group) always.
-    pub fn log(&self, subsys: &Subsystem) -> AnaLog {
+    /// The ANA log page a controller of `subsys` on this port returns to `hostnqn`: every
+    /// group that has namespaces the host sees, and group 1 (the default group) always.
+    pub fn log(&self, subsys: &Subsystem, hostnqn: &str) -> AnaLog {
         let mut groups: Vec<AnaGroup> = Vec::new();
-        for ns in subsys.namespaces().iter() {
+        for ns in subsys.namespaces().iter().filter(|n| n.visible_to(hostnqn)) {
             let g = ns.ana_group();
             match groups.iter_mut().find(|x| x.grpid == g) {
                 Some(x) => x.nsids.push(ns.nsid()),

@@ -17,6 +17,7 @@ use rdmablk::nvme::{Cc, Csts};
 
 use super::ana::AnaPort;
 use super::subsystem::Subsystem;
+use crate::namespace::Namespace;
 
 /// Register and feature state of one controller.
 #[derive(Debug)]
@@ -111,6 +112,21 @@ impl Controller {
     pub fn is_ready(&self) -> bool {
         let s = self.state();
         s.cc.en() && s.csts.rdy()
+    }
+
+    /// Active namespace `nsid` as this controller's host sees it (hidden ones are inactive).
+    pub fn namespace(&self, nsid: u32) -> Option<Arc<Namespace>> {
+        self.subsys
+            .namespace(nsid)
+            .filter(|ns| ns.visible_to(&self.hostnqn))
+    }
+
+    /// The namespaces this controller's host sees, ascending by NSID.
+    pub fn visible_namespaces(&self) -> impl Iterator<Item = Arc<Namespace>> + '_ {
+        let all = self.subsys.namespaces();
+        (0..all.len())
+            .map(move |i| Arc::clone(&all[i]))
+            .filter(|ns| ns.visible_to(&self.hostnqn))
     }
 
     /// Namespace `nsid` was added, removed or resized: remember it for the Changed

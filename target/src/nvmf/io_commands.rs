@@ -44,11 +44,10 @@ fn check<X: QueueTransport>(
     ctrl: &Arc<Controller>,
 ) -> Result<Next, Status> {
     let sqe = conn.reqs[slot as usize].sqe;
-    let subsys = &ctrl.subsys;
-    // The namespace, if it is active and its ANA group is accessible through this
+    // The namespace, if it is active (and visible to the host) and its ANA group is accessible through this
     // controller's listener (else the path status, without DNR: the host tries another path).
     let namespace = |nsid: u32| {
-        let ns = subsys
+        let ns = ctrl
             .namespace(nsid)
             .ok_or(Status::INVALID_NAMESPACE.with_dnr())?;
         match ctrl.ana.state(ns.ana_group()).io_status() {
@@ -141,7 +140,7 @@ pub fn plan<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, shared: &Shared) 
         Action::ReadWrite { .. } | Action::WriteZeroes { .. } => 1,
         Action::Flush { ns: Some(_) } => 1,
         Action::Flush { ns: None } => match &conn.ctrl {
-            Some(c) => c.subsys.namespaces().len() as u32,
+            Some(c) => c.visible_namespaces().count() as u32,
             None => 0,
         },
         Action::Deallocate { ns, ranges } => {
@@ -277,8 +276,8 @@ fn backend_op<X: QueueTransport>(
         } => (ns, IoOp::WriteZeroes { lba, blocks }),
         Action::Flush { ns: Some(ns) } => (ns, IoOp::Flush),
         Action::Flush { ns: None } => {
-            let all = conn.ctrl.as_ref().ok_or(())?.subsys.namespaces();
-            match all.get(i as usize) {
+            let ctrl = conn.ctrl.as_ref().ok_or(())?;
+            match ctrl.visible_namespaces().nth(i as usize) {
                 Some(n) => (n.slot(), IoOp::Flush),
                 None => return Ok(None),
             }

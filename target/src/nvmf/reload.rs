@@ -1,8 +1,8 @@
 //! Live reconfiguration: a new configuration is validated, then applied all or nothing.
 //!
 //! What may change while hosts are connected: subsystems (added, removed), their namespaces
-//! (added, removed, replaced when a namespace's settings change) and host lists, listeners,
-//! referrals. Everything else (arena, threads, limits, keep-alive settings) changes only with
+//! (added, removed, replaced when a namespace's settings change; a namespace's `hosts` changes
+//! in place) and host lists, listeners, referrals. Everything else (arena, threads, limits, keep-alive settings) changes only with
 //! a restart, and a reload that changes it is refused naming the keys.
 //!
 //! Order (what can fail comes first, so a refusal leaves the running target untouched):
@@ -10,7 +10,8 @@
 //!    open its queue to it; bind every new listener. Any failure undoes these and refuses.
 //! 2. publish: the new subsystem and host lists are swapped in; controllers of removed
 //!    subsystems, and of hosts no longer allowed, are torn down; controllers whose namespaces
-//!    changed get a Namespace Attribute Changed event; discovery controllers a Discovery Log
+//!    changed (for their host: a namespace it saw or sees) get a Namespace Attribute Changed
+//!    event; discovery controllers a Discovery Log
 //!    Change event.
 //! 3. retire: workers close their queues to removed namespaces once the I/O already in
 //!    flight there is done, flush them, and the namespaces are closed; removed listeners stop
@@ -29,6 +30,7 @@ use super::subsystem::{HostList, Subsystem};
 use super::worker::WorkerMsg;
 use super::{open_namespace, Shared, TargetHandle};
 use crate::config::{Config, ConfigError, ListenerConfig, NamespaceConfig, SubsystemConfig};
+use crate::namespace::visibility::Visibility;
 use crate::namespace::Namespace;
 
 /// How long workers get to open a namespace queue.
@@ -178,6 +180,8 @@ struct Plan {
     /// replaced).
     added_namespaces: Vec<(String, NamespaceConfig)>,
     removed_namespaces: Vec<(String, u32)>,
+    /// Kept namespaces whose `hosts` changed: subsystem, NSID, the new list.
+    visibility_changed: Vec<(String, u32, Option<Vec<String>>)>,
     /// Subsystems whose host list (or a host's keys) changed.
     hosts_changed: Vec<(String, SubsystemConfig)>,
     /// Some subsystem's allowed host NQNs changed (what the discovery log shows).
@@ -225,13 +229,21 @@ impl Plan {
                 o.namespaces.iter().map(|n| (n.nsid, n)).collect();
             let new_ns: HashMap<u32, &NamespaceConfig> =
                 s.namespaces.iter().map(|n| (n.nsid, n)).collect();
+            // A namespace whose settings but `hosts` are the same is kept (its visibility
+            // changes in place); any other change replaces it.
             for n in &o.namespaces {
-                if new_ns.get(&n.nsid) != Some(&n) {
-                    p.removed_namespaces.push((s.nqn.clone(), n.nsid));
+                match new_ns.get(&n.nsid) {
+                    Some(m) if same_but_hosts(n, m) => {
+                        if n.hosts != m.hosts {
+                            p.visibility_changed
+                                .push((s.nqn.clone(), n.nsid, m.hosts.clone()));
+                        }
+                    }
+                    _ => p.removed_namespaces.push((s.nqn.clone(), n.nsid)),
                 }
             }
             for n in &s.namespaces {
-                if old_ns.get(&n.nsid) != Some(&n) {
+                if !old_ns.get(&n.nsid).is_some_and(|m| same_but_hosts(m, n)) {
                     p.added_namespaces.push((s.nqn.clone(), n.clone()));
                 }
             }
@@ -262,6 +274,38 @@ impl Plan {
             || !self.added_listeners.is_empty()
             || !self.removed_listeners.is_empty()
             || self.referrals_changed
+    }
+}
+
+/// Whether two namespace settings differ at most in `hosts`.
+fn same_but_hosts(a: &NamespaceConfig, b: &NamespaceConfig) -> bool {
+    let strip = |n: &NamespaceConfig| NamespaceConfig {
+        hosts: None,
+        ..n.clone()
+    };
+    strip(a) == strip(b)
+}
+
+/// A namespace change, and which hosts it concerns.
+enum NsEvent {
+    /// Added, removed, replaced or grown: hosts that saw or see it.
+    Changed(u32, Vec<Arc<Visibility>>),
+    /// Its host list changed: hosts for which it appeared or vanished.
+    Visibility(u32, Arc<Visibility>, Arc<Visibility>),
+}
+
+impl NsEvent {
+    /// The NSID, if the change concerns `hostnqn`.
+    fn for_host(&self, hostnqn: &str) -> Option<u32> {
+        let concerns = match self {
+            NsEvent::Changed(_, seen) => seen.iter().any(|v| v.allows(hostnqn)),
+            NsEvent::Visibility(_, before, after) => {
+                before.allows(hostnqn) != after.allows(hostnqn)
+            }
+        };
+        concerns.then_some(match self {
+            NsEvent::Changed(id, _) | NsEvent::Visibility(id, ..) => *id,
+        })
     }
 }
 
@@ -349,7 +393,7 @@ fn publish(shared: &Arc<Shared>, plan: &Plan, new: &Config, ready: Prepared) -> 
     // The new subsystem list, existing subsystems kept (controllers hold them).
     let mut list = Vec::new();
     let mut retired = Vec::new();
-    let mut touched: Vec<(Arc<Subsystem>, Vec<u32>)> = Vec::new();
+    let mut touched: Vec<(Arc<Subsystem>, Vec<NsEvent>)> = Vec::new();
     for s in &new.subsystems {
         let fresh = opened.remove(s.nqn.as_str()).unwrap_or_default();
         let Some(sub) = by_nqn.get(s.nqn.as_str()) else {
@@ -363,24 +407,43 @@ fn publish(shared: &Arc<Shared>, plan: &Plan, new: &Config, ready: Prepared) -> 
             .filter(|(q, _)| q == &s.nqn)
             .map(|(_, id)| *id)
             .collect();
+        let mut events = Vec::new();
         let mut nss: Vec<Arc<Namespace>> = sub
             .namespaces()
             .iter()
             .filter(|n| {
                 let keep = !gone.contains(&n.nsid());
                 if !keep {
+                    events.push(NsEvent::Changed(n.nsid(), vec![n.visibility().get()]));
                     retired.push(Arc::clone(n));
                 }
                 keep
             })
             .cloned()
             .collect();
-        let mut ids = gone.clone();
+        // Kept namespaces whose host list changed: it changes in place.
+        for (_, id, hosts) in plan.visibility_changed.iter().filter(|(q, ..)| q == &s.nqn) {
+            let Some(n) = nss.iter().find(|n| n.nsid() == *id) else {
+                continue;
+            };
+            let after = Visibility::of(hosts.as_deref());
+            let before = n.visibility().set(after.clone());
+            changes.push(format!(
+                "subsystem {} namespace {id} visible to {}",
+                s.nqn,
+                match &after {
+                    Visibility::All => "every host".to_owned(),
+                    Visibility::Hosts(h) if h.is_empty() => "no host".to_owned(),
+                    Visibility::Hosts(h) => h.join(", "),
+                }
+            ));
+            events.push(NsEvent::Visibility(*id, before, Arc::new(after)));
+        }
         // Kept namespaces whose file or device grew on disk: the new capacity, and an event.
         for n in nss.iter() {
             match n.refresh_capacity() {
                 Ok(Some(blocks)) => {
-                    ids.push(n.nsid());
+                    events.push(NsEvent::Changed(n.nsid(), vec![n.visibility().get()]));
                     changes.push(format!(
                         "subsystem {} namespace {} grew to {blocks} blocks",
                         s.nqn,
@@ -392,7 +455,7 @@ fn publish(shared: &Arc<Shared>, plan: &Plan, new: &Config, ready: Prepared) -> 
             }
         }
         for n in &fresh {
-            ids.push(n.nsid());
+            events.push(NsEvent::Changed(n.nsid(), vec![n.visibility().get()]));
             let what = if gone.contains(&n.nsid()) {
                 "replaced"
             } else {
@@ -410,10 +473,8 @@ fn publish(shared: &Arc<Shared>, plan: &Plan, new: &Config, ready: Prepared) -> 
         if membership_changed {
             sub.set_namespaces(nss);
         }
-        if !ids.is_empty() {
-            ids.sort_unstable();
-            ids.dedup();
-            touched.push((Arc::clone(sub), ids));
+        if !events.is_empty() {
+            touched.push((Arc::clone(sub), events));
         }
         if let Some((_, c)) = plan.hosts_changed.iter().find(|(q, _)| q == &s.nqn) {
             sub.set_hosts(HostList::of(c));
@@ -449,9 +510,9 @@ fn publish(shared: &Arc<Shared>, plan: &Plan, new: &Config, ready: Prepared) -> 
             c.kill();
             continue;
         }
-        if let Some((_, ids)) = touched.iter().find(|(s, _)| Arc::ptr_eq(s, &c.subsys)) {
-            for id in ids {
-                c.namespace_changed(*id);
+        if let Some((_, events)) = touched.iter().find(|(s, _)| Arc::ptr_eq(s, &c.subsys)) {
+            for id in events.iter().filter_map(|e| e.for_host(&c.hostnqn)) {
+                c.namespace_changed(id);
             }
         }
     }

@@ -17,10 +17,12 @@ use std::time::{Duration, Instant};
 
 use rdmablk::fabric::{FabricError, ProviderKind};
 use rdmablk::nvme::fabrics::CNTLID_DYNAMIC;
+use rdmablk::nvme::features::fid;
 use rdmablk::nvme::identify::IDENTIFY_LEN;
+use rdmablk::nvme::log_page::lid;
 use rdmablk::nvme::opcodes::{admin, fctype, io};
 use rdmablk::nvme::transport::rdma::{CmReject, CmRejectStatus};
-use rdmablk::nvme::{Cqe, IdentifyCmd, ReadWrite, Sgl, Sqe, Status};
+use rdmablk::nvme::{Cqe, GetLogPage, IdentifyCmd, ReadWrite, SetFeatures, Sgl, Sqe, Status};
 use rdmablk_target::config::Config;
 use rdmablk_target::Target;
 
@@ -179,8 +181,13 @@ pub fn rw_sqe(write: bool, nsid: u32, lba: u64, blocks: u32, sgl: &Sgl) -> Sqe {
 
 /// An admin queue through Connect and CC.EN; returns it and the cntlid.
 pub fn admin_queue(addr: SocketAddr, kato_ms: u32) -> (Host, u16) {
+    admin_queue_as(addr, HOSTNQN, kato_ms)
+}
+
+/// [`admin_queue`] for host `hostnqn`.
+pub fn admin_queue_as(addr: SocketAddr, hostnqn: &str, kato_ms: u32) -> (Host, u16) {
     let mut h = Host::connect(addr, cm_request(0, 32)).expect("admin CM connect");
-    let c = h.fabrics_connect(0, SUBNQN, HOSTNQN, CNTLID_DYNAMIC, kato_ms);
+    let c = h.fabrics_connect(0, SUBNQN, hostnqn, CNTLID_DYNAMIC, kato_ms);
     assert!(c.status.is_success(), "admin connect: {}", c.status);
     let cntlid = c.dw0 as u16;
     let c = h.property_set(rdmablk::nvme::properties::CC, 0x0046_0001);
@@ -190,10 +197,42 @@ pub fn admin_queue(addr: SocketAddr, kato_ms: u32) -> (Host, u16) {
 
 /// A connected I/O queue `qid` of controller `cntlid`.
 pub fn io_queue(addr: SocketAddr, qid: u16, cntlid: u16) -> Host {
+    io_queue_as(addr, HOSTNQN, qid, cntlid)
+}
+
+/// [`io_queue`] for host `hostnqn`.
+pub fn io_queue_as(addr: SocketAddr, hostnqn: &str, qid: u16, cntlid: u16) -> Host {
     let mut h = Host::connect(addr, cm_request(qid, DEPTH as u16)).expect("I/O CM connect");
-    let c = h.fabrics_connect(qid, SUBNQN, HOSTNQN, cntlid, 0);
+    let c = h.fabrics_connect(qid, SUBNQN, hostnqn, cntlid, 0);
     assert!(c.status.is_success(), "I/O connect: {}", c.status);
     h
+}
+
+/// Enables namespace-attribute events and leaves an Async Event Request (command ID `cid`)
+/// outstanding.
+pub fn arm_ns_events(h: &mut Host, cid: u16) {
+    let sf = SetFeatures {
+        fid: fid::ASYNC_EVENT_CONFIG,
+        value: 1 << 8,
+        save: false,
+        nsid: 0,
+    };
+    assert_status(&h.submit(sf.to_sqe(0), &[]), Status::SUCCESS);
+    let mut aer = Sqe::new(admin::ASYNC_EVENT_REQUEST, 0);
+    aer.cid = cid;
+    h.send_capsule(&aer.to_bytes());
+}
+
+/// Reads (and so clears) the Changed Namespace List.
+pub fn changed_namespaces(h: &mut Host) -> Vec<u32> {
+    let mut sqe = GetLogPage::new(lid::CHANGED_NS_LIST, 0xFFFF_FFFF, 0, 4096).to_sqe(0);
+    sqe.set_sgl(&h.keyed(0, 4096));
+    assert_status(&h.submit(sqe, &[]), Status::SUCCESS);
+    h.read_data(0, 4096)
+        .chunks(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .take_while(|&id| id != 0)
+        .collect()
 }
 
 /// The reject status of a refused CM connect.

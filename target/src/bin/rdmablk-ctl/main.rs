@@ -146,6 +146,29 @@ enum NamespaceOp {
         nqn: String,
         nsid: u32,
     },
+    /// Show the namespace to a host, or hide it (per-host visibility).
+    Host {
+        #[command(subcommand)]
+        op: NamespaceHostOp,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum NamespaceHostOp {
+    /// Show namespace NSID to HOST too. On a namespace every host sees (no `hosts` key), the
+    /// first host added makes it visible to that host only.
+    Add {
+        nqn: String,
+        nsid: u32,
+        host: String,
+    },
+    /// Hide namespace NSID from HOST. Removing the last host leaves `hosts = []`: no host
+    /// sees the namespace (not every host).
+    Remove {
+        nqn: String,
+        nsid: u32,
+        host: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -235,6 +258,14 @@ fn request(cmd: &Cmd) -> Value {
             NamespaceOp::Remove { nqn, nsid } => {
                 json!({"cmd": "namespace-remove", "nqn": nqn, "nsid": nsid})
             }
+            NamespaceOp::Host { op } => match op {
+                NamespaceHostOp::Add { nqn, nsid, host } => {
+                    json!({"cmd": "namespace-host-add", "nqn": nqn, "nsid": nsid, "host": host})
+                }
+                NamespaceHostOp::Remove { nqn, nsid, host } => json!({
+                    "cmd": "namespace-host-remove", "nqn": nqn, "nsid": nsid, "host": host
+                }),
+            },
         },
         Cmd::Host { op } => match op {
             HostOp::Add {
@@ -415,6 +446,15 @@ fn print_human(cmd: &Cmd, r: &Value) {
                         s(&ns["block_size"]),
                         s(&ns["path"])
                     );
+                    if let Some(h) = ns["visible_to"].as_array() {
+                        let h: Vec<String> = h.iter().map(s).collect();
+                        let h = if h.is_empty() {
+                            "no host".to_owned()
+                        } else {
+                            h.join(", ")
+                        };
+                        println!("         visible to: {h}");
+                    }
                 }
             }
             println!("CONTROLLERS");

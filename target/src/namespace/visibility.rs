@@ -1,0 +1,81 @@
+//! Per-host namespace visibility: which hosts a namespace is attached to
+//! (`[[subsystem.namespace]] hosts`, SPDK's `no_auto_visible` with `nvmf_ns_add_host`).
+//!
+//! A namespace hidden from a host is, for that host's controllers, an inactive NSID: absent
+//! from the active namespace list and the ANA log, zeroes for Identify Namespace, Invalid
+//! Namespace for I/O. The list changes at run time (reload, `rdmablk-ctl namespace host`)
+//! without reopening the namespace: it is swapped whole, so the I/O path reads it with one
+//! atomic load and, for a namespace every host sees, no comparison at all.
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+
+/// Who sees a namespace.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Visibility {
+    /// Every host the subsystem admits (no `hosts` key).
+    #[default]
+    All,
+    /// Only these host NQNs (an empty list: no host).
+    Hosts(Vec<String>),
+}
+
+impl Visibility {
+    /// The visibility a namespace's `hosts` key gives.
+    pub fn of(hosts: Option<&[String]>) -> Visibility {
+        match hosts {
+            None => Visibility::All,
+            Some(h) => Visibility::Hosts(h.to_vec()),
+        }
+    }
+
+    /// Whether `hostnqn` sees the namespace.
+    pub fn allows(&self, hostnqn: &str) -> bool {
+        match self {
+            Visibility::All => true,
+            Visibility::Hosts(h) => h.iter().any(|x| x == hostnqn),
+        }
+    }
+}
+
+/// A namespace's visibility as it changes at run time.
+#[derive(Debug, Default)]
+pub struct VisibilityCell(ArcSwap<Visibility>);
+
+impl VisibilityCell {
+    pub fn new(v: Visibility) -> VisibilityCell {
+        VisibilityCell(ArcSwap::from_pointee(v))
+    }
+
+    /// Whether `hostnqn` sees the namespace now.
+    pub fn allows(&self, hostnqn: &str) -> bool {
+        self.0.load().allows(hostnqn)
+    }
+
+    pub fn get(&self) -> Arc<Visibility> {
+        self.0.load_full()
+    }
+
+    /// Replaces the visibility; the one it replaced.
+    pub fn set(&self, v: Visibility) -> Arc<Visibility> {
+        self.0.swap(Arc::new(v))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn absent_list_shows_all_and_empty_list_shows_none() {
+        assert!(Visibility::of(None).allows("nqn.a"));
+        assert!(!Visibility::of(Some(&[])).allows("nqn.a"));
+        let v = Visibility::of(Some(&["nqn.a".to_owned()]));
+        assert!(v.allows("nqn.a"));
+        assert!(!v.allows("nqn.b"));
+        let c = VisibilityCell::new(v.clone());
+        assert_eq!(*c.set(Visibility::All), v);
+        assert!(c.allows("nqn.b"));
+    }
+}
