@@ -14,6 +14,7 @@ mod nqn;
 mod validate;
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
@@ -490,9 +491,58 @@ pub struct NamespaceConfig {
     /// subsystem admits; empty: none. Changes apply live, without reopening the namespace.
     #[serde(default)]
     pub hosts: Option<Vec<String>>,
+    /// QoS limits (`[subsystem.namespace.qos]`), for every host together; changed live.
+    #[serde(default)]
+    pub qos: QosConfig,
     /// Where the blocks live.
     pub backend: BackendConfig,
 }
+
+/// `[subsystem.namespace.qos]`: limits shared by every host and worker; absent keys: no
+/// limit. Commands over a limit are held, never failed.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct QosConfig {
+    /// Commands per second (reads, writes, flushes, write zeroes, deallocates), at least
+    /// [`QOS_MIN_IOPS`].
+    pub iops: Option<u64>,
+    /// Read plus written bytes per second, at least [`QOS_MIN_BANDWIDTH`].
+    pub bandwidth: Option<ByteSize>,
+    /// Read bytes per second.
+    pub read_bandwidth: Option<ByteSize>,
+    /// Written bytes per second.
+    pub write_bandwidth: Option<ByteSize>,
+}
+
+impl fmt::Display for QosConfig {
+    /// `iops 1000, bandwidth 100 MiB/s` (the limits set), or `no limits`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts = Vec::new();
+        if let Some(n) = self.iops {
+            parts.push(format!("iops {n}"));
+        }
+        for (name, b) in [
+            ("bandwidth", self.bandwidth),
+            ("read_bandwidth", self.read_bandwidth),
+            ("write_bandwidth", self.write_bandwidth),
+        ] {
+            if let Some(b) = b {
+                parts.push(format!("{name} {b}/s"));
+            }
+        }
+        if parts.is_empty() {
+            f.write_str("no limits")
+        } else {
+            f.write_str(&parts.join(", "))
+        }
+    }
+}
+
+/// The lowest IOPS limit: below it a host's queue full of held commands would outlast its
+/// I/O timeout (30 s on Linux) and the host would reset the controller.
+pub const QOS_MIN_IOPS: u64 = 100;
+/// The lowest bandwidth limit, bytes per second (SPDK's minimum too).
+pub const QOS_MIN_BANDWIDTH: u64 = 1 << 20;
 
 fn default_ana_group() -> u32 {
     1

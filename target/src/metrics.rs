@@ -159,6 +159,10 @@ pub struct NamespaceIo {
     pub errors: HashMap<(u8, u16), u64>,
     /// Commands executing now.
     pub in_flight: u64,
+    /// QoS: commands held at least once, the seconds they spent held, and those held now.
+    pub qos_held: u64,
+    pub qos_held_seconds: f64,
+    pub qos_queued: u64,
     /// Latency sum, ns, by operation.
     pub latency_sum_ns: [u64; OPS],
     /// Latency histogram by operation: count per bucket of [`LATENCY_BUCKETS_US`] (then one
@@ -206,6 +210,7 @@ pub fn namespace_io(target: &TargetHandle) -> Vec<NamespaceIo> {
                 }
             }
             io.in_flight = started.saturating_sub(finished);
+            (io.qos_held, io.qos_held_seconds, io.qos_queued) = ns.qos().stats();
             out.push(io);
         }
     }
@@ -231,6 +236,7 @@ impl Collector for TargetCollector {
         let mut errors: Vec<(Labels, u64)> = Vec::new();
         let mut lat: Vec<HistogramSeries> = Vec::new();
         let mut in_flight: Vec<(Labels, i64)> = Vec::new();
+        let mut qos: Vec<(Labels, u64, f64, i64)> = Vec::new();
         for io in namespace_io(&self.0) {
             let base: Labels = vec![
                 ("subsystem", io.subsystem.clone()),
@@ -253,6 +259,12 @@ impl Collector for TargetCollector {
                 lat.push((l, io.latency_sum_ns[i] as f64 / 1e9, count, buckets));
             }
             in_flight.push((base.clone(), io.in_flight as i64));
+            qos.push((
+                base.clone(),
+                io.qos_held,
+                io.qos_held_seconds,
+                io.qos_queued as i64,
+            ));
             bytes.push((base.clone(), io.read_bytes, io.written_bytes));
             for ((op, field), n) in io.errors {
                 let mut l = base.clone();
@@ -305,6 +317,31 @@ impl Collector for TargetCollector {
             "rdmablk_namespace_in_flight",
             "Commands executing now",
             &in_flight,
+        )?;
+        let held: Vec<(Labels, u64)> = qos.iter().map(|(l, n, ..)| (l.clone(), *n)).collect();
+        counter_family(
+            &mut enc,
+            "rdmablk_namespace_qos_throttled_commands",
+            "Commands the namespace's QoS limits held before they ran",
+            &held,
+        )?;
+        {
+            let mut m = enc.encode_descriptor(
+                "rdmablk_namespace_qos_throttled_seconds",
+                "Time commands spent held by the namespace's QoS limits, summed",
+                None,
+                MetricType::Counter,
+            )?;
+            for (l, _, secs, _) in &qos {
+                ConstCounter::new(*secs).encode(m.encode_family(l)?)?;
+            }
+        }
+        let queued: Vec<(Labels, i64)> = qos.iter().map(|(l, .., q)| (l.clone(), *q)).collect();
+        gauge_family(
+            &mut enc,
+            "rdmablk_namespace_qos_queued",
+            "Commands held by the namespace's QoS limits now",
+            &queued,
         )?;
 
         let mut per_host: HashMap<(String, String), i64> = HashMap::new();

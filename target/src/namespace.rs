@@ -18,8 +18,10 @@ use crate::backend::{
 use crate::config::{parse_uuid, NamespaceConfig};
 use crate::ring::WorkerIo;
 
+pub mod qos;
 pub mod visibility;
 
+use qos::Qos;
 use visibility::{Visibility, VisibilityCell};
 
 /// One namespace of a subsystem. Share it between workers (`Arc<Namespace>`); each worker
@@ -40,6 +42,8 @@ pub struct Namespace {
     capacity: Arc<AtomicU64>,
     /// The hosts that see it (changes on reload without reopening).
     visibility: VisibilityCell,
+    /// Its QoS limits (the same), shared with every worker's queue.
+    qos: Arc<Qos>,
 }
 
 impl Namespace {
@@ -50,6 +54,7 @@ impl Namespace {
         ns.uuid = cfg.uuid.as_deref().and_then(|u| parse_uuid(u).ok());
         ns.ana_group = cfg.ana_group;
         ns.visibility = VisibilityCell::new(Visibility::of(cfg.hosts.as_deref()));
+        ns.qos.set(&cfg.qos);
         Ok(ns)
     }
 
@@ -67,6 +72,7 @@ impl Namespace {
             fenced: Arc::new(AtomicBool::new(false)),
             capacity,
             visibility: VisibilityCell::default(),
+            qos: Arc::default(),
         }
     }
 
@@ -120,6 +126,11 @@ impl Namespace {
     /// Whether `hostnqn`'s controllers see this namespace (else it is inactive for them).
     pub fn visible_to(&self, hostnqn: &str) -> bool {
         self.visibility.allows(hostnqn)
+    }
+
+    /// Its QoS limits and what they held back.
+    pub fn qos(&self) -> &Arc<Qos> {
+        &self.qos
     }
 
     /// Who sees it, and the cell that changes it.

@@ -7,10 +7,10 @@ use std::path::Path;
 use rdmablk::nvme::ana::AnaState;
 
 use super::{
-    validate_nqn, validate_uuid, BackendConfig, Config, FaultConfig, NamespaceConfig,
+    validate_nqn, validate_uuid, BackendConfig, Config, FaultConfig, NamespaceConfig, QosConfig,
     RbdBackendConfig, SubsystemConfig, ANA_GROUP_MAX, CNTLID_MAX, CNTLID_MIN, DISCOVERY_NQN,
     MAX_IN_CAPSULE_DATA_SIZE, MAX_IO_SIZE, MAX_NAMESPACES_PER_SUBSYSTEM, MAX_QUEUE_DEPTH,
-    MAX_WORKER_THREADS, MIN_QUEUE_DEPTH,
+    MAX_WORKER_THREADS, MIN_QUEUE_DEPTH, QOS_MIN_BANDWIDTH, QOS_MIN_IOPS,
 };
 
 /// One thing wrong with a configuration.
@@ -404,6 +404,39 @@ fn check_subsystem(cfg: &Config, s: &SubsystemConfig, key: &str, c: &mut Checker
         }
         check_namespace(cfg, ns, &nkey, c);
         check_visibility(s, ns, &nkey, c);
+        check_qos(&ns.qos, &format!("{nkey}.qos"), c);
+    }
+}
+
+/// `qos` of a namespace: limits high enough that held commands do not time out on hosts.
+fn check_qos(q: &QosConfig, key: &str, c: &mut Checker) {
+    if let Some(n) = q.iops {
+        if n < QOS_MIN_IOPS {
+            c.fail(
+                format!("{key}.iops"),
+                format!(
+                    "{n} is below {QOS_MIN_IOPS}: a host's queue of held commands would outlast \
+                     its I/O timeout (raise it, or remove the key for no limit)"
+                ),
+            );
+        }
+    }
+    for (name, b) in [
+        ("bandwidth", q.bandwidth),
+        ("read_bandwidth", q.read_bandwidth),
+        ("write_bandwidth", q.write_bandwidth),
+    ] {
+        if let Some(b) = b {
+            if b.bytes() < QOS_MIN_BANDWIDTH {
+                c.fail(
+                    format!("{key}.{name}"),
+                    format!(
+                        "{b} per second is below 1 MiB (raise it, or remove the key for no \
+                         limit)"
+                    ),
+                );
+            }
+        }
     }
 }
 

@@ -52,6 +52,20 @@ pub enum Edit {
         nsid: u32,
         host: String,
     },
+    /// Sets a namespace's QoS limits: the ones given replace the `qos` table (none given:
+    /// no limits). Bandwidths as in the file (`"100MiB"`), per second.
+    NamespaceQos {
+        nqn: String,
+        nsid: u32,
+        #[serde(default)]
+        iops: Option<u64>,
+        #[serde(default)]
+        bandwidth: Option<String>,
+        #[serde(default)]
+        read_bandwidth: Option<String>,
+        #[serde(default)]
+        write_bandwidth: Option<String>,
+    },
     HostAdd {
         nqn: String,
         host: String,
@@ -175,6 +189,38 @@ pub fn apply(text: &str, edit: &Edit) -> Result<String, String> {
                 })?;
             hosts.remove(i);
         }
+        Edit::NamespaceQos {
+            nqn,
+            nsid,
+            iops,
+            bandwidth,
+            read_bandwidth,
+            write_bandwidth,
+        } => {
+            let ns = namespace_table(&mut doc, nqn, *nsid)?;
+            let mut q = InlineTable::new();
+            if let Some(n) = iops {
+                q.insert(
+                    "iops",
+                    i64::try_from(*n).map_err(|_| "iops too large")?.into(),
+                );
+            }
+            for (k, v) in [
+                ("bandwidth", bandwidth),
+                ("read_bandwidth", read_bandwidth),
+                ("write_bandwidth", write_bandwidth),
+            ] {
+                if let Some(v) = v {
+                    crate::config::ByteSize::parse(v).map_err(|e| format!("{k}: {e}"))?;
+                    q.insert(k, v.as_str().into());
+                }
+            }
+            if q.is_empty() {
+                ns.remove("qos");
+            } else {
+                ns.insert("qos", value(q));
+            }
+        }
         Edit::HostAdd {
             nqn,
             host,
@@ -278,18 +324,27 @@ pub fn apply(text: &str, edit: &Edit) -> Result<String, String> {
     Ok(doc.to_string())
 }
 
+/// The table of namespace `nsid` of subsystem `nqn`.
+fn namespace_table<'a>(
+    doc: &'a mut DocumentMut,
+    nqn: &str,
+    nsid: u32,
+) -> Result<&'a mut Table, String> {
+    let sub = find_subsystem(doc, nqn).ok_or_else(|| no_subsystem(nqn))?;
+    table_array(sub, "namespace")
+        .iter_mut()
+        .find(|n| n.get("nsid").and_then(Item::as_integer) == Some(i64::from(nsid)))
+        .ok_or_else(|| format!("subsystem {nqn} has no namespace {nsid}"))
+}
+
 /// The `hosts` array of namespace `nsid` of subsystem `nqn`, created empty if absent.
 fn namespace_hosts<'a>(
     doc: &'a mut DocumentMut,
     nqn: &str,
     nsid: u32,
 ) -> Result<&'a mut Array, String> {
-    let sub = find_subsystem(doc, nqn).ok_or_else(|| no_subsystem(nqn))?;
-    let ns = table_array(sub, "namespace")
-        .iter_mut()
-        .find(|n| n.get("nsid").and_then(Item::as_integer) == Some(i64::from(nsid)))
-        .ok_or_else(|| format!("subsystem {nqn} has no namespace {nsid}"))?;
-    ns.entry("hosts")
+    namespace_table(doc, nqn, nsid)?
+        .entry("hosts")
         .or_insert(value(Array::new()))
         .as_array_mut()
         .ok_or_else(|| format!("subsystem {nqn} namespace {nsid}: `hosts` is not an array"))
@@ -622,6 +677,23 @@ backend = { kind = "ram", size = "8MiB" }
         assert!(edit(&rm, &t).unwrap_err().contains("does not list"));
         let e = edit(&add.replace("\"nsid\":1", "\"nsid\":9"), BASE).unwrap_err();
         assert!(e.contains("no namespace 9"), "{e}");
+    }
+
+    #[test]
+    fn namespace_qos_sets_and_clears_the_limits() {
+        let set = r#"{"cmd":"namespace-qos","nqn":"nqn.2026-11.io.rdmablk:a","nsid":1,
+                      "iops":2000,"write_bandwidth":"100MiB"}"#;
+        let t = edit(set, BASE).unwrap();
+        let cfg = crate::config::Config::from_str(&t).expect("still a valid configuration");
+        let q = cfg.subsystems[0].namespaces[0].qos;
+        assert_eq!(q.iops, Some(2000));
+        assert_eq!(q.write_bandwidth.map(|b| b.bytes()), Some(100 << 20));
+        assert_eq!(q.bandwidth, None);
+        let clear = r#"{"cmd":"namespace-qos","nqn":"nqn.2026-11.io.rdmablk:a","nsid":1}"#;
+        let t = edit(clear, &t).unwrap();
+        assert!(!t.contains("qos"), "{t}");
+        let e = edit(&set.replace("100MiB", "100MB"), BASE).unwrap_err();
+        assert!(e.contains("write_bandwidth"), "{e}");
     }
 
     #[test]

@@ -47,6 +47,9 @@ impl TargetHandle {
                             "bytes": ns.num_blocks() * u64::from(ns.block_size()),
                             "read_only": ns.read_only(),
                             "fenced": ns.is_fenced(),
+                            "qos": cfg
+                                .and_then(|c| c.namespaces.iter().find(|n| n.nsid == ns.nsid()))
+                                .map(|n| n.qos.to_string()),
                             // Absent (null): every host the subsystem admits.
                             "visible_to": match &*ns.visibility().get() {
                                 Visibility::All => Value::Null,

@@ -1,15 +1,23 @@
 //! One worker's backend queues, one per namespace slot ([`super::ns_table`]), and their life:
 //! opened when a namespace is added, closed (after its I/O in flight, then a flush) when it
-//! is removed.
+//! is removed. Each also holds the worker's commands that its namespace's QoS limits hold
+//! back ([`crate::namespace::qos`]), in arrival order, until the limits admit them.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 
 use crate::backend::{Completion, IoOp, IoRequest, SubmitError};
+use crate::namespace::qos::{Cost, Qos};
 use crate::namespace::{Namespace, NamespaceQueue};
 use crate::ring::WorkerIo;
+
+/// The shortest wait before held commands are offered to their limits again: a worker wakes
+/// at most once a millisecond per namespace and lets go of what the limits admit by then (the
+/// limits' burst, [`crate::namespace::qos::BURST`], absorbs the delay; the rate is kept).
+const RETRY_MIN: Duration = Duration::from_millis(1);
 
 /// The answer a worker gives to an open or close request.
 pub type Ack = Sender<Result<(), String>>;
@@ -19,12 +27,19 @@ struct Slot {
     nsid: u32,
     /// Set once the namespace was removed: no new I/O; closed when idle, then acked.
     closing: Option<Ack>,
+    qos: Arc<Qos>,
+    /// Commands (backend tags) the limits hold, oldest first, with their cost and since when.
+    held: VecDeque<(u64, Cost, Instant)>,
+    /// When the limits may admit the oldest held command.
+    retry_at: Option<Instant>,
 }
 
 /// A worker's queues by namespace slot.
 #[derive(Default)]
 pub struct NsQueues {
     slots: Vec<Option<Slot>>,
+    /// Commands held by QoS limits, every slot's.
+    held: usize,
 }
 
 impl NsQueues {
@@ -39,8 +54,82 @@ impl NsQueues {
             q,
             nsid: ns.nsid(),
             closing: None,
+            qos: Arc::clone(ns.qos()),
+            held: VecDeque::new(),
+            retry_at: None,
         });
         Ok(())
+    }
+
+    /// Whether command `tag` of `cost` on slot `i` may run now: true, or false when the
+    /// namespace's QoS limits hold it (it waits behind the worker's other held commands of the
+    /// namespace; [`NsQueues::release_held`] lets it go).
+    #[inline]
+    pub fn admit(&mut self, i: usize, tag: u64, cost: Cost) -> bool {
+        let Some(Some(s)) = self.slots.get_mut(i) else {
+            return true; // gone: the submit fails it
+        };
+        if !s.qos.enabled() && s.held.is_empty() {
+            return true;
+        }
+        let now = Instant::now();
+        if s.held.is_empty() {
+            match s.qos.admit(cost, now) {
+                Ok(()) => return true,
+                Err(wait) => s.retry_at = Some(now + wait.max(RETRY_MIN)),
+            }
+        }
+        s.qos.held();
+        s.held.push_back((tag, cost, now));
+        self.held += 1;
+        false
+    }
+
+    /// Appends to `out` the held commands the limits admit now (and every held command of a
+    /// closing namespace, or of one whose limits were lifted: their submit decides).
+    pub fn release_held(&mut self, out: &mut Vec<u64>) {
+        if self.held == 0 {
+            return;
+        }
+        let now = Instant::now();
+        for s in self.slots.iter_mut().flatten() {
+            let free = s.closing.is_some() || !s.qos.enabled();
+            if s.held.is_empty() || (!free && s.retry_at.is_some_and(|t| t > now)) {
+                continue;
+            }
+            while let Some(&(tag, cost, since)) = s.held.front() {
+                if !free {
+                    if let Err(wait) = s.qos.admit(cost, now) {
+                        s.retry_at = Some(now + wait.max(RETRY_MIN));
+                        break;
+                    }
+                }
+                s.held.pop_front();
+                self.held -= 1;
+                s.qos.released(now - since);
+                out.push(tag);
+            }
+            if s.held.is_empty() {
+                s.retry_at = None;
+            }
+        }
+    }
+
+    /// How long until a held command may be admitted (`None`: none is held).
+    pub fn held_wait(&self) -> Option<Duration> {
+        if self.held == 0 {
+            return None;
+        }
+        let now = Instant::now();
+        self.slots
+            .iter()
+            .flatten()
+            .filter(|s| !s.held.is_empty())
+            .map(|s| {
+                s.retry_at
+                    .map_or(Duration::ZERO, |t| t.saturating_duration_since(now))
+            })
+            .min()
     }
 
     /// Starts closing slot `i`: new I/O is refused; [`NsQueues::reap_closed`] finishes it.
@@ -88,7 +177,8 @@ impl NsQueues {
     /// Closes the closing queues whose I/O is done: flush, drop, answer.
     pub fn reap_closed(&mut self, scratch: &mut [Completion]) {
         for entry in &mut self.slots {
-            let done = matches!(entry, Some(s) if s.closing.is_some() && s.q.in_flight() == 0);
+            let done = matches!(entry,
+                Some(s) if s.closing.is_some() && s.q.in_flight() == 0 && s.held.is_empty());
             if !done {
                 continue;
             }

@@ -1,8 +1,8 @@
 //! Live reconfiguration: a new configuration is validated, then applied all or nothing.
 //!
 //! What may change while hosts are connected: subsystems (added, removed), their namespaces
-//! (added, removed, replaced when a namespace's settings change; a namespace's `hosts` changes
-//! in place) and host lists, listeners, referrals. Everything else (arena, threads, limits, keep-alive settings) changes only with
+//! (added, removed, replaced when a namespace's settings change; a namespace's `hosts` and
+//! `qos` change in place) and host lists, listeners, referrals. Everything else (arena, threads, limits, keep-alive settings) changes only with
 //! a restart, and a reload that changes it is refused naming the keys.
 //!
 //! Order (what can fail comes first, so a refusal leaves the running target untouched):
@@ -29,7 +29,9 @@ use super::port::Port;
 use super::subsystem::{HostList, Subsystem};
 use super::worker::WorkerMsg;
 use super::{open_namespace, Shared, TargetHandle};
-use crate::config::{Config, ConfigError, ListenerConfig, NamespaceConfig, SubsystemConfig};
+use crate::config::{
+    Config, ConfigError, ListenerConfig, NamespaceConfig, QosConfig, SubsystemConfig,
+};
 use crate::namespace::visibility::Visibility;
 use crate::namespace::Namespace;
 
@@ -182,6 +184,8 @@ struct Plan {
     removed_namespaces: Vec<(String, u32)>,
     /// Kept namespaces whose `hosts` changed: subsystem, NSID, the new list.
     visibility_changed: Vec<(String, u32, Option<Vec<String>>)>,
+    /// Kept namespaces whose `qos` changed: subsystem, NSID, the new limits.
+    qos_changed: Vec<(String, u32, QosConfig)>,
     /// Subsystems whose host list (or a host's keys) changed.
     hosts_changed: Vec<(String, SubsystemConfig)>,
     /// Some subsystem's allowed host NQNs changed (what the discovery log shows).
@@ -229,21 +233,24 @@ impl Plan {
                 o.namespaces.iter().map(|n| (n.nsid, n)).collect();
             let new_ns: HashMap<u32, &NamespaceConfig> =
                 s.namespaces.iter().map(|n| (n.nsid, n)).collect();
-            // A namespace whose settings but `hosts` are the same is kept (its visibility
-            // changes in place); any other change replaces it.
+            // A namespace whose settings but `hosts` and `qos` are the same is kept (those
+            // change in place); any other change replaces it.
             for n in &o.namespaces {
                 match new_ns.get(&n.nsid) {
-                    Some(m) if same_but_hosts(n, m) => {
+                    Some(m) if same_but_live(n, m) => {
                         if n.hosts != m.hosts {
                             p.visibility_changed
                                 .push((s.nqn.clone(), n.nsid, m.hosts.clone()));
+                        }
+                        if n.qos != m.qos {
+                            p.qos_changed.push((s.nqn.clone(), n.nsid, m.qos));
                         }
                     }
                     _ => p.removed_namespaces.push((s.nqn.clone(), n.nsid)),
                 }
             }
             for n in &s.namespaces {
-                if !old_ns.get(&n.nsid).is_some_and(|m| same_but_hosts(m, n)) {
+                if !old_ns.get(&n.nsid).is_some_and(|m| same_but_live(m, n)) {
                     p.added_namespaces.push((s.nqn.clone(), n.clone()));
                 }
             }
@@ -277,10 +284,11 @@ impl Plan {
     }
 }
 
-/// Whether two namespace settings differ at most in `hosts`.
-fn same_but_hosts(a: &NamespaceConfig, b: &NamespaceConfig) -> bool {
+/// Whether two namespace settings differ at most in what changes live (`hosts`, `qos`).
+fn same_but_live(a: &NamespaceConfig, b: &NamespaceConfig) -> bool {
     let strip = |n: &NamespaceConfig| NamespaceConfig {
         hosts: None,
+        qos: QosConfig::default(),
         ..n.clone()
     };
     strip(a) == strip(b)
@@ -438,6 +446,13 @@ fn publish(shared: &Arc<Shared>, plan: &Plan, new: &Config, ready: Prepared) -> 
                 }
             ));
             events.push(NsEvent::Visibility(*id, before, Arc::new(after)));
+        }
+        // Kept namespaces whose QoS limits changed: in place, no event (hosts see no change).
+        for (_, id, q) in plan.qos_changed.iter().filter(|(x, ..)| x == &s.nqn) {
+            if let Some(n) = nss.iter().find(|n| n.nsid() == *id) {
+                n.qos().set(q);
+                changes.push(format!("subsystem {} namespace {id} qos {q}", s.nqn));
+            }
         }
         // Kept namespaces whose file or device grew on disk: the new capacity, and an event.
         for n in nss.iter() {

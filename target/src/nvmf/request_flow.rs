@@ -16,10 +16,11 @@ use super::command;
 use super::data_phase::Next;
 use super::ns_queues::NsQueues;
 use super::queue::{begin_close, Queue};
-use super::request::{Action, ReqState, Request};
+use super::request::{Action, ReqState, Request, Tag};
 use super::transport::QueueTransport;
 use super::{auth, fabrics, io_commands, Shared};
 use crate::metrics::{NsCounters, OpKind};
+use crate::namespace::qos::Cost;
 
 /// What request handlers need besides their queue.
 pub struct Ctx<'a> {
@@ -156,6 +157,14 @@ pub fn execute<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, ctx: &mut Ctx<
                 conn.reqs[slot as usize].counted = true;
             }
             conn.reqs[slot as usize].enter(ReqState::Executing, qid, slot);
+            // Over its namespace's QoS limits: held (Executing, no backend operation yet)
+            // until the worker resumes it.
+            if let Some((ns, cost)) = qos_cost(&conn.reqs[slot as usize]) {
+                let tag = Tag::new(ctx.group, conn.key, slot).encode();
+                if !ctx.nsq.admit(ns, tag, cost) {
+                    return;
+                }
+            }
             io_commands::submit(conn, slot, ctx.group, ctx.nsq, ctx.backlog);
             let r = &conn.reqs[slot as usize];
             if r.ops_in_flight == 0 && r.ops_next >= r.ops_total {
@@ -191,6 +200,21 @@ pub fn respond<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, ctx: &mut Ctx<
     // seen the response may reuse the command ID, and push into its slot, before we learn the
     // response was sent.
     X::release_data_slot(conn, slot);
+}
+
+/// The namespace slot of an I/O request and what it costs against the namespace's QoS limits.
+fn qos_cost(r: &Request) -> Option<(usize, Cost)> {
+    let (ns, write) = match r.action {
+        Action::ReadWrite { ns, write, .. } => (ns, write),
+        Action::Flush { ns: Some(ns) } | Action::WriteZeroes { ns, .. } => (ns, true),
+        Action::Deallocate { ns, .. } => (ns, true),
+        _ => return None,
+    };
+    let bytes = match r.action {
+        Action::ReadWrite { .. } => r.data_len,
+        _ => 0,
+    };
+    Some((ns, Cost { bytes, write }))
 }
 
 /// The namespace slot and operation of an I/O request, for its metrics.

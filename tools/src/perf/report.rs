@@ -454,6 +454,11 @@ pub fn json(r: &RunReport<'_>) -> Value {
         "target_cpu_ns": r.target_cpu.map(|(ns, _)| ns),
         "target_cpu_us_per_io": r.target_cpu_us_per_io(),
         "loop_spin_ns": r.loop_spin.map(|(host, target)| json!({"initiator": host, "target": target})),
+        // Each second as the progress line measured it (ramp time included: `t_s` counts
+        // from the start).
+        "timeline": r.timeline.iter()
+            .map(|s| json!({"t_s": s.t_s, "read_iops": s.read_iops, "write_iops": s.write_iops}))
+            .collect::<Vec<_>>(),
         "exit_code": r.exit_code,
     })
 }

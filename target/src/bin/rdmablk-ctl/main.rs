@@ -151,6 +151,24 @@ enum NamespaceOp {
         #[command(subcommand)]
         op: NamespaceHostOp,
     },
+    /// Set the namespace's QoS limits, for every host together: the limits given replace
+    /// the namespace's (none given: no limits). Commands over a limit wait; none fails.
+    Qos {
+        nqn: String,
+        nsid: u32,
+        /// Commands per second (at least 100).
+        #[arg(long)]
+        iops: Option<u64>,
+        /// Read plus written bytes per second ("100MiB"; at least 1MiB).
+        #[arg(long)]
+        bandwidth: Option<String>,
+        /// Read bytes per second.
+        #[arg(long)]
+        read_bandwidth: Option<String>,
+        /// Written bytes per second.
+        #[arg(long)]
+        write_bandwidth: Option<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -258,6 +276,18 @@ fn request(cmd: &Cmd) -> Value {
             NamespaceOp::Remove { nqn, nsid } => {
                 json!({"cmd": "namespace-remove", "nqn": nqn, "nsid": nsid})
             }
+            NamespaceOp::Qos {
+                nqn,
+                nsid,
+                iops,
+                bandwidth,
+                read_bandwidth,
+                write_bandwidth,
+            } => json!({
+                "cmd": "namespace-qos", "nqn": nqn, "nsid": nsid, "iops": iops,
+                "bandwidth": bandwidth, "read_bandwidth": read_bandwidth,
+                "write_bandwidth": write_bandwidth
+            }),
             NamespaceOp::Host { op } => match op {
                 NamespaceHostOp::Add { nqn, nsid, host } => {
                     json!({"cmd": "namespace-host-add", "nqn": nqn, "nsid": nsid, "host": host})
@@ -454,6 +484,9 @@ fn print_human(cmd: &Cmd, r: &Value) {
                             h.join(", ")
                         };
                         println!("         visible to: {h}");
+                    }
+                    if let Some(q) = ns["qos"].as_str().filter(|q| *q != "no limits") {
+                        println!("         qos: {q}");
                     }
                 }
             }

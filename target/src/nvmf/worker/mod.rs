@@ -47,6 +47,9 @@ const IDLE_WAIT: Duration = Duration::from_millis(5);
 const IDLE_WAIT_MAX: Duration = Duration::from_millis(80);
 /// How often connection events, keep-alive and teardown are looked at.
 const TICK: Duration = Duration::from_millis(5);
+/// A command held by QoS limits that may go sooner than this is waited for by yielding, not
+/// sleeping (a sleep's timeout is rounded to milliseconds).
+const HELD_SPIN: Duration = Duration::from_micros(50);
 /// Backend queue depth per (worker, namespace).
 const BACKEND_DEPTH_MAX: u32 = 1024;
 
@@ -146,6 +149,7 @@ pub(super) fn spawn(
                 msg_wake,
                 idle_streak: 0,
                 backlog: VecDeque::with_capacity(1024),
+                released: Vec::new(),
                 comps: vec![Completion::EMPTY; 64],
                 done: Vec::with_capacity(1024),
                 last_tick: Instant::now(),
@@ -195,6 +199,8 @@ struct Worker {
     idle_streak: u32,
     /// Requests (as backend tags) waiting for backend room.
     backlog: VecDeque<u64>,
+    /// Held commands the QoS limits just admitted (capacity kept).
+    released: Vec<u64>,
     comps: Vec<Completion>,
     /// Backend completions collected by a poll, handled after it (capacity kept).
     done: Vec<Completion>,
@@ -218,6 +224,7 @@ impl Worker {
             if !self.backlog.is_empty() {
                 self.resume_backlog();
             }
+            busy |= self.release_held();
             for g in 0..self.groups.len() {
                 busy |= self.with_group(g, |group, ctx| group.end_pass(ctx));
             }
@@ -350,6 +357,22 @@ impl Worker {
         }
     }
 
+    /// Resumes the commands QoS limits held and now admit; true if any.
+    fn release_held(&mut self) -> bool {
+        let mut tags = std::mem::take(&mut self.released);
+        self.nsq.release_held(&mut tags);
+        let any = !tags.is_empty();
+        for tag in tags.drain(..) {
+            let tag = Tag::decode(tag);
+            let g = usize::from(tag.group);
+            if g < self.groups.len() {
+                self.with_group(g, |group, ctx| group.resume(tag, ctx));
+            }
+        }
+        self.released = tags;
+        any
+    }
+
     fn housekeeping(&mut self) {
         self.nsq.reap_closed(&mut self.comps);
         for g in 0..self.groups.len() {
@@ -367,6 +390,16 @@ impl Worker {
             std::hint::spin_loop();
             return;
         }
+        // Commands held by QoS limits: sleep no longer than until the first may go.
+        let held = self.nsq.held_wait();
+        if held.is_some_and(|d| d < HELD_SPIN) {
+            std::thread::yield_now();
+            return;
+        }
+        // (Rounded up to whole milliseconds, as the waits count them: rounded down, a wait
+        // under a millisecond would return at once and spin.)
+        let held_ms = held.map(|h| Duration::from_millis(h.as_micros().div_ceil(1000) as u64));
+        let cap = |d: Duration| held_ms.map_or(d, |h| d.min(h));
         let in_flight = self.nsq.in_flight() as usize;
         if self.backend_wake.is_none() {
             // A namespace added by a reload may have brought the first backend that signals.
@@ -411,15 +444,15 @@ impl Worker {
         if !use_wake {
             let Some(fd) = self.msg_wake.as_ref().map(|w| w.raw_fd()) else {
                 let other = self.other_fd(None);
-                let _ = self.groups[0].1.wait(other, IDLE_WAIT);
+                let _ = self.groups[0].1.wait(other, cap(IDLE_WAIT));
                 return;
             };
             // The fd is cleared only when the wait found it readable (no syscall per idle
             // entry): a message sent since this pass's take_new left it readable, so the
             // wait returns at once, and the next pass takes the message.
-            let wait = IDLE_WAIT
+            let wait = cap(IDLE_WAIT
                 .saturating_mul(1 << self.idle_streak.min(5))
-                .min(IDLE_WAIT_MAX);
+                .min(IDLE_WAIT_MAX));
             let other = self.other_fd(Some(fd));
             let Some(ready) = self.groups[0].1.wait(other, wait) else {
                 std::thread::sleep(Duration::from_micros(200));
@@ -443,7 +476,7 @@ impl Worker {
         };
         let fd = w.raw_fd();
         let other = self.other_fd(Some(fd));
-        if self.groups[0].1.wait(other, IDLE_WAIT).is_none() {
+        if self.groups[0].1.wait(other, cap(IDLE_WAIT)).is_none() {
             std::thread::sleep(Duration::from_micros(200));
         }
     }
