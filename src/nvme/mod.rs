@@ -40,6 +40,7 @@ pub mod log_page;
 pub mod nqn;
 pub mod opcodes;
 pub mod properties;
+pub mod reservation;
 #[cfg(test)]
 mod robustness;
 pub mod sgl;

@@ -19,6 +19,7 @@ use crate::config::{parse_uuid, NamespaceConfig};
 use crate::ring::WorkerIo;
 
 pub mod qos;
+pub mod reservation;
 pub mod visibility;
 
 use qos::Qos;
@@ -44,6 +45,9 @@ pub struct Namespace {
     visibility: VisibilityCell,
     /// Its QoS limits (the same), shared with every worker's queue.
     qos: Arc<Qos>,
+    /// Its reservations (kept while the namespace is open; a replaced namespace starts
+    /// without).
+    reservations: reservation::Reservations,
 }
 
 impl Namespace {
@@ -73,6 +77,7 @@ impl Namespace {
             capacity,
             visibility: VisibilityCell::default(),
             qos: Arc::default(),
+            reservations: reservation::Reservations::default(),
         }
     }
 
@@ -126,6 +131,11 @@ impl Namespace {
     /// Whether `hostnqn`'s controllers see this namespace (else it is inactive for them).
     pub fn visible_to(&self, hostnqn: &str) -> bool {
         self.visibility.allows(hostnqn)
+    }
+
+    /// Its reservations.
+    pub fn reservations(&self) -> &reservation::Reservations {
+        &self.reservations
     }
 
     /// Its QoS limits and what they held back.

@@ -1,7 +1,7 @@
 # tests/vm/lib.sh - what the VM scripts that drive the Linux host against rdmablk-target share.
 # Source it after defining say() and fail() (each script prints and cleans up its own way) and
-# setting BIN (the target binary), WORK (a scratch directory holding target.toml), IP, PORT
-# and NQN. Sets TPID.
+# setting BIN (the target binary), WORK (a scratch directory holding target.toml), IP, PORT,
+# NQN (and TRTYPE for connect_as). Sets TPID.
 
 # start_target: starts $BIN on $WORK/target.toml (log appended to $WORK/target.log) and waits
 # up to 60 s for its `ready` line (printed once every listener, the control socket and the
@@ -45,6 +45,26 @@ ctrl_of() {
     [ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$1" ] || continue
     [ "$(cat "$c/state" 2>/dev/null)" = live ] || continue
     echo "/dev/$(basename "$c")"; return 0
+  done
+  return 1
+}
+
+# connect_as HOSTNQN HOSTID: connects $NQN at $IP:$PORT over $TRTYPE as that host, through
+# /dev/nvme-fabrics, the kernel's own interface (nvme-cli 2.3 refuses a second connection to
+# the same subsystem and address as "already connected", even for another host NQN).
+connect_as() {
+  printf 'transport=%s,traddr=%s,trsvcid=%s,nqn=%s,hostnqn=%s,hostid=%s' "$TRTYPE" "$IP" \
+    "$PORT" "$NQN" "$1" "$2" >/dev/nvme-fabrics 2>"$WORK/connect.err" ||
+    fail "${STEP:-connect}: connect as $1: $(cat "$WORK/connect.err")"
+}
+
+# ctrl_of_host HOSTNQN: the controller (nvmeX) of $NQN that HOSTNQN connected.
+ctrl_of_host() {
+  local c
+  for c in /sys/class/nvme/nvme*; do
+    [ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$NQN" ] || continue
+    [ "$(cat "$c/hostnqn" 2>/dev/null)" = "$1" ] || continue
+    echo "${c##*/}"; return 0
   done
   return 1
 }

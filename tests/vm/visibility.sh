@@ -47,7 +47,7 @@ fail() {
 STEP=setup
 step() { STEP=$1; say "--- step $STEP"; }
 check() { "$@" >"$WORK/cmd.out" 2>&1 || fail "$STEP: $* failed: $(tail -n 5 "$WORK/cmd.out")"; }
-source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"  # start_target, ns_dev
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"  # start_target, ns_dev, connect_as, ctrl_of_host
 
 [ -x "$BIN" ] || fail "no target binary at $BIN (cargo build -p rdmablk-target)"
 [ -x "$CTL" ] || fail "no rdmablk-ctl at $CTL"
@@ -100,17 +100,6 @@ modprobe "nvme-$TRTYPE" || fail "modprobe nvme-$TRTYPE"
 start_target
 ctl() { check "$CTL" --socket "$WORK/ctl.sock" "$@"; }
 
-# ctrl_of_host HOSTNQN: the controller (nvmeX) of $NQN that HOSTNQN connected.
-ctrl_of_host() {
-  local c
-  for c in /sys/class/nvme/nvme*; do
-    [ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$NQN" ] || continue
-    [ "$(cat "$c/hostnqn" 2>/dev/null)" = "$1" ] || continue
-    echo "${c##*/}"; return 0
-  done
-  return 1
-}
-
 # nsids_of CTRL: the NSIDs of the namespaces the host scanned under controller CTRL (its
 # nvmeXnY, or with native multipath its nvmeXcYnZ paths), sorted, comma-separated.
 nsids_of() {
@@ -134,14 +123,6 @@ expect_nsids() {
 }
 
 step see
-# Each host connects through /dev/nvme-fabrics, the kernel's own interface: nvme-cli 2.3
-# refuses a second connection to the same subsystem and address as "already connected", even
-# for another host NQN.
-connect_as() {
-  printf 'transport=%s,traddr=%s,trsvcid=%s,nqn=%s,hostnqn=%s,hostid=%s' "$TRTYPE" "$IP" \
-    "$PORT" "$NQN" "$1" "$2" >/dev/nvme-fabrics 2>"$WORK/connect.err" ||
-    fail "$STEP: connect as $1: $(cat "$WORK/connect.err")"
-}
 connect_as "$HOST_A" 6e6f7374-0000-4000-8000-00000000000a
 connect_as "$HOST_B" 6e6f7374-0000-4000-8000-00000000000b
 A=$(ctrl_of_host "$HOST_A") || fail "$STEP: no controller for host A"

@@ -58,6 +58,7 @@ TRTYPE=tcp RXE_VM_IP=$RXE_ADDR STEP_TIMEOUT=1200 run_step linux-host-tcp \
   bash "$ROOT/tests/vm/linux-host.sh"
 RXE_VM_IP=$RXE_ADDR run_step multipath bash "$ROOT/tests/vm/multipath.sh"
 RXE_VM_IP=$RXE_ADDR run_step visibility bash "$ROOT/tests/vm/visibility.sh"
+RXE_VM_IP=$RXE_ADDR run_step reservations bash "$ROOT/tests/vm/reservations.sh"
 NVMET_IP=$RXE_ADDR run_step nvmet-interop bash "$ROOT/tests/vm/nvmet-interop.sh"
 # rdmablk-initiator over tcp:// against the kernel's nvmet-tcp.
 NVMET_TRTYPE=tcp NVMET_IP=$RXE_ADDR run_step nvmet-interop-tcp bash "$ROOT/tests/vm/nvmet-interop.sh"

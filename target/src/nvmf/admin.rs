@@ -53,7 +53,7 @@ pub fn prepare<X: QueueTransport>(
         op::IDENTIFY => identify(conn, slot, shared, ctrl),
         op::GET_LOG_PAGE => get_log_page(conn, slot, shared, ctrl),
         op::SET_FEATURES => set_features(conn, slot, shared, ctrl),
-        op::GET_FEATURES => get_features(conn, slot, ctrl),
+        op::GET_FEATURES => get_features(conn, slot, shared, ctrl),
         op::KEEP_ALIVE => Ok(Next::Respond),
         op::ASYNC_EVENT_REQUEST => {
             if conn.aers.len() >= MAX_HELD_AERS {
@@ -145,6 +145,8 @@ fn identify<X: QueueTransport>(
                     // namespace on a second controller ("duplicate IDs in subsystem").
                     idn.nmic = NMIC_SHARED;
                     idn.anagrpid = ns.ana_group();
+                    // Every reservation type and IEKEY; not Persist Through Power Loss.
+                    idn.rescap = rdmablk::nvme::reservation::RESCAP_TYPES_AND_IEKEY;
                     idn.encode()
                 }
                 // An inactive NSID: all zeroes.
@@ -227,6 +229,8 @@ fn identify_controller<X: QueueTransport>(
     id.nn = ctrl.subsys.max_nsid().max(id.mnan);
     id.kas = (shared.cfg.target.keep_alive_granularity_ms / 100).clamp(1, 0xFFFF) as u16;
     id.aerl = (MAX_HELD_AERS - 1) as u8;
+    // Reservation Register / Report / Acquire / Release (as nvmet, always).
+    id.oncs |= rdmablk::nvme::identify::oncs::RESERVATIONS;
     id
 }
 
@@ -268,11 +272,20 @@ fn set_features<X: QueueTransport>(
 fn get_features<X: QueueTransport>(
     conn: &mut Queue<X>,
     slot: u32,
+    shared: &Shared,
     ctrl: &Controller,
 ) -> Result<Next, Status> {
     let gf = GetFeatures::from_sqe(&conn.reqs[slot as usize].sqe)?;
     if ctrl.subsys.is_discovery() && !discovery_feature(gf.fid) {
         return Err(Status::INVALID_FIELD.with_dnr());
+    }
+    if gf.fid == fid::HOST_ID {
+        // The 128-bit host identifier Connect brought (EXHID must be set: fabrics host IDs
+        // are 128 bits), as nvmet and SPDK return it.
+        if gf.cdw11 & 1 == 0 {
+            return Err(Status::INVALID_FIELD.with_dnr());
+        }
+        return send_page(conn, slot, shared, 16, &ctrl.hostid);
     }
     let st = ctrl.state();
     let v = match gf.fid {
@@ -372,6 +385,7 @@ fn get_log_page<X: QueueTransport>(
 
 fn command_effects() -> CommandEffects {
     use rdmablk::nvme::log_page::effects::{CSUPP, LBCC};
+    use rdmablk::nvme::reservation::op as resv_op;
     let mut e = CommandEffects::default();
     for o in [
         op::GET_LOG_PAGE,
@@ -385,6 +399,14 @@ fn command_effects() -> CommandEffects {
         e.admin[usize::from(o)] = CSUPP;
     }
     e.io[usize::from(io_op::READ)] = CSUPP;
+    for o in [
+        resv_op::REGISTER,
+        resv_op::REPORT,
+        resv_op::ACQUIRE,
+        resv_op::RELEASE,
+    ] {
+        e.io[usize::from(o)] = CSUPP;
+    }
     for o in [
         io_op::WRITE,
         io_op::FLUSH,

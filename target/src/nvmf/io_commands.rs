@@ -1,5 +1,5 @@
-//! I/O commands (Read, Write, Flush, Write Zeroes, Dataset Management) and their backend
-//! operations.
+//! I/O commands (Read, Write, Flush, Write Zeroes, Dataset Management, and the reservation
+//! commands) and their backend operations.
 
 use std::collections::VecDeque;
 use std::ptr::NonNull;
@@ -7,6 +7,9 @@ use std::sync::Arc;
 
 use rdmablk::nvme::io::{DsmRange, DSM_RANGE_LEN};
 use rdmablk::nvme::opcodes::io as op;
+use rdmablk::nvme::reservation::{
+    encode_report, keys, op as resv, ReportCmd, ResvCdw10, ONE_KEY, REPORT_HEADER_LEN, TWO_KEYS,
+};
 use rdmablk::nvme::{Dsm, ReadWrite, Sct, Status, WriteZeroes};
 
 use super::controller::Controller;
@@ -17,6 +20,7 @@ use super::request::{Action, DataDir, Tag};
 use super::transport::QueueTransport;
 use super::Shared;
 use crate::backend::{IoBuf, IoError, IoErrorKind, IoOp, IoRequest, SubmitError};
+use crate::namespace::reservation::ResvError;
 
 /// Broadcast NSID (Flush of every namespace).
 const NSID_ALL: u32 = 0xFFFF_FFFF;
@@ -55,13 +59,23 @@ fn check<X: QueueTransport>(
             None => Ok(ns),
         }
     };
+    // The same, for a command that reads (`write` false) or modifies: another host's
+    // reservation may forbid it (Reservation Conflict).
+    let accessible = |nsid: u32, write: bool| {
+        let ns = namespace(nsid)?;
+        if ns.reservations().allows(&ctrl.hostid, write) {
+            Ok(ns)
+        } else {
+            Err(Status::RESERVATION_CONFLICT.with_dnr())
+        }
+    };
     let action;
     let mut fit = SglFit::Exact;
     let (dir, len) = match sqe.opcode {
         op::READ | op::WRITE => {
             let rw = ReadWrite::from_sqe(&sqe);
-            let ns = namespace(rw.nsid)?;
             let write = sqe.opcode == op::WRITE;
+            let ns = accessible(rw.nsid, write)?;
             let bytes = rw.byte_len(ns.block_size());
             let len =
                 u32::try_from(bytes).map_err(|_| Status::SGL_INVALID_DATA_LENGTH.with_dnr())?;
@@ -90,14 +104,14 @@ fn check<X: QueueTransport>(
             let ns = if sqe.nsid == NSID_ALL {
                 None
             } else {
-                Some(namespace(sqe.nsid)?.slot())
+                Some(accessible(sqe.nsid, true)?.slot())
             };
             action = Action::Flush { ns };
             (DataDir::None, 0)
         }
         op::WRITE_ZEROES => {
             let wz = WriteZeroes::from_sqe(&sqe);
-            let ns = namespace(wz.nsid)?;
+            let ns = accessible(wz.nsid, true)?;
             wz.check_range(ns.num_blocks())?;
             action = Action::WriteZeroes {
                 ns: ns.slot(),
@@ -109,7 +123,7 @@ fn check<X: QueueTransport>(
         }
         op::DATASET_MANAGEMENT => {
             let dsm = Dsm::from_sqe(&sqe);
-            let ns = namespace(dsm.nsid)?;
+            let ns = accessible(dsm.nsid, true)?;
             action = if dsm.deallocate {
                 Action::Deallocate {
                     ns: ns.slot(),
@@ -126,10 +140,109 @@ fn check<X: QueueTransport>(
                 (DataDir::HostToController, dsm.data_len())
             }
         }
+        resv::REGISTER | resv::ACQUIRE | resv::RELEASE => {
+            let ns = namespace(sqe.nsid)?;
+            if ns.read_only() {
+                // As nvmet: a write-protected namespace takes no reservation commands.
+                return Err(Status::NS_WRITE_PROTECTED);
+            }
+            action = Action::Reservation { ns: ns.slot() };
+            // The keys; a longer data buffer is fine (nvmet reads what it needs).
+            fit = SglFit::AtLeast;
+            let keys = if sqe.opcode == resv::RELEASE {
+                ONE_KEY
+            } else {
+                TWO_KEYS
+            };
+            (DataDir::HostToController, keys)
+        }
+        resv::REPORT => {
+            let ns = namespace(sqe.nsid)?;
+            let rc = ReportCmd::from_sqe(&sqe);
+            // Fabrics host identifiers are 128 bits: only the extended structure holds them.
+            if !rc.eds {
+                return Err(Status::HOST_ID_INCONSISTENT_FORMAT.with_dnr());
+            }
+            let len = rc.bytes();
+            if len < REPORT_HEADER_LEN as u64 || len > u64::from(shared.cfg.limits.max_io_size) {
+                return Err(Status::INVALID_FIELD.with_dnr());
+            }
+            let (generation, rtype, regs) = ns.reservations().report();
+            let page = encode_report(generation, rtype, false, &regs, len as usize);
+            conn.reqs[slot as usize].action = Action::Respond;
+            let next = data_phase(
+                conn,
+                slot,
+                DataDir::ControllerToHost,
+                len as u32,
+                SglFit::Exact,
+                shared,
+            )?;
+            let ds = conn.reqs[slot as usize].data_slot;
+            conn.write_data(ds, 0, &page)
+                .map_err(|_| Status::INTERNAL)?;
+            return Ok(next);
+        }
         _ => return Err(Status::INVALID_OPCODE.with_dnr()),
     };
     conn.reqs[slot as usize].action = action;
     data_phase(conn, slot, dir, len, fit, shared)
+}
+
+/// Runs a Reservation Register, Acquire or Release whose keys are in the data slot; a failure
+/// is the request's status.
+pub fn reservation<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, shared: &Shared) {
+    let r = conn.reqs[slot as usize];
+    let Action::Reservation { ns } = r.action else {
+        return;
+    };
+    let status = match reservation_status(conn, &r, ns, shared) {
+        Ok(()) => return,
+        Err(st) => st,
+    };
+    conn.reqs[slot as usize].fail(status);
+}
+
+fn reservation_status<X: QueueTransport>(
+    conn: &Queue<X>,
+    r: &crate::nvmf::request::Request,
+    ns: usize,
+    shared: &Shared,
+) -> Result<(), Status> {
+    let ctrl = conn.ctrl.as_ref().ok_or(Status::INTERNAL)?;
+    let ns = shared
+        .namespaces
+        .get(ns)
+        .ok_or(Status::INVALID_NAMESPACE.with_dnr())?;
+    let release = r.sqe.opcode == resv::RELEASE;
+    let mut data = [0u8; TWO_KEYS as usize];
+    let n = if release { ONE_KEY } else { TWO_KEYS } as usize;
+    conn.read_data(r.data_slot, 0, &mut data[..n])
+        .map_err(|_| Status::INTERNAL)?;
+    let (k1, k2) = keys(&data[..n]);
+    let c = ResvCdw10::from_sqe(&r.sqe);
+    let host = &ctrl.hostid;
+    let resv = ns.reservations();
+    let result = match r.sqe.opcode {
+        resv::REGISTER => {
+            // CPTPL: "no change" or "persist nothing" only; rdmablk does not persist
+            // reservations through power loss, and says so rather than pretend (nvmet
+            // ignores the field).
+            if !matches!(c.cptpl, 0b00 | 0b10) {
+                return Err(Status::INVALID_FIELD.with_dnr());
+            }
+            resv.register(host, c.action, c.iekey, k1, k2)
+        }
+        resv::ACQUIRE => resv
+            .acquire(host, c.action, c.iekey, c.rtype, k1, k2)
+            .map(drop),
+        _ => resv.release(host, c.action, c.iekey, c.rtype, k1).map(drop),
+    };
+    result.map_err(|e| match e {
+        ResvError::Conflict => Status::RESERVATION_CONFLICT.with_dnr(),
+        ResvError::InvalidField => Status::INVALID_FIELD.with_dnr(),
+        ResvError::InvalidAction => Status::INVALID_OPCODE.with_dnr(),
+    })
 }
 
 /// Prepares the backend operations of request `slot` once its data is in place: validates
@@ -163,7 +276,7 @@ pub fn plan<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, shared: &Shared) 
             }
             ranges
         }
-        Action::Respond | Action::Connect | Action::Auth => 0,
+        Action::Respond | Action::Connect | Action::Auth | Action::Reservation { .. } => 0,
     };
     let r = &mut conn.reqs[slot as usize];
     r.ops_total = total;
@@ -295,7 +408,9 @@ fn backend_op<X: QueueTransport>(
                 },
             )
         }
-        Action::Respond | Action::Connect | Action::Auth => return Err(()),
+        Action::Respond | Action::Connect | Action::Auth | Action::Reservation { .. } => {
+            return Err(())
+        }
     }))
 }
 

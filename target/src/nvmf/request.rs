@@ -89,6 +89,9 @@ pub enum Action {
     Flush { ns: Option<usize> },
     /// Authentication Send / Receive: run the queue's DH-HMAC-CHAP step.
     Auth,
+    /// Reservation Register / Acquire / Release on namespace index `ns` (its keys are in the
+    /// data slot).
+    Reservation { ns: usize },
 }
 
 /// One request slot of a connection: receive slot, response slot and (usually) data slot `i`.

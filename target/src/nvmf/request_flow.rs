@@ -132,6 +132,12 @@ pub fn execute<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, ctx: &mut Ctx<
             respond(conn, slot, ctx);
         }
         Action::Respond => respond(conn, slot, ctx),
+        Action::Reservation { .. } => {
+            if conn.is_live() {
+                io_commands::reservation(conn, slot, ctx.shared);
+            }
+            respond(conn, slot, ctx);
+        }
         Action::Auth => {
             if conn.is_live() {
                 auth::execute(conn, slot);

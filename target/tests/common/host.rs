@@ -21,7 +21,7 @@ use rdmablk::nvme::{
     Sgl, Sqe,
 };
 
-use super::{e2e_fabric, rw_sqe, BLOCK, HANG_GUARD, HOSTID, MAX_IO};
+use super::{e2e_fabric, rw_sqe, BLOCK, HANG_GUARD, HOSTID, HOSTNQN, MAX_IO};
 
 const RECV_OFF: usize = 0;
 const CMD_OFF: usize = 8 << 10;
@@ -482,6 +482,7 @@ impl Host {
     }
 
     /// Fabrics Connect; the 1024-byte data goes keyed (admin) or in-capsule (I/O queues).
+    /// The host ID is [`host_id_of`] `hostnqn`.
     pub fn fabrics_connect(
         &mut self,
         qid: u16,
@@ -491,7 +492,7 @@ impl Host {
         kato_ms: u32,
     ) -> Cqe {
         let data = ConnectData {
-            hostid: HOSTID,
+            hostid: host_id_of(hostnqn),
             cntlid,
             subnqn: Nqn::new(subnqn).unwrap(),
             hostnqn: Nqn::new(hostnqn).unwrap(),
@@ -537,4 +538,18 @@ impl Host {
         let sgl = self.keyed(0, blocks * BLOCK);
         self.submit(rw_sqe(write, nsid, lba, blocks, &sgl), &[])
     }
+}
+
+/// The host ID the test hosts send with `hostnqn`: [`HOSTID`] for [`HOSTNQN`], another one
+/// derived from the NQN for any other host (each host its own, as real hosts have).
+pub fn host_id_of(hostnqn: &str) -> [u8; 16] {
+    if hostnqn == HOSTNQN {
+        return HOSTID;
+    }
+    let h = hostnqn.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    let mut id = HOSTID;
+    id[..8].copy_from_slice(&h.to_le_bytes());
+    id
 }

@@ -1,0 +1,187 @@
+use super::*;
+
+const A: HostId = [0xA; 16];
+const B: HostId = [0xB; 16];
+const C: HostId = [0xC; 16];
+
+fn gen_type(r: &Reservations) -> (u32, u8) {
+    let (g, t, _) = r.report();
+    (g, t)
+}
+
+/// blktests nvme/054's sequence, with the generation and type 054.out expects after each step.
+#[test]
+fn blktests_054_sequence() {
+    let r = Reservations::default();
+    assert_eq!(gen_type(&r), (0, 0));
+    r.register(&A, rrega::REGISTER, false, 0, 4).unwrap();
+    assert_eq!(gen_type(&r), (1, 0));
+    assert_eq!(r.report().2[0].rkey, 4);
+    r.register(&A, rrega::REPLACE, false, 4, 5).unwrap();
+    assert_eq!(gen_type(&r), (2, 0));
+    assert_eq!(r.report().2[0].rkey, 5);
+    r.register(&A, rrega::UNREGISTER, false, 5, 0).unwrap();
+    assert_eq!(gen_type(&r), (3, 0));
+    assert!(r.report().2.is_empty());
+    r.register(&A, rrega::REGISTER, false, 0, 4).unwrap();
+    r.acquire(&A, racqa::ACQUIRE, false, 1, 4, 0).unwrap();
+    assert_eq!(gen_type(&r), (4, 1));
+    assert!(r.report().2[0].holds);
+    // Preempt by the holder itself, PRKEY 0: the type changes.
+    r.acquire(&A, racqa::PREEMPT, false, 2, 4, 0).unwrap();
+    assert_eq!(gen_type(&r), (5, 2));
+    r.release(&A, rrela::RELEASE, false, 2, 4).unwrap();
+    assert_eq!(gen_type(&r), (5, 0));
+    assert!(!r.report().2[0].holds, "released, still registered");
+    r.register(&A, rrega::REGISTER, false, 0, 4).unwrap();
+    r.acquire(&A, racqa::ACQUIRE, false, 1, 4, 0).unwrap();
+    assert_eq!(gen_type(&r), (6, 1));
+    r.release(&A, rrela::CLEAR, false, 0, 4).unwrap();
+    assert_eq!(gen_type(&r), (7, 0));
+    assert!(r.report().2.is_empty());
+}
+
+#[test]
+fn access_follows_the_type_for_holder_registrant_and_stranger() {
+    // (type, registrant may read, registrant may write, stranger may read, stranger may write)
+    let table = [
+        (1, true, false, true, false),
+        (2, false, false, false, false),
+        (3, true, true, true, false),
+        (4, true, true, false, false),
+        (5, true, true, true, false),
+        (6, true, true, false, false),
+    ];
+    for (t, rr, rw, sr, sw) in table {
+        let r = Reservations::default();
+        assert!(r.allows(&C, true), "nothing held: all allowed");
+        r.register(&A, rrega::REGISTER, false, 0, 1).unwrap();
+        r.register(&B, rrega::REGISTER, false, 0, 2).unwrap();
+        r.acquire(&A, racqa::ACQUIRE, false, t, 1, 0).unwrap();
+        assert!(
+            r.allows(&A, true) && r.allows(&A, false),
+            "type {t}: the holder"
+        );
+        assert_eq!(
+            (r.allows(&B, false), r.allows(&B, true)),
+            (rr, rw),
+            "type {t}: a registrant"
+        );
+        assert_eq!(
+            (r.allows(&C, false), r.allows(&C, true)),
+            (sr, sw),
+            "type {t}: a stranger"
+        );
+        r.release(&A, rrela::RELEASE, false, t, 1).unwrap();
+        assert!(r.allows(&C, true), "type {t}: released");
+    }
+}
+
+#[test]
+fn conflicts_and_invalid_fields() {
+    let r = Reservations::default();
+    // Not registered: everything but Register conflicts.
+    assert_eq!(
+        r.acquire(&A, racqa::ACQUIRE, false, 1, 0, 0),
+        Err(ResvError::Conflict)
+    );
+    assert_eq!(
+        r.release(&A, rrela::RELEASE, false, 1, 0),
+        Err(ResvError::Conflict)
+    );
+    assert_eq!(
+        r.register(&A, rrega::UNREGISTER, false, 0, 0),
+        Err(ResvError::Conflict)
+    );
+    r.register(&A, rrega::REGISTER, false, 0, 7).unwrap();
+    // Another key for a registered host, a wrong current key.
+    assert_eq!(
+        r.register(&A, rrega::REGISTER, false, 0, 8),
+        Err(ResvError::Conflict)
+    );
+    assert_eq!(
+        r.register(&A, rrega::REPLACE, false, 1, 8),
+        Err(ResvError::Conflict)
+    );
+    r.register(&A, rrega::REPLACE, true, 1, 8).unwrap();
+    assert_eq!(
+        r.acquire(&A, racqa::ACQUIRE, false, 1, 7, 0),
+        Err(ResvError::Conflict)
+    );
+    assert_eq!(
+        r.acquire(&A, racqa::ACQUIRE, false, 7, 8, 0),
+        Err(ResvError::InvalidField)
+    );
+    assert_eq!(
+        r.acquire(&A, racqa::ACQUIRE, true, 1, 8, 0),
+        Err(ResvError::InvalidField)
+    );
+    assert_eq!(
+        r.acquire(&A, 3, false, 1, 8, 0),
+        Err(ResvError::InvalidAction)
+    );
+    assert_eq!(
+        r.register(&A, 3, false, 0, 0),
+        Err(ResvError::InvalidAction)
+    );
+    r.acquire(&A, racqa::ACQUIRE, false, 1, 8, 0).unwrap();
+    // Held by A: B acquiring conflicts; A releasing with another type conflicts.
+    r.register(&B, rrega::REGISTER, false, 0, 9).unwrap();
+    assert_eq!(
+        r.acquire(&B, racqa::ACQUIRE, false, 1, 9, 0),
+        Err(ResvError::Conflict)
+    );
+    assert_eq!(
+        r.release(&A, rrela::RELEASE, false, 2, 8),
+        Err(ResvError::Conflict)
+    );
+    // B releasing what it does not hold: success, nothing changes.
+    r.release(&B, rrela::RELEASE, false, 1, 9).unwrap();
+    assert_eq!(gen_type(&r).1, 1);
+    // Preempt with PRKEY 0 by a non-holder: invalid.
+    assert_eq!(
+        r.acquire(&B, racqa::PREEMPT, false, 1, 9, 0),
+        Err(ResvError::InvalidField)
+    );
+}
+
+#[test]
+fn preempt_takes_the_reservation_and_unregisters_the_victim() {
+    let r = Reservations::default();
+    r.register(&A, rrega::REGISTER, false, 0, 1).unwrap();
+    r.register(&B, rrega::REGISTER, false, 0, 2).unwrap();
+    r.acquire(&A, racqa::ACQUIRE, false, 2, 1, 0).unwrap();
+    assert!(!r.allows(&B, false));
+    let gone = r
+        .acquire(&B, racqa::PREEMPT_AND_ABORT, false, 2, 2, 1)
+        .unwrap();
+    assert_eq!(gone, vec![A]);
+    let (g, t, regs) = r.report();
+    assert_eq!((g, t), (3, 2));
+    assert_eq!(regs.len(), 1);
+    assert_eq!(regs[0].hostid, B);
+    assert!(regs[0].holds);
+    assert!(!r.allows(&A, false) && r.allows(&B, true));
+    // The preempted host registers again; a clear by it removes everyone.
+    r.register(&A, rrega::REGISTER, false, 0, 1).unwrap();
+    assert_eq!(r.release(&A, rrela::CLEAR, false, 0, 1).unwrap(), vec![B]);
+    assert!(r.report().2.is_empty() && r.allows(&C, true));
+}
+
+#[test]
+fn all_registrants_types_pass_on_when_the_holder_leaves() {
+    let r = Reservations::default();
+    r.register(&A, rrega::REGISTER, false, 0, 1).unwrap();
+    r.register(&B, rrega::REGISTER, false, 0, 2).unwrap();
+    r.acquire(&A, racqa::ACQUIRE, false, 5, 1, 0).unwrap();
+    assert!(
+        r.report().2.iter().all(|x| x.holds),
+        "every registrant holds type 5"
+    );
+    r.register(&A, rrega::UNREGISTER, false, 1, 0).unwrap();
+    assert_eq!(gen_type(&r).1, 5, "B holds it now");
+    assert!(r.allows(&B, true) && !r.allows(&C, true));
+    r.register(&B, rrega::UNREGISTER, false, 2, 0).unwrap();
+    assert_eq!(gen_type(&r).1, 0);
+    assert!(r.allows(&C, true));
+}

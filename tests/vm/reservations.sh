@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# reservations.sh - NVMe reservations with the Linux host's nvme-cli against rdmablk-target.
+# Run it INSIDE the rxe VM, from the repository root:
+#
+#   tools/rxe-vm/run-in-vm.sh bash tests/vm/reservations.sh
+#   TRTYPE=tcp tools/rxe-vm/run-in-vm.sh bash tests/vm/reservations.sh
+#
+# Steps (a failure names its step):
+#   054      blktests nvme/054's sequence (register, replace, unregister, acquire, preempt,
+#            release, clear), the same nvme-cli commands on the namespace's block device, each
+#            report filtered as 054 filters it; the output must equal blktests' own expected
+#            output (tests/nvme/054.out of the blktests in BLKTESTS_SRC, its first and last
+#            two lines aside, which are the harness's)
+#   two-hosts  host A and host B (two connections with distinct host NQNs and host IDs, each
+#            driven through its controller's character device): A registers and takes Write
+#            Exclusive; B's write fails with Reservation Conflict, B's read succeeds; B
+#            registers and preempts A; now A's write fails and B's succeeds; B clears
+# Prints RESULT: PASS or FAIL.
+#
+# Env: RDMABLK_TARGET (binary; default build/debug/rdmablk-target), RXE_VM_IP (10.0.2.15),
+#      TRTYPE (rdma or tcp), PORT (4420), BLKTESTS_SRC (../shared/third_party/blktests).
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BIN=${RDMABLK_TARGET:-$ROOT/build/debug/rdmablk-target}
+IP=${RXE_VM_IP:-10.0.2.15}
+source "$(dirname "${BASH_SOURCE[0]}")/nvme-host.sh"  # TRTYPE, nvme_connect
+PORT=${PORT:-4420}
+NQN=nqn.2026-11.io.rdmablk:vm-resv
+UUID=91fdba0d-f87b-4c25-b80f-db7be1418b9e
+HOST_A=nqn.2014-08.org.nvmexpress:uuid:72657376-0000-4000-8000-00000000000a
+HOST_B=nqn.2014-08.org.nvmexpress:uuid:72657376-0000-4000-8000-00000000000b
+EXPECTED=${BLKTESTS_SRC:-$ROOT/../shared/third_party/blktests}/tests/nvme/054.out
+WORK=$(mktemp -d /tmp/rdmablk-resv.XXXXXX)
+TPID=
+
+say() { echo "reservations: $*"; }
+exec 3>&1
+fail() {
+  exec 1>&3 2>&3
+  say "FAIL: $*"
+  echo "----- target log (last 30 lines) -----"; tail -n 30 "$WORK/target.log" 2>/dev/null
+  echo "----- dmesg (last 20 lines) -----"; dmesg | tail -n 20
+  nvme disconnect -n "$NQN" >/dev/null 2>&1
+  [ -n "$TPID" ] && kill -TERM "$TPID" 2>/dev/null && wait "$TPID" 2>/dev/null
+  echo "RESULT: FAIL (step ${STEP:-setup}: $*)"
+  exit 1
+}
+STEP=setup
+step() { STEP=$1; say "--- step $STEP"; }
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"  # start_target, ns_dev, connect_as, ctrl_of_host
+
+[ -x "$BIN" ] || fail "no target binary at $BIN (cargo build -p rdmablk-target)"
+command -v nvme >/dev/null || fail "nvme-cli is missing"
+[ -f "$EXPECTED" ] || fail "no blktests expected output at $EXPECTED (set BLKTESTS_SRC)"
+if [ "$TRTYPE" = rdma ]; then
+  ibv_devinfo -d rxe0 >/dev/null 2>&1 || fail "no rxe0 device (run inside the rxe VM)"
+  LISTENER='provider = "verbs"'
+else
+  LISTENER="transport = \"$TRTYPE\""
+fi
+truncate -s 64M "$WORK/ns.img" || fail "truncate"
+
+cat >"$WORK/target.toml" <<CFG
+[[listener]]
+$LISTENER
+address = "$IP"
+port = $PORT
+
+[target]
+worker_threads = 1
+poll_mode = "interrupt"
+
+[arena]
+bytes = "64MiB"
+lock = false
+
+[limits]
+max_queue_depth = 64
+max_queues_per_controller = 3
+
+[control]
+socket = ""
+
+[[subsystem]]
+nqn = "$NQN"
+allow_any_host = true
+
+[[subsystem.namespace]]
+nsid = 1
+uuid = "$UUID"
+backend = { kind = "file", path = "$WORK/ns.img" }
+CFG
+modprobe "nvme-$TRTYPE" || fail "modprobe nvme-$TRTYPE"
+start_target
+
+# ---------------------------------------------------------------- blktests nvme/054
+step 054
+check() { "$@" >"$WORK/cmd.out" 2>&1 || fail "$STEP: $* failed: $(tail -n 5 "$WORK/cmd.out")"; }
+check nvme_connect -s "$PORT" -n "$NQN"
+DEV=$(ns_dev 1) || fail "$STEP: no block device for namespace 1"
+# 054 passes --eds where nvme-cli has it, else sets CDW11 bit 0 by hand.
+EDS=--cdw11=1
+HELP=$(nvme resv-report --help 2>&1 || true)   # (--help exits non-zero)
+[[ $HELP == *--eds* ]] && EDS=--eds
+report() { nvme resv-report "$DEV" "$EDS" | grep -v hostid | grep -E "gen|rtype|regctl|regctlext|cntlid|rcsts|rkey"; }
+{
+  echo Register; report
+  nvme resv-register "$DEV" --nrkey=4 --rrega=0; report
+  echo Replace
+  nvme resv-register "$DEV" --crkey=4 --nrkey=5 --rrega=2; report
+  echo Unregister
+  nvme resv-register "$DEV" --crkey=5 --rrega=1; report
+  echo Acquire
+  nvme resv-register "$DEV" --nrkey=4 --rrega=0
+  nvme resv-acquire "$DEV" --crkey=4 --rtype=1 --racqa=0; report
+  echo Preempt
+  nvme resv-acquire "$DEV" --crkey=4 --rtype=2 --racqa=1; report
+  echo Release
+  nvme resv-release "$DEV" --crkey=4 --rtype=2 --rrela=0; report
+  echo Clear
+  nvme resv-register "$DEV" --nrkey=4 --rrega=0
+  nvme resv-acquire "$DEV" --crkey=4 --rtype=1 --racqa=0; report
+  nvme resv-release "$DEV" --crkey=4 --rrela=1
+} >"$WORK/054.got" 2>&1
+# blktests' expected output without the harness's lines (the first, "Running nvme/054", and
+# the last two, the disconnect and "Test complete").
+sed '1d' "$EXPECTED" | head -n -2 >"$WORK/054.want"
+if ! diff -u "$WORK/054.want" "$WORK/054.got" >"$WORK/054.diff"; then
+  cat "$WORK/054.diff"
+  fail "$STEP: the output differs from blktests' 054.out (diff above)"
+fi
+say "054: $(grep -c . "$WORK/054.got") lines, as blktests expects"
+check nvme disconnect -n "$NQN"
+
+# ---------------------------------------------------------------- two hosts
+step two-hosts
+connect_as "$HOST_A" 72657376-0000-4000-8000-00000000000a
+connect_as "$HOST_B" 72657376-0000-4000-8000-00000000000b
+A=/dev/$(ctrl_of_host "$HOST_A") || fail "$STEP: no controller for host A"
+B=/dev/$(ctrl_of_host "$HOST_B") || fail "$STEP: no controller for host B"
+# Each host's commands through its own controller (I/O commands on the controller's device,
+# namespace 1).
+dd if=/dev/urandom of="$WORK/block" bs=4096 count=1 status=none
+io() { # io CTRL read|write: one 4 KiB command at LBA 0 (block size 4096)
+  if [ "$2" = write ]; then
+    nvme io-passthru "$1" --namespace-id=1 --opcode=0x01 --data-len=4096 --write \
+      --input-file="$WORK/block" --cdw10=0 --cdw11=0 --cdw12=0
+  else
+    nvme io-passthru "$1" --namespace-id=1 --opcode=0x02 --data-len=4096 --read \
+      --cdw10=0 --cdw11=0 --cdw12=0 >/dev/null
+  fi
+}
+expect_ok() { "$@" >"$WORK/io.out" 2>&1 || fail "$STEP: $* failed: $(tail -n 3 "$WORK/io.out")"; }
+expect_conflict() {
+  "$@" >"$WORK/io.out" 2>&1 && fail "$STEP: $* succeeded; a reservation conflict was expected"
+  grep -qi "reservation.conflict\|0x83\b\|RESERVATION_CONFLICT" "$WORK/io.out" ||
+    fail "$STEP: $* failed, but not with Reservation Conflict: $(tail -n 3 "$WORK/io.out")"
+}
+expect_ok nvme resv-register "$A" --namespace-id=1 --nrkey=1 --rrega=0
+expect_ok nvme resv-acquire "$A" --namespace-id=1 --crkey=1 --rtype=1 --racqa=0
+expect_ok io "$A" write
+expect_conflict io "$B" write
+expect_ok io "$B" read
+expect_ok nvme resv-register "$B" --namespace-id=1 --nrkey=2 --rrega=0
+expect_ok nvme resv-acquire "$B" --namespace-id=1 --crkey=2 --prkey=1 --rtype=1 --racqa=1
+expect_conflict io "$A" write
+expect_ok io "$B" write
+nvme resv-report "$A" --namespace-id=1 "$EDS" >"$WORK/report.txt" 2>&1 ||
+  fail "$STEP: resv-report: $(tail -n 3 "$WORK/report.txt")"
+grep -q "regctl *: 1" "$WORK/report.txt" || fail "$STEP: report after the preempt: $(cat "$WORK/report.txt")"
+expect_ok nvme resv-release "$B" --namespace-id=1 --crkey=2 --rrela=1
+expect_ok io "$A" write
+check nvme disconnect -n "$NQN"
+
+step stop
+kill -TERM "$TPID"; wait "$TPID"; rc=$?
+TPID=
+[ "$rc" = 0 ] || fail "$STEP: the target exited $rc"
+echo "RESULT: PASS"
