@@ -304,6 +304,11 @@ pub struct TargetConfig {
     /// clock reads per command; those views then show no I/O (connections, arena and
     /// keep-alive figures stay).
     pub io_statistics: bool,
+    /// A directory for state that must outlive the process: reservations a host asked to
+    /// persist through power loss (one file per namespace, written and synced before the
+    /// command completes). Absent: reservations are not persisted and hosts are told so
+    /// (Identify Namespace RESCAP bit 0 clear).
+    pub state_dir: Option<PathBuf>,
 }
 
 impl Default for TargetConfig {
@@ -317,6 +322,7 @@ impl Default for TargetConfig {
             response_timeout_ms: 30_000,
             discovery_nqn: None,
             io_statistics: true,
+            state_dir: None,
         }
     }
 }

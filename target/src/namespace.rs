@@ -138,6 +138,11 @@ impl Namespace {
         &self.reservations
     }
 
+    /// Gives it `r` (persisted ones, opened from the state directory).
+    pub fn set_reservations(&mut self, r: reservation::Reservations) {
+        self.reservations = r;
+    }
+
     /// Its QoS limits and what they held back.
     pub fn qos(&self) -> &Arc<Qos> {
         &self.qos

@@ -10,7 +10,8 @@ use common::*;
 use rdmablk::nvme::features::fid;
 use rdmablk::nvme::identify::{cns, oncs, IdentifyController, IdentifyNamespace};
 use rdmablk::nvme::reservation::{
-    decode_report, encode_keys, op, racqa, rrega, rrela, ResvCdw10, RESCAP_TYPES_AND_IEKEY,
+    decode_report, encode_keys, op, racqa, rrega, rrela, ResvCdw10, RESCAP_PTPL,
+    RESCAP_TYPES_AND_IEKEY,
 };
 use rdmablk::nvme::{Cqe, GetFeatures, InCapsuleSgl, Sgl, Sqe, Status};
 use rdmablk_target::config::Config;
@@ -173,6 +174,92 @@ fn write_exclusive_preempt_and_the_report_between_two_hosts() {
     );
     assert_eq!(report(&mut a), (4, 0, vec![]));
     drop((a, b, admin_a, admin_b));
+    wait_idle(&t);
+    t.shutdown();
+}
+
+/// A target of both hosts whose reservations persist in `state_dir`, on `port`.
+fn persisting_target(port: u16, state_dir: &std::path::Path) -> Target {
+    let text = config_text(port, "32MiB", &format!("state_dir = {:?}", state_dir)).replace(
+        &format!("hosts = [\"{HOSTNQN}\"]"),
+        &format!("hosts = [\"{HOSTNQN}\", \"{OTHER_HOSTNQN}\"]"),
+    );
+    Target::start(Config::from_str(&text).expect("config")).expect("target starts")
+}
+
+#[test]
+fn a_reservation_persisted_through_power_loss_survives_a_restart() {
+    init_tracing();
+    let dir = tmp_dir("resv-ptpl");
+    let port = free_port();
+    let t = persisting_target(port, &dir);
+    let addr = t.local_addrs()[0];
+    let (mut admin_a, a_id) = admin_queue_as(addr, HOSTNQN, 0);
+    let mut a = io_queue_as(addr, HOSTNQN, 1, a_id);
+    let (_, page) = identify_page(&mut admin_a, cns::NAMESPACE, NSID);
+    assert_eq!(
+        IdentifyNamespace::decode(&page).rescap,
+        RESCAP_TYPES_AND_IEKEY | RESCAP_PTPL,
+        "PTPL offered with a state directory"
+    );
+    // A registers asking for persistence (CPTPL 11b) and takes Exclusive Access.
+    let mut c = cdw10(rrega::REGISTER, 0);
+    c.cptpl = 0b11;
+    assert_status(&resv(&mut a, op::REGISTER, c, 0, 7), Status::SUCCESS);
+    assert_status(
+        &resv(&mut a, op::ACQUIRE, cdw10(racqa::ACQUIRE, 2), 7, 0),
+        Status::SUCCESS,
+    );
+    drop((a, admin_a));
+    wait_idle(&t);
+    t.shutdown();
+
+    // After the restart: still held, B's reads refused, the report says PTPLS.
+    let t = persisting_target(port, &dir);
+    let addr = t.local_addrs()[0];
+    let (mut admin_b, b_id) = admin_queue_as(addr, OTHER_HOSTNQN, 0);
+    let mut b = io_queue_as(addr, OTHER_HOSTNQN, 1, b_id);
+    assert_status(&b.rw(false, NSID, 0, 8), Status::RESERVATION_CONFLICT);
+    let mut sqe = Sqe::new(op::REPORT, 0);
+    sqe.nsid = NSID;
+    sqe.cdw10 = 4096 / 4 - 1;
+    sqe.cdw11 = 1;
+    sqe.set_sgl(&b.keyed(0, 4096));
+    assert_status(&b.submit(sqe, &[]), Status::SUCCESS);
+    let (g, rtype, ptpls, regs) = decode_report(&b.read_data(0, 4096)).expect("a report");
+    assert_eq!((g, rtype, ptpls, regs.len()), (1, 2, true, 1));
+    assert_eq!(
+        (regs[0].hostid, regs[0].rkey, regs[0].holds),
+        (host_id_of(HOSTNQN), 7, true)
+    );
+    let mut gf = GetFeatures {
+        fid: fid::RESERVATION_PERSIST,
+        select: 0,
+        nsid: NSID,
+        cdw11: 0,
+    }
+    .to_sqe(0);
+    gf.nsid = NSID;
+    let c = admin_b.submit(gf, &[]);
+    assert_status(&c, Status::SUCCESS);
+    assert_eq!(c.dw0 & 1, 1, "Get Features Reservation Persistence");
+    drop((b, admin_b));
+
+    // A turns persistence off (CPTPL 10b on a re-register): the next restart starts clean.
+    let (admin_a, a_id) = admin_queue_as(addr, HOSTNQN, 0);
+    let mut a = io_queue_as(addr, HOSTNQN, 1, a_id);
+    let mut c = cdw10(rrega::REGISTER, 0);
+    c.cptpl = 0b10;
+    assert_status(&resv(&mut a, op::REGISTER, c, 0, 7), Status::SUCCESS);
+    drop((a, admin_a));
+    wait_idle(&t);
+    t.shutdown();
+    let t = persisting_target(port, &dir);
+    let addr = t.local_addrs()[0];
+    let (admin_b, b_id) = admin_queue_as(addr, OTHER_HOSTNQN, 0);
+    let mut b = io_queue_as(addr, OTHER_HOSTNQN, 1, b_id);
+    assert_status(&b.rw(true, NSID, 0, 8), Status::SUCCESS);
+    drop((b, admin_b));
     wait_idle(&t);
     t.shutdown();
 }

@@ -15,6 +15,10 @@
 #            driven through its controller's character device): A registers and takes Write
 #            Exclusive; B's write fails with Reservation Conflict, B's read succeeds; B
 #            registers and preempts A; now A's write fails and B's succeeds; B clears
+#   persist  A registers asking to persist through power loss (--cptpl=3) and takes
+#            Exclusive Access; the target is SIGKILLed and started again; after the hosts
+#            connect anew, B's read is still refused and the report still shows A holding
+#            it; A clears
 # Prints RESULT: PASS or FAIL.
 #
 # Env: RDMABLK_TARGET (binary; default build/debug/rdmablk-target), RXE_VM_IP (10.0.2.15),
@@ -70,6 +74,7 @@ port = $PORT
 [target]
 worker_threads = 1
 poll_mode = "interrupt"
+state_dir = "$WORK/state"
 
 [arena]
 bytes = "64MiB"
@@ -171,6 +176,27 @@ nvme resv-report "$A" --namespace-id=1 "$EDS" >"$WORK/report.txt" 2>&1 ||
 grep -q "regctl *: 1" "$WORK/report.txt" || fail "$STEP: report after the preempt: $(cat "$WORK/report.txt")"
 expect_ok nvme resv-release "$B" --namespace-id=1 --crkey=2 --rrela=1
 expect_ok io "$A" write
+
+# ---------------------------------------------------------------- persist through power loss
+step persist
+expect_ok nvme resv-register "$A" --namespace-id=1 --nrkey=7 --rrega=0 --cptpl=3
+expect_ok nvme resv-acquire "$A" --namespace-id=1 --crkey=7 --rtype=2 --racqa=0
+expect_conflict io "$B" read
+kill -KILL "$TPID"; wait "$TPID" 2>/dev/null
+TPID=
+check nvme disconnect -n "$NQN"
+start_target
+connect_as "$HOST_A" 72657376-0000-4000-8000-00000000000a
+connect_as "$HOST_B" 72657376-0000-4000-8000-00000000000b
+A=/dev/$(ctrl_of_host "$HOST_A") || fail "$STEP: no controller for host A after the restart"
+B=/dev/$(ctrl_of_host "$HOST_B") || fail "$STEP: no controller for host B after the restart"
+expect_conflict io "$B" read
+nvme resv-report "$B" --namespace-id=1 "$EDS" >"$WORK/report.txt" 2>&1 ||
+  fail "$STEP: resv-report: $(tail -n 3 "$WORK/report.txt")"
+grep -q "rtype *: 2" "$WORK/report.txt" && grep -q "rkey *: 7" "$WORK/report.txt" ||
+  fail "$STEP: the reservation did not survive the restart: $(tr '\n' ' ' <"$WORK/report.txt")"
+expect_ok nvme resv-release "$A" --namespace-id=1 --crkey=7 --rrela=1
+expect_ok io "$B" write
 check nvme disconnect -n "$NQN"
 
 step stop

@@ -188,6 +188,14 @@ pub fn ana_state_names() -> String {
 
 fn check_target(cfg: &Config, c: &mut Checker) {
     let t = &cfg.target;
+    if let Some(d) = &t.state_dir {
+        if !d.is_absolute() {
+            c.fail(
+                "target.state_dir",
+                format!("{} is not an absolute path (write it from /)", d.display()),
+            );
+        }
+    }
     if t.worker_threads == 0 || t.worker_threads > MAX_WORKER_THREADS {
         c.fail(
             "target.worker_threads",

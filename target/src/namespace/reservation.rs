@@ -10,7 +10,15 @@
 //!
 //! Commands change the state under a mutex (they are rare); the I/O path reads an immutable
 //! snapshot swapped whole ([`ArcSwapOption`]), and with no reservation held only a relaxed load.
+//!
+//! Persist Through Power Loss: with a state file (`[target] state_dir`), a host may ask for it
+//! (Register CPTPL 11b, Set Features 0x83); from then on each change is written to the file
+//! and synced (temporary file, fsync, rename, fsync of the directory) before the command
+//! completes, and a namespace opened later starts from it. A change that cannot be written is
+//! not made.
 
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -29,21 +37,26 @@ pub enum ResvError {
     InvalidField,
     /// An action value that is not defined: Invalid Opcode, as nvmet answers.
     InvalidAction,
+    /// Persist Through Power Loss is on and the state file could not be written (the change
+    /// was not made): Internal Error.
+    Persist,
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 struct Reg {
     host: HostId,
     key: u64,
 }
 
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 struct State {
     /// In registration order (a replace keeps the place).
     regs: Vec<Reg>,
     /// The holder (for types 5 and 6, the registrant that acquired: every registrant holds).
     holder: Option<(HostId, ResvType)>,
     generation: u32,
+    /// Persist Through Power Loss (only with a state file).
+    ptpl: bool,
 }
 
 impl State {
@@ -72,11 +85,77 @@ pub struct Reservations {
     state: Mutex<State>,
     held: AtomicBool,
     snapshot: ArcSwapOption<Snapshot>,
+    /// Where the state persists (`None`: Persist Through Power Loss is not offered).
+    file: Option<PathBuf>,
 }
 
 impl Reservations {
+    /// Reservations persisted in `file` (if given): a persisted state there is restored.
+    pub fn open(file: Option<PathBuf>) -> Result<Reservations, String> {
+        let mut r = Reservations {
+            file,
+            ..Reservations::default()
+        };
+        if let Some(f) = &r.file {
+            match std::fs::read_to_string(f) {
+                Ok(text) => {
+                    let s = persist::decode(&text)
+                        .map_err(|e| format!("{}: {e} (fix or remove the file)", f.display()))?;
+                    r.publish(&s);
+                    r.state = Mutex::new(s);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(format!("{}: {e}", f.display())),
+            }
+        }
+        Ok(r)
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether Persist Through Power Loss can be offered (RESCAP bit 0).
+    pub fn can_persist(&self) -> bool {
+        self.file.is_some()
+    }
+
+    /// Persist Through Power Loss is on (Get Features 0x83, the report's PTPLS).
+    pub fn ptpl(&self) -> bool {
+        self.lock().ptpl
+    }
+
+    /// Set Features 0x83: turns Persist Through Power Loss on or off.
+    pub fn set_ptpl(&self, on: bool) -> Result<(), ResvError> {
+        if on && self.file.is_none() {
+            return Err(ResvError::InvalidField);
+        }
+        let mut s = self.lock();
+        let mut next = s.clone();
+        next.ptpl = on;
+        self.commit(&mut s, next)
+    }
+
+    /// Makes `next` the state: written first when it persists (or the file removed when it
+    /// stops persisting), then published.
+    fn commit(&self, s: &mut State, next: State) -> Result<(), ResvError> {
+        if let Some(f) = &self.file {
+            let written = if next.ptpl {
+                persist::write(f, &next)
+            } else if s.ptpl {
+                persist::remove(f)
+            } else {
+                Ok(())
+            };
+            if let Err(e) = written {
+                tracing::error!(file = %f.display(), error = %e,
+                    "reservation state not persisted: the command fails, nothing changed");
+                return Err(ResvError::Persist);
+            }
+        }
+        *s = next;
+        self.publish(s);
+        Ok(())
     }
 
     /// Publishes `s` for the access check.
@@ -121,7 +200,8 @@ impl Reservations {
         s.rtype.registrants_write() && s.registered.contains(host)
     }
 
-    /// Reservation Register: `action` RREGA, keys CRKEY and NRKEY.
+    /// Reservation Register: `action` RREGA, keys CRKEY and NRKEY, `cptpl` CPTPL (00b: no
+    /// change, 10b: do not persist, 11b: persist through power loss).
     pub fn register(
         &self,
         host: &HostId,
@@ -129,8 +209,15 @@ impl Reservations {
         iekey: bool,
         crkey: u64,
         nrkey: u64,
+        cptpl: u8,
     ) -> Result<(), ResvError> {
-        let mut s = self.lock();
+        match cptpl {
+            0b00 | 0b10 => {}
+            0b11 if self.file.is_some() => {}
+            _ => return Err(ResvError::InvalidField),
+        }
+        let mut guard = self.lock();
+        let mut s = guard.clone();
         let me = s.regs.iter().position(|r| &r.host == host);
         match action {
             rrega::REGISTER => match me {
@@ -166,8 +253,12 @@ impl Reservations {
             _ => return Err(ResvError::InvalidAction),
         }
         s.generation = s.generation.wrapping_add(1);
-        self.publish(&s);
-        Ok(())
+        match cptpl {
+            0b10 => s.ptpl = false,
+            0b11 => s.ptpl = true,
+            _ => {}
+        }
+        self.commit(&mut guard, s)
     }
 
     /// Reservation Acquire: `action` RACQA, type `rtype`, keys CRKEY and PRKEY. The hosts a
@@ -186,8 +277,9 @@ impl Reservations {
             return Err(ResvError::InvalidField);
         }
         let rtype = ResvType::from_u8(rtype).ok_or(ResvError::InvalidField)?;
-        let mut s = self.lock();
-        s.check_key(host, crkey)?;
+        let mut guard = self.lock();
+        guard.check_key(host, crkey)?;
+        let mut s = guard.clone();
         let preempted = match action {
             racqa::ACQUIRE => {
                 match s.holder {
@@ -196,14 +288,16 @@ impl Reservations {
                     Some(_) => return Err(ResvError::Conflict),
                 }
                 // Acquire leaves the generation as it is.
-                self.publish(&s);
-                return Ok(Vec::new());
+                Vec::new()
             }
-            racqa::PREEMPT | racqa::PREEMPT_AND_ABORT => preempt(&mut s, host, rtype, prkey)?,
+            racqa::PREEMPT | racqa::PREEMPT_AND_ABORT => {
+                let gone = preempt(&mut s, host, rtype, prkey)?;
+                s.generation = s.generation.wrapping_add(1);
+                gone
+            }
             _ => return Err(ResvError::InvalidAction),
         };
-        s.generation = s.generation.wrapping_add(1);
-        self.publish(&s);
+        self.commit(&mut guard, s)?;
         Ok(preempted)
     }
 
@@ -220,8 +314,10 @@ impl Reservations {
         if iekey {
             return Err(ResvError::InvalidField);
         }
-        let mut s = self.lock();
-        s.check_key(host, crkey)?;
+        let mut guard = self.lock();
+        guard.check_key(host, crkey)?;
+        let mut s = guard.clone();
+        let mut others = Vec::new();
         match action {
             rrela::RELEASE => match s.holder {
                 Some((h, t)) if &h == host => {
@@ -234,7 +330,7 @@ impl Reservations {
                 _ => {}
             },
             rrela::CLEAR => {
-                let others = s
+                others = s
                     .regs
                     .iter()
                     .map(|r| r.host)
@@ -243,17 +339,15 @@ impl Reservations {
                 s.regs.clear();
                 s.holder = None;
                 s.generation = s.generation.wrapping_add(1);
-                self.publish(&s);
-                return Ok(others);
             }
             _ => return Err(ResvError::InvalidAction),
         }
-        self.publish(&s);
-        Ok(Vec::new())
+        self.commit(&mut guard, s)?;
+        Ok(others)
     }
 
-    /// The report: generation, the type held (0: none) and every registrant.
-    pub fn report(&self) -> (u32, u8, Vec<Registrant>) {
+    /// The report: generation, the type held (0: none), PTPLS and every registrant.
+    pub fn report(&self) -> (u32, u8, bool, Vec<Registrant>) {
         let s = self.lock();
         let (holder, rtype) = match s.holder {
             Some((h, t)) => (Some(h), t as u8),
@@ -270,7 +364,7 @@ impl Reservations {
                 hostid: r.host,
             })
             .collect();
-        (s.generation, rtype, regs)
+        (s.generation, rtype, s.ptpl, regs)
     }
 }
 
@@ -336,6 +430,132 @@ fn preempt(
                 Err(ResvError::InvalidField)
             }
         }
+    }
+}
+
+/// The state file of namespace `nsid` of subsystem `nqn` under `state_dir`:
+/// `reservations/<nqn>-<nsid>.json` (characters a file name cannot hold become `_`).
+pub fn state_file(state_dir: &Path, nqn: &str, nsid: u32) -> PathBuf {
+    let name: String = nqn
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._-:".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    state_dir
+        .join("reservations")
+        .join(format!("{name}-{nsid}.json"))
+}
+
+/// The state file: a small JSON document, written whole.
+mod persist {
+    use super::*;
+
+    fn hex(b: &[u8]) -> String {
+        b.iter().map(|x| format!("{x:02x}")).collect()
+    }
+
+    fn unhex(s: &str) -> Option<HostId> {
+        if s.len() != 32 {
+            return None;
+        }
+        let mut id = [0u8; 16];
+        for (i, b) in id.iter_mut().enumerate() {
+            *b = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
+        }
+        Some(id)
+    }
+
+    pub fn encode(s: &State) -> String {
+        let regs: Vec<serde_json::Value> = s
+            .regs
+            .iter()
+            .map(|r| serde_json::json!({"host": hex(&r.host), "key": r.key}))
+            .collect();
+        let holder = s
+            .holder
+            .map(|(h, t)| serde_json::json!({"host": hex(&h), "type": t as u8}));
+        serde_json::json!({
+            "version": 1,
+            "ptpl": s.ptpl,
+            "generation": s.generation,
+            "holder": holder,
+            "registrants": regs,
+        })
+        .to_string()
+    }
+
+    pub fn decode(text: &str) -> Result<State, String> {
+        let v: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let bad = |what: &str| format!("bad {what}");
+        if v["version"] != 1 {
+            return Err(bad("version (want 1)"));
+        }
+        let mut s = State {
+            ptpl: v["ptpl"].as_bool().ok_or_else(|| bad("ptpl"))?,
+            generation: v["generation"]
+                .as_u64()
+                .and_then(|g| u32::try_from(g).ok())
+                .ok_or_else(|| bad("generation"))?,
+            ..State::default()
+        };
+        for r in v["registrants"]
+            .as_array()
+            .ok_or_else(|| bad("registrants"))?
+        {
+            s.regs.push(Reg {
+                host: r["host"]
+                    .as_str()
+                    .and_then(unhex)
+                    .ok_or_else(|| bad("registrant host"))?,
+                key: r["key"].as_u64().ok_or_else(|| bad("registrant key"))?,
+            });
+        }
+        if !v["holder"].is_null() {
+            let h = v["holder"]["host"]
+                .as_str()
+                .and_then(unhex)
+                .ok_or_else(|| bad("holder host"))?;
+            let t = v["holder"]["type"]
+                .as_u64()
+                .and_then(|t| u8::try_from(t).ok())
+                .and_then(ResvType::from_u8)
+                .ok_or_else(|| bad("holder type"))?;
+            if !s.regs.iter().any(|r| r.host == h) {
+                return Err(bad("holder (not a registrant)"));
+            }
+            s.holder = Some((h, t));
+        }
+        Ok(s)
+    }
+
+    /// Writes `s` to `file` atomically and durably: a temporary file beside it, synced,
+    /// renamed over it, and the directory synced.
+    pub fn write(file: &Path, s: &State) -> std::io::Result<()> {
+        let dir = file.parent().unwrap_or(Path::new("."));
+        std::fs::create_dir_all(dir)?;
+        let tmp = file.with_extension("tmp");
+        {
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(encode(s).as_bytes())?;
+            f.sync_all()?;
+        }
+        std::fs::rename(&tmp, file)?;
+        std::fs::File::open(dir)?.sync_all()
+    }
+
+    /// Removes the file (Persist Through Power Loss turned off), durably.
+    pub fn remove(file: &Path) -> std::io::Result<()> {
+        match std::fs::remove_file(file) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        }
+        std::fs::File::open(file.parent().unwrap_or(Path::new(".")))?.sync_all()
     }
 }
 

@@ -28,6 +28,7 @@ use super::subsystem::fnv1a;
 use super::transport::QueueTransport;
 use super::{mdts, Shared, FIRMWARE_REVISION, MODEL};
 use crate::config::{ANA_GROUP_MAX, MAX_NAMESPACES_PER_SUBSYSTEM};
+use crate::namespace::reservation::ResvError;
 
 /// Checks and runs an admin command on the admin queue of `ctrl`.
 pub fn prepare<X: QueueTransport>(
@@ -147,6 +148,9 @@ fn identify<X: QueueTransport>(
                     idn.anagrpid = ns.ana_group();
                     // Every reservation type and IEKEY; not Persist Through Power Loss.
                     idn.rescap = rdmablk::nvme::reservation::RESCAP_TYPES_AND_IEKEY;
+                    if ns.reservations().can_persist() {
+                        idn.rescap |= rdmablk::nvme::reservation::RESCAP_PTPL;
+                    }
                     idn.encode()
                 }
                 // An inactive NSID: all zeroes.
@@ -264,6 +268,17 @@ fn set_features<X: QueueTransport>(
         // On fabrics the host identifier comes with Connect and cannot be set (NVMe Base
         // 5.27.1.25; nvmet and SPDK answer Command Sequence Error).
         fid::HOST_ID => return Err(Status::COMMAND_SEQUENCE_ERROR.with_dnr()),
+        fid::RESERVATION_PERSIST => {
+            // Per namespace: PTPL (bit 0) on or off, where a state directory allows it.
+            let ns = ctrl
+                .namespace(sf.nsid)
+                .ok_or(Status::INVALID_NAMESPACE.with_dnr())?;
+            match ns.reservations().set_ptpl(sf.value & 1 != 0) {
+                Ok(()) => {}
+                Err(ResvError::Persist) => return Err(Status::INTERNAL),
+                Err(_) => return Err(Status::INVALID_FIELD.with_dnr()),
+            }
+        }
         _ => return Err(Status::INVALID_FIELD.with_dnr()),
     }
     Ok(Next::Respond)
@@ -294,6 +309,12 @@ fn get_features<X: QueueTransport>(
         fid::ASYNC_EVENT_CONFIG => st.aec,
         fid::VOLATILE_WRITE_CACHE => u32::from(st.vwc),
         fid::ARBITRATION | fid::POWER_MGMT | fid::TEMP_THRESHOLD | fid::ERROR_RECOVERY => 0,
+        fid::RESERVATION_PERSIST => {
+            let ns = ctrl
+                .namespace(gf.nsid)
+                .ok_or(Status::INVALID_NAMESPACE.with_dnr())?;
+            u32::from(ns.reservations().ptpl())
+        }
         _ => return Err(Status::INVALID_FIELD.with_dnr()),
     };
     drop(st);

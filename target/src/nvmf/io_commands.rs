@@ -167,8 +167,8 @@ fn check<X: QueueTransport>(
             if len < REPORT_HEADER_LEN as u64 || len > u64::from(shared.cfg.limits.max_io_size) {
                 return Err(Status::INVALID_FIELD.with_dnr());
             }
-            let (generation, rtype, regs) = ns.reservations().report();
-            let page = encode_report(generation, rtype, false, &regs, len as usize);
+            let (generation, rtype, ptpls, regs) = ns.reservations().report();
+            let page = encode_report(generation, rtype, ptpls, &regs, len as usize);
             conn.reqs[slot as usize].action = Action::Respond;
             let next = data_phase(
                 conn,
@@ -224,15 +224,9 @@ fn reservation_status<X: QueueTransport>(
     let host = &ctrl.hostid;
     let resv = ns.reservations();
     let result = match r.sqe.opcode {
-        resv::REGISTER => {
-            // CPTPL: "no change" or "persist nothing" only; rdmablk does not persist
-            // reservations through power loss, and says so rather than pretend (nvmet
-            // ignores the field).
-            if !matches!(c.cptpl, 0b00 | 0b10) {
-                return Err(Status::INVALID_FIELD.with_dnr());
-            }
-            resv.register(host, c.action, c.iekey, k1, k2)
-        }
+        // CPTPL 11b without a state directory is Invalid Field: rdmablk says it cannot
+        // persist rather than pretend (nvmet ignores the field).
+        resv::REGISTER => resv.register(host, c.action, c.iekey, k1, k2, c.cptpl),
         resv::ACQUIRE => resv
             .acquire(host, c.action, c.iekey, c.rtype, k1, k2)
             .map(drop),
@@ -242,6 +236,7 @@ fn reservation_status<X: QueueTransport>(
         ResvError::Conflict => Status::RESERVATION_CONFLICT.with_dnr(),
         ResvError::InvalidField => Status::INVALID_FIELD.with_dnr(),
         ResvError::InvalidAction => Status::INVALID_OPCODE.with_dnr(),
+        ResvError::Persist => Status::INTERNAL,
     })
 }
 

@@ -105,6 +105,11 @@ pub enum TargetError {
         #[source]
         source: BackendError,
     },
+    #[error(
+        "subsystem {nqn} namespace {nsid}: its persisted reservations: {why} \
+         (target.state_dir)"
+    )]
+    Reservations { nqn: String, nsid: u32, why: String },
     #[error("worker {index}: {source}")]
     Worker {
         index: usize,
@@ -426,24 +431,40 @@ fn open_subsystems(
     for s in &cfg.subsystems {
         let mut namespaces = Vec::new();
         for n in &s.namespaces {
-            namespaces.push(open_namespace(&s.nqn, n, table)?);
+            namespaces.push(open_namespace(
+                &s.nqn,
+                n,
+                table,
+                cfg.target.state_dir.as_deref(),
+            )?);
         }
         subsystems.push(Arc::new(Subsystem::new(s, namespaces)));
     }
     Ok(subsystems)
 }
 
-/// Opens namespace `n` of subsystem `nqn` and gives it a slot in `table`.
+/// Opens namespace `n` of subsystem `nqn` and gives it a slot in `table`; with a state
+/// directory, its reservations persist there (and come back from there).
 pub(crate) fn open_namespace(
     nqn: &str,
     n: &crate::config::NamespaceConfig,
     table: &NamespaceTable,
+    state_dir: Option<&std::path::Path>,
 ) -> Result<Arc<Namespace>, TargetError> {
-    let ns = Namespace::open(n).map_err(|source| TargetError::Namespace {
+    let mut ns = Namespace::open(n).map_err(|source| TargetError::Namespace {
         nqn: nqn.to_owned(),
         nsid: n.nsid,
         source,
     })?;
+    let file = state_dir.map(|d| crate::namespace::reservation::state_file(d, nqn, n.nsid));
+    let resv = crate::namespace::reservation::Reservations::open(file).map_err(|why| {
+        TargetError::Reservations {
+            nqn: nqn.to_owned(),
+            nsid: n.nsid,
+            why,
+        }
+    })?;
+    ns.set_reservations(resv);
     tracing::info!(subsystem = %nqn, nsid = n.nsid, kind = n.backend.kind(),
         blocks = ns.num_blocks(), block_size = ns.block_size(), "namespace open");
     Ok(table.insert(ns))

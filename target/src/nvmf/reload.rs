@@ -334,7 +334,7 @@ fn prepare(shared: &Arc<Shared>, plan: &Plan, new: &Config) -> Result<Prepared, 
         .flat_map(|s| s.namespaces.iter().map(move |n| (s.nqn.as_str(), n)))
         .chain(plan.added_namespaces.iter().map(|(q, n)| (q.as_str(), n)));
     for (nqn, n) in wanted {
-        match open_namespace(nqn, n, &shared.namespaces) {
+        match open_namespace(nqn, n, &shared.namespaces, new.target.state_dir.as_deref()) {
             Ok(ns) => ready.namespaces.push((nqn.to_owned(), ns)),
             Err(e) => {
                 undo(shared, ready);

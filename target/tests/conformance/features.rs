@@ -10,12 +10,32 @@ fn conformance_features_set_fid() {
     let (_fx, mut h, _) = ready();
     // LBA range type, interrupt coalescing/config (no interrupts on fabrics), write
     // atomicity, timestamp, host behaviour, reservations, vendor specific.
-    for f in [0x00u8, 0x03, 0x08, 0x09, 0x0A, 0x0E, 0x16, 0x82, 0x83, 0xC0] {
+    for f in [0x00u8, 0x03, 0x08, 0x09, 0x0A, 0x0E, 0x16, 0x82, 0xC0] {
         expect(
             &set_features(&mut h, f, 0),
             Status::INVALID_FIELD.with_dnr(),
         );
     }
+    // Reservation Persistence is per namespace; persisting needs a state directory (this
+    // target has none), turning it off does not.
+    let persist = |nsid: u32, value: u32| {
+        SetFeatures {
+            fid: fid::RESERVATION_PERSIST,
+            value,
+            save: false,
+            nsid,
+        }
+        .to_sqe(0)
+    };
+    expect(
+        &h.submit(persist(0, 0), &[]),
+        Status::INVALID_NAMESPACE.with_dnr(),
+    );
+    expect(
+        &h.submit(persist(1, 1), &[]),
+        Status::INVALID_FIELD.with_dnr(),
+    );
+    ok(&h.submit(persist(1, 0), &[]));
     // The host identifier comes with Connect.
     expect(
         &set_features(&mut h, fid::HOST_ID, 0),

@@ -5,7 +5,7 @@ const B: HostId = [0xB; 16];
 const C: HostId = [0xC; 16];
 
 fn gen_type(r: &Reservations) -> (u32, u8) {
-    let (g, t, _) = r.report();
+    let (g, t, _, _) = r.report();
     (g, t)
 }
 
@@ -14,31 +14,31 @@ fn gen_type(r: &Reservations) -> (u32, u8) {
 fn blktests_054_sequence() {
     let r = Reservations::default();
     assert_eq!(gen_type(&r), (0, 0));
-    r.register(&A, rrega::REGISTER, false, 0, 4).unwrap();
+    r.register(&A, rrega::REGISTER, false, 0, 4, 0).unwrap();
     assert_eq!(gen_type(&r), (1, 0));
-    assert_eq!(r.report().2[0].rkey, 4);
-    r.register(&A, rrega::REPLACE, false, 4, 5).unwrap();
+    assert_eq!(r.report().3[0].rkey, 4);
+    r.register(&A, rrega::REPLACE, false, 4, 5, 0).unwrap();
     assert_eq!(gen_type(&r), (2, 0));
-    assert_eq!(r.report().2[0].rkey, 5);
-    r.register(&A, rrega::UNREGISTER, false, 5, 0).unwrap();
+    assert_eq!(r.report().3[0].rkey, 5);
+    r.register(&A, rrega::UNREGISTER, false, 5, 0, 0).unwrap();
     assert_eq!(gen_type(&r), (3, 0));
-    assert!(r.report().2.is_empty());
-    r.register(&A, rrega::REGISTER, false, 0, 4).unwrap();
+    assert!(r.report().3.is_empty());
+    r.register(&A, rrega::REGISTER, false, 0, 4, 0).unwrap();
     r.acquire(&A, racqa::ACQUIRE, false, 1, 4, 0).unwrap();
     assert_eq!(gen_type(&r), (4, 1));
-    assert!(r.report().2[0].holds);
+    assert!(r.report().3[0].holds);
     // Preempt by the holder itself, PRKEY 0: the type changes.
     r.acquire(&A, racqa::PREEMPT, false, 2, 4, 0).unwrap();
     assert_eq!(gen_type(&r), (5, 2));
     r.release(&A, rrela::RELEASE, false, 2, 4).unwrap();
     assert_eq!(gen_type(&r), (5, 0));
-    assert!(!r.report().2[0].holds, "released, still registered");
-    r.register(&A, rrega::REGISTER, false, 0, 4).unwrap();
+    assert!(!r.report().3[0].holds, "released, still registered");
+    r.register(&A, rrega::REGISTER, false, 0, 4, 0).unwrap();
     r.acquire(&A, racqa::ACQUIRE, false, 1, 4, 0).unwrap();
     assert_eq!(gen_type(&r), (6, 1));
     r.release(&A, rrela::CLEAR, false, 0, 4).unwrap();
     assert_eq!(gen_type(&r), (7, 0));
-    assert!(r.report().2.is_empty());
+    assert!(r.report().3.is_empty());
 }
 
 #[test]
@@ -55,8 +55,8 @@ fn access_follows_the_type_for_holder_registrant_and_stranger() {
     for (t, rr, rw, sr, sw) in table {
         let r = Reservations::default();
         assert!(r.allows(&C, true), "nothing held: all allowed");
-        r.register(&A, rrega::REGISTER, false, 0, 1).unwrap();
-        r.register(&B, rrega::REGISTER, false, 0, 2).unwrap();
+        r.register(&A, rrega::REGISTER, false, 0, 1, 0).unwrap();
+        r.register(&B, rrega::REGISTER, false, 0, 2, 0).unwrap();
         r.acquire(&A, racqa::ACQUIRE, false, t, 1, 0).unwrap();
         assert!(
             r.allows(&A, true) && r.allows(&A, false),
@@ -90,20 +90,20 @@ fn conflicts_and_invalid_fields() {
         Err(ResvError::Conflict)
     );
     assert_eq!(
-        r.register(&A, rrega::UNREGISTER, false, 0, 0),
+        r.register(&A, rrega::UNREGISTER, false, 0, 0, 0),
         Err(ResvError::Conflict)
     );
-    r.register(&A, rrega::REGISTER, false, 0, 7).unwrap();
+    r.register(&A, rrega::REGISTER, false, 0, 7, 0).unwrap();
     // Another key for a registered host, a wrong current key.
     assert_eq!(
-        r.register(&A, rrega::REGISTER, false, 0, 8),
+        r.register(&A, rrega::REGISTER, false, 0, 8, 0),
         Err(ResvError::Conflict)
     );
     assert_eq!(
-        r.register(&A, rrega::REPLACE, false, 1, 8),
+        r.register(&A, rrega::REPLACE, false, 1, 8, 0),
         Err(ResvError::Conflict)
     );
-    r.register(&A, rrega::REPLACE, true, 1, 8).unwrap();
+    r.register(&A, rrega::REPLACE, true, 1, 8, 0).unwrap();
     assert_eq!(
         r.acquire(&A, racqa::ACQUIRE, false, 1, 7, 0),
         Err(ResvError::Conflict)
@@ -121,12 +121,12 @@ fn conflicts_and_invalid_fields() {
         Err(ResvError::InvalidAction)
     );
     assert_eq!(
-        r.register(&A, 3, false, 0, 0),
+        r.register(&A, 3, false, 0, 0, 0),
         Err(ResvError::InvalidAction)
     );
     r.acquire(&A, racqa::ACQUIRE, false, 1, 8, 0).unwrap();
     // Held by A: B acquiring conflicts; A releasing with another type conflicts.
-    r.register(&B, rrega::REGISTER, false, 0, 9).unwrap();
+    r.register(&B, rrega::REGISTER, false, 0, 9, 0).unwrap();
     assert_eq!(
         r.acquire(&B, racqa::ACQUIRE, false, 1, 9, 0),
         Err(ResvError::Conflict)
@@ -148,40 +148,78 @@ fn conflicts_and_invalid_fields() {
 #[test]
 fn preempt_takes_the_reservation_and_unregisters_the_victim() {
     let r = Reservations::default();
-    r.register(&A, rrega::REGISTER, false, 0, 1).unwrap();
-    r.register(&B, rrega::REGISTER, false, 0, 2).unwrap();
+    r.register(&A, rrega::REGISTER, false, 0, 1, 0).unwrap();
+    r.register(&B, rrega::REGISTER, false, 0, 2, 0).unwrap();
     r.acquire(&A, racqa::ACQUIRE, false, 2, 1, 0).unwrap();
     assert!(!r.allows(&B, false));
     let gone = r
         .acquire(&B, racqa::PREEMPT_AND_ABORT, false, 2, 2, 1)
         .unwrap();
     assert_eq!(gone, vec![A]);
-    let (g, t, regs) = r.report();
+    let (g, t, _, regs) = r.report();
     assert_eq!((g, t), (3, 2));
     assert_eq!(regs.len(), 1);
     assert_eq!(regs[0].hostid, B);
     assert!(regs[0].holds);
     assert!(!r.allows(&A, false) && r.allows(&B, true));
     // The preempted host registers again; a clear by it removes everyone.
-    r.register(&A, rrega::REGISTER, false, 0, 1).unwrap();
+    r.register(&A, rrega::REGISTER, false, 0, 1, 0).unwrap();
     assert_eq!(r.release(&A, rrela::CLEAR, false, 0, 1).unwrap(), vec![B]);
-    assert!(r.report().2.is_empty() && r.allows(&C, true));
+    assert!(r.report().3.is_empty() && r.allows(&C, true));
 }
 
 #[test]
 fn all_registrants_types_pass_on_when_the_holder_leaves() {
     let r = Reservations::default();
-    r.register(&A, rrega::REGISTER, false, 0, 1).unwrap();
-    r.register(&B, rrega::REGISTER, false, 0, 2).unwrap();
+    r.register(&A, rrega::REGISTER, false, 0, 1, 0).unwrap();
+    r.register(&B, rrega::REGISTER, false, 0, 2, 0).unwrap();
     r.acquire(&A, racqa::ACQUIRE, false, 5, 1, 0).unwrap();
     assert!(
-        r.report().2.iter().all(|x| x.holds),
+        r.report().3.iter().all(|x| x.holds),
         "every registrant holds type 5"
     );
-    r.register(&A, rrega::UNREGISTER, false, 1, 0).unwrap();
+    r.register(&A, rrega::UNREGISTER, false, 1, 0, 0).unwrap();
     assert_eq!(gen_type(&r).1, 5, "B holds it now");
     assert!(r.allows(&B, true) && !r.allows(&C, true));
-    r.register(&B, rrega::UNREGISTER, false, 2, 0).unwrap();
+    r.register(&B, rrega::UNREGISTER, false, 2, 0, 0).unwrap();
     assert_eq!(gen_type(&r).1, 0);
     assert!(r.allows(&C, true));
+}
+
+#[test]
+fn persisted_state_comes_back_and_cptpl_needs_a_file() {
+    let dir = std::env::temp_dir().join(format!("rdmablk-resv-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let file = state_file(&dir, "nqn.2026-11.io.rdmablk:a/b", 1);
+    assert!(file.ends_with("reservations/nqn.2026-11.io.rdmablk:a_b-1.json"));
+    // Without a file: no PTPL.
+    let r = Reservations::default();
+    assert_eq!(
+        r.register(&A, rrega::REGISTER, false, 0, 1, 0b11),
+        Err(ResvError::InvalidField)
+    );
+    assert_eq!(r.set_ptpl(true), Err(ResvError::InvalidField));
+    // With one: CPTPL 11b persists, and a later open starts from it.
+    let r = Reservations::open(Some(file.clone())).unwrap();
+    assert!(r.can_persist() && !r.ptpl());
+    r.register(&A, rrega::REGISTER, false, 0, 1, 0b11).unwrap();
+    r.register(&B, rrega::REGISTER, false, 0, 2, 0).unwrap();
+    r.acquire(&A, racqa::ACQUIRE, false, 2, 1, 0).unwrap();
+    assert!(file.exists());
+    let again = Reservations::open(Some(file.clone())).unwrap();
+    assert_eq!(again.report(), r.report());
+    assert!(again.ptpl() && !again.allows(&B, false) && again.allows(&A, true));
+    // Turning PTPL off removes the file: the next open starts empty.
+    again
+        .register(&A, rrega::REGISTER, false, 0, 1, 0b10)
+        .unwrap();
+    assert!(!file.exists());
+    let empty = Reservations::open(Some(file.clone())).unwrap();
+    assert_eq!(empty.report(), (0, 0, false, vec![]));
+    // A damaged file is an error naming it, not a silent empty state.
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, "{\"version\": 1, \"ptpl\": true}").unwrap();
+    let e = Reservations::open(Some(file.clone())).unwrap_err();
+    assert!(e.contains("generation") && e.contains(".json"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
