@@ -92,6 +92,26 @@ typedef struct rdmablk_completion {
   uint16_t nvme_status;
 } rdmablk_completion;
 
+// The head of a [`rdmablk_resv_report`].
+typedef struct rdmablk_resv_status {
+  uint32_t generation;
+  // The reservation type held (1..=6), 0 for none.
+  uint8_t rtype;
+  // Nonzero when the state persists through power loss.
+  int ptpl;
+  // Registered hosts (also those that did not fit in `regs`).
+  uint32_t registrants;
+} rdmablk_resv_status;
+
+// One registered host of a [`rdmablk_resv_report`].
+typedef struct rdmablk_registrant {
+  // 128-bit host identifier.
+  uint8_t hostid[16];
+  uint64_t rkey;
+  // Nonzero if it holds the reservation.
+  int holds;
+} rdmablk_registrant;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -314,6 +334,49 @@ int rdmablk_queue_wait(struct rdmablk_queue *q,
 // `q` is NULL or a live queue, not used afterwards.
 void rdmablk_queue_free(struct rdmablk_queue *q);
 
+// Reservation Register. `rrega`: 0 register `nrkey`, 1 unregister, 2 replace the key with
+// `nrkey`; `crkey` the current key (unregister, replace); `iekey` nonzero ignores it;
+// `cptpl`: 0 no change, 2 do not persist through power loss, 3 persist (the target must
+// offer it). Returns 0, or -errno with `rdmablk_nvme_status()` set for an NVMe status
+// (Reservation Conflict is 0x83).
+//
+// # Safety
+// `ns` comes from `rdmablk_ns_open`.
+int rdmablk_resv_register(const struct rdmablk_ns *ns,
+                          uint8_t rrega,
+                          uint64_t crkey,
+                          uint64_t nrkey,
+                          int iekey,
+                          uint8_t cptpl);
+
+// Reservation Acquire of type `rtype` (1..=6) with key `crkey`. `racqa`: 0 acquire, 1
+// preempt the holders of `prkey`, 2 preempt and abort.
+//
+// # Safety
+// `ns` comes from `rdmablk_ns_open`.
+int rdmablk_resv_acquire(const struct rdmablk_ns *ns,
+                         uint8_t racqa,
+                         uint8_t rtype,
+                         uint64_t crkey,
+                         uint64_t prkey);
+
+// Reservation Release with key `crkey`. `rrela`: 0 release the reservation of type `rtype`
+// this host holds, 1 clear (every registration goes; `rtype` unused).
+//
+// # Safety
+// `ns` comes from `rdmablk_ns_open`.
+int rdmablk_resv_release(const struct rdmablk_ns *ns, uint8_t rrela, uint8_t rtype, uint64_t crkey);
+
+// Reservation Report: fills `*out` and the first `max_regs` entries of `regs` (which may be
+// NULL when `max_regs` is 0). Returns 0 or -errno.
+//
+// # Safety
+// `ns` comes from `rdmablk_ns_open`; `out` is writable; `regs` has room for `max_regs`.
+int rdmablk_resv_report(const struct rdmablk_ns *ns,
+                        struct rdmablk_resv_status *out,
+                        struct rdmablk_registrant *regs,
+                        uint32_t max_regs);
+
 // The message of the last failed call on the calling thread (`""` if none failed yet).
 // The string stays valid until the next failing call on this thread; copy it to keep it.
 const char *rdmablk_errmsg(void);
@@ -528,6 +591,49 @@ int rdmablk_queue_wait(struct rdmablk_queue *q,
 // # Safety
 // `q` is NULL or a live queue, not used afterwards.
 void rdmablk_queue_free(struct rdmablk_queue *q);
+
+// Reservation Register. `rrega`: 0 register `nrkey`, 1 unregister, 2 replace the key with
+// `nrkey`; `crkey` the current key (unregister, replace); `iekey` nonzero ignores it;
+// `cptpl`: 0 no change, 2 do not persist through power loss, 3 persist (the target must
+// offer it). Returns 0, or -errno with `rdmablk_nvme_status()` set for an NVMe status
+// (Reservation Conflict is 0x83).
+//
+// # Safety
+// `ns` comes from `rdmablk_ns_open`.
+int rdmablk_resv_register(const struct rdmablk_ns *ns,
+                          uint8_t rrega,
+                          uint64_t crkey,
+                          uint64_t nrkey,
+                          int iekey,
+                          uint8_t cptpl);
+
+// Reservation Acquire of type `rtype` (1..=6) with key `crkey`. `racqa`: 0 acquire, 1
+// preempt the holders of `prkey`, 2 preempt and abort.
+//
+// # Safety
+// `ns` comes from `rdmablk_ns_open`.
+int rdmablk_resv_acquire(const struct rdmablk_ns *ns,
+                         uint8_t racqa,
+                         uint8_t rtype,
+                         uint64_t crkey,
+                         uint64_t prkey);
+
+// Reservation Release with key `crkey`. `rrela`: 0 release the reservation of type `rtype`
+// this host holds, 1 clear (every registration goes; `rtype` unused).
+//
+// # Safety
+// `ns` comes from `rdmablk_ns_open`.
+int rdmablk_resv_release(const struct rdmablk_ns *ns, uint8_t rrela, uint8_t rtype, uint64_t crkey);
+
+// Reservation Report: fills `*out` and the first `max_regs` entries of `regs` (which may be
+// NULL when `max_regs` is 0). Returns 0 or -errno.
+//
+// # Safety
+// `ns` comes from `rdmablk_ns_open`; `out` is writable; `regs` has room for `max_regs`.
+int rdmablk_resv_report(const struct rdmablk_ns *ns,
+                        struct rdmablk_resv_status *out,
+                        struct rdmablk_registrant *regs,
+                        uint32_t max_regs);
 
 #ifdef __cplusplus
 }  // extern "C"

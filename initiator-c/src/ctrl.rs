@@ -215,7 +215,7 @@ pub unsafe extern "C" fn rdmablk_ns_get_info(
 ///
 /// # Safety
 /// `ns` is NULL or a live handle from [`rdmablk_ns_open`].
-unsafe fn with_ns(
+pub(crate) unsafe fn with_ns(
     ns: *const rdmablk_ns,
     f: impl FnOnce(&Namespace) -> rdmablk_initiator::Result<()>,
 ) -> c_int {

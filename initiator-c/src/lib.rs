@@ -14,6 +14,7 @@ pub mod buf;
 pub mod ctrl;
 pub mod error;
 pub mod queue;
+pub mod reservation;
 
 /// The library's version, `"MAJOR.MINOR.PATCH"` (NUL-terminated, static).
 #[no_mangle]

@@ -9,7 +9,14 @@ fn header_is_fresh() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     let config = cbindgen::Config::from_file(dir.join("cbindgen.toml")).expect("cbindgen.toml");
     let mut builder = cbindgen::Builder::new().with_config(config);
-    for f in ["lib.rs", "error.rs", "ctrl.rs", "buf.rs", "queue.rs"] {
+    for f in [
+        "lib.rs",
+        "error.rs",
+        "ctrl.rs",
+        "buf.rs",
+        "queue.rs",
+        "reservation.rs",
+    ] {
         builder = builder.with_src(dir.join("src").join(f));
     }
     let mut fresh = Vec::new();

@@ -47,6 +47,9 @@ pub use discovery::{discover, discover_with, DiscoveryEntry, EntryKind};
 pub use error::{Error, ErrorKind, Result};
 pub use ioqueue::{Completion, IoQueue, Op, SubmitError};
 pub use multipath::{MultipathController, PathStatus};
+pub use namespace::reservation::{
+    AcquireAction, Persist, RegisterAction, Registrant, ReservationReport, ResvType,
+};
 pub use namespace::Namespace;
 pub use options::{default_host_identity, ConnectOptions, TargetUrl, Transport, DEFAULT_PORT};
 pub use session::{ControllerInfo, NamespaceIds, NamespaceInfo};

@@ -29,6 +29,8 @@ use crate::queue::{Dir, Done, Queue, Seg, SubmitError};
 use crate::session::NamespaceInfo;
 use crate::stats::Stats;
 
+pub mod reservation;
+
 /// Bytes a slice I/O bounces through the pool at a time.
 const BOUNCE_BYTES: usize = 1 << 20;
 

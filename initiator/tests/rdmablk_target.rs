@@ -694,3 +694,83 @@ backend = {{ kind = "file", path = "{}", create_size = "32MiB", direct = false }
         address = e2e_fabric().1,
     )
 }
+
+#[test]
+fn reservations_fence_one_host_from_another_over_tcp() {
+    use rdmablk::nvme::Status;
+    use rdmablk_initiator::{AcquireAction, Error, Persist, RegisterAction, ResvType};
+    let port = free_port();
+    let t = start_with("tcp", port, r#"{ kind = "ram", size = "8MiB" }"#);
+    let url = format!("tcp://{}/{NQN}", t.local_addrs()[0]);
+    let host = |n: u8| ConnectOptions {
+        hostnqn: format!(
+            "nqn.2014-08.org.nvmexpress:uuid:72657376-0000-4000-8000-0000000000{n:02x}"
+        ),
+        hostid: [n; 16],
+        ..opts()
+    };
+    let a = Controller::connect_with(&url, host(0xa)).expect("host A connects");
+    let b = Controller::connect_with(&url, host(0xb)).expect("host B connects");
+    let (na, nb) = (a.namespace(1).unwrap(), b.namespace(1).unwrap());
+    let conflict = |r: rdmablk_initiator::Result<()>| match r {
+        Err(Error::Nvme { status, .. }) if status.same_code(&Status::RESERVATION_CONFLICT) => {}
+        other => panic!("expected a Reservation Conflict, got {other:?}"),
+    };
+    let block = vec![7u8; 512];
+
+    na.resv_register(
+        RegisterAction::Register { new_key: 1 },
+        0,
+        false,
+        Persist::NoChange,
+    )
+    .unwrap();
+    na.resv_acquire(1, ResvType::WriteExclusive, AcquireAction::Acquire)
+        .unwrap();
+    na.write_at(0, &block).unwrap();
+    conflict(nb.write_at(0, &block));
+    let mut back = vec![0u8; 512];
+    nb.read_at(0, &mut back)
+        .expect("Write Exclusive lets others read");
+    assert_eq!(back, block);
+
+    nb.resv_register(
+        RegisterAction::Register { new_key: 2 },
+        0,
+        false,
+        Persist::NoChange,
+    )
+    .unwrap();
+    nb.resv_acquire(
+        2,
+        ResvType::WriteExclusive,
+        AcquireAction::Preempt { victim_key: 1 },
+    )
+    .unwrap();
+    let r = na.resv_report().unwrap();
+    assert_eq!(r.rtype, Some(ResvType::WriteExclusive));
+    assert_eq!(r.registrants.len(), 1);
+    assert_eq!(
+        (r.registrants[0].hostid, r.registrants[0].rkey),
+        ([0xb; 16], 2)
+    );
+    assert!(r.registrants[0].holds && !r.persist);
+    conflict(na.write_at(0, &block));
+    nb.write_at(0, &block).unwrap();
+    // No state directory on this target: persisting is refused, not pretended.
+    match nb.resv_register(
+        RegisterAction::Register { new_key: 2 },
+        0,
+        false,
+        Persist::On,
+    ) {
+        Err(Error::Nvme { status, .. }) if status.same_code(&Status::INVALID_FIELD) => {}
+        other => panic!("expected Invalid Field, got {other:?}"),
+    }
+    nb.resv_clear(2).unwrap();
+    let r = na.resv_report().unwrap();
+    assert_eq!((r.rtype, r.registrants.len()), (None, 0));
+    na.write_at(0, &block).unwrap();
+    drop((na, nb, a, b));
+    stop_within(t);
+}
