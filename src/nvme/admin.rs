@@ -107,6 +107,15 @@ impl AsyncEvent {
         }
     }
 
+    /// "A Reservation Notification log page is available; read it" (I/O command set event).
+    pub fn reservation_log() -> AsyncEvent {
+        AsyncEvent {
+            event_type: event_type::IO_COMMAND_SET,
+            info: 0,
+            log_page: super::log_page::lid::RESERVATION_NOTIFICATION,
+        }
+    }
+
     /// To dw0.
     pub fn to_dw0(self) -> u32 {
         u32::from(self.event_type & 0x7)

@@ -228,6 +228,24 @@ pub fn decode_report(b: &[u8]) -> Option<(u32, u8, bool, Vec<Registrant>)> {
     Some((generation, b[4], b[9] & 1 != 0, regs))
 }
 
+/// Reservation Notification log page types.
+pub mod notice {
+    pub const REGISTRATION_PREEMPTED: u8 = 1;
+    pub const RESERVATION_RELEASED: u8 = 2;
+    pub const RESERVATION_PREEMPTED: u8 = 3;
+}
+
+/// One Reservation Notification log page (64 bytes): its count, type, how many more are
+/// available, and the namespace.
+pub fn encode_notice(count: u64, kind: u8, available: u8, nsid: u32) -> [u8; 64] {
+    let mut b = [0u8; 64];
+    b[0..8].copy_from_slice(&count.to_le_bytes());
+    b[8] = kind;
+    b[9] = available;
+    b[12..16].copy_from_slice(&nsid.to_le_bytes());
+    b
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

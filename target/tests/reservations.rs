@@ -7,13 +7,16 @@
 mod common;
 
 use common::*;
+use rdmablk::nvme::admin::AsyncEvent;
 use rdmablk::nvme::features::fid;
 use rdmablk::nvme::identify::{cns, oncs, IdentifyController, IdentifyNamespace};
+use rdmablk::nvme::log_page::lid;
 use rdmablk::nvme::reservation::{
     decode_report, encode_keys, op, racqa, rrega, rrela, ResvCdw10, RESCAP_PTPL,
     RESCAP_TYPES_AND_IEKEY,
 };
-use rdmablk::nvme::{Cqe, GetFeatures, InCapsuleSgl, Sgl, Sqe, Status};
+use rdmablk::nvme::reservation::{encode_notice, notice};
+use rdmablk::nvme::{Cqe, GetFeatures, GetLogPage, InCapsuleSgl, Sgl, Sqe, Status};
 use rdmablk_target::config::Config;
 use rdmablk_target::Target;
 
@@ -117,6 +120,11 @@ fn write_exclusive_preempt_and_the_report_between_two_hosts() {
     );
     assert_eq!(report(&mut b), (1, 1, vec![(id_a, 1, true)]));
 
+    // A waits for events (an Async Event Request outstanding).
+    let mut aer = Sqe::new(rdmablk::nvme::opcodes::admin::ASYNC_EVENT_REQUEST, 0);
+    aer.cid = 0x7000;
+    admin_a.send_capsule(&aer.to_bytes());
+
     // B registers (key 2) and preempts A (PRKEY 1): B holds, A is gone and conflicts.
     assert_status(
         &resv(&mut b, op::REGISTER, cdw10(rrega::REGISTER, 0), 0, 2),
@@ -129,6 +137,25 @@ fn write_exclusive_preempt_and_the_report_between_two_hosts() {
     assert_status(&b.rw(true, NSID, 0, 8), Status::SUCCESS);
     assert_status(&a.rw(true, NSID, 8, 8), Status::RESERVATION_CONFLICT);
     assert_eq!(report(&mut a), (3, 1, vec![(id_b, 2, true)]));
+    // A hears of it: the event, then one Reservation Notification log page, then none.
+    let aen = admin_a.wait_response().expect("the AER completes");
+    assert_eq!(AsyncEvent::from_dw0(aen.dw0), AsyncEvent::reservation_log());
+    let notice_page = |h: &mut Host| {
+        let mut sqe = GetLogPage::new(lid::RESERVATION_NOTIFICATION, 0xFFFF_FFFF, 0, 64).to_sqe(0);
+        sqe.set_sgl(&h.keyed(0, 64));
+        assert_status(&h.submit(sqe, &[]), Status::SUCCESS);
+        h.read_data(0, 64)
+    };
+    let page = notice_page(&mut admin_a);
+    assert_eq!(
+        page,
+        encode_notice(1, notice::REGISTRATION_PREEMPTED, 0, NSID).to_vec()
+    );
+    assert_eq!(
+        notice_page(&mut admin_a),
+        vec![0u8; 64],
+        "one page, read once"
+    );
 
     // B releases: everyone writes again; the registration stays.
     assert_status(

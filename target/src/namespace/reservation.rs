@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use arc_swap::ArcSwapOption;
-use rdmablk::nvme::reservation::{racqa, rrega, rrela, Registrant, ResvType};
+use rdmablk::nvme::reservation::{notice, racqa, rrega, rrela, Registrant, ResvType};
 
 /// A host identifier (Connect's HOSTID).
 pub type HostId = [u8; 16];
@@ -77,8 +77,12 @@ struct Snapshot {
     registered: Vec<HostId>,
 }
 
-/// Hosts whose registration a command removed (other than the sender), for the caller.
-pub type Preempted = Vec<HostId>;
+/// What a command tells other hosts (Reservation Notification log): each host and the
+/// notice type (`rdmablk::nvme::reservation::notice`).
+pub type Notices = Vec<(HostId, u8)>;
+
+/// Hosts whose registration a preempt or clear removed (other than the sender).
+type Preempted = Vec<HostId>;
 
 #[derive(Debug, Default)]
 pub struct Reservations {
@@ -210,7 +214,7 @@ impl Reservations {
         crkey: u64,
         nrkey: u64,
         cptpl: u8,
-    ) -> Result<(), ResvError> {
+    ) -> Result<Notices, ResvError> {
         match cptpl {
             0b00 | 0b10 => {}
             0b11 if self.file.is_some() => {}
@@ -218,6 +222,7 @@ impl Reservations {
         }
         let mut guard = self.lock();
         let mut s = guard.clone();
+        let mut notices = Vec::new();
         let me = s.regs.iter().position(|r| &r.host == host);
         match action {
             rrega::REGISTER => match me {
@@ -241,6 +246,10 @@ impl Reservations {
                         Some(r) if rtype.all_registrants() => Some((r.host, rtype)),
                         _ => None,
                     };
+                    // Registrants Only: the others lose what registration gave them.
+                    if s.holder.is_none() && rtype.registrants_write() {
+                        notices = released(&s, host);
+                    }
                 }
             }
             rrega::REPLACE => {
@@ -258,7 +267,8 @@ impl Reservations {
             0b11 => s.ptpl = true,
             _ => {}
         }
-        self.commit(&mut guard, s)
+        self.commit(&mut guard, s)?;
+        Ok(notices)
     }
 
     /// Reservation Acquire: `action` RACQA, type `rtype`, keys CRKEY and PRKEY. The hosts a
@@ -272,7 +282,7 @@ impl Reservations {
         rtype: u8,
         crkey: u64,
         prkey: u64,
-    ) -> Result<Preempted, ResvError> {
+    ) -> Result<Notices, ResvError> {
         if iekey {
             return Err(ResvError::InvalidField);
         }
@@ -291,9 +301,18 @@ impl Reservations {
                 Vec::new()
             }
             racqa::PREEMPT | racqa::PREEMPT_AND_ABORT => {
+                let before = s.holder.map(|(_, t)| t);
                 let gone = preempt(&mut s, host, rtype, prkey)?;
                 s.generation = s.generation.wrapping_add(1);
-                gone
+                let mut n: Notices = gone
+                    .into_iter()
+                    .map(|h| (h, notice::REGISTRATION_PREEMPTED))
+                    .collect();
+                // The type changed: the registrants left hear the reservation was released.
+                if before.is_some_and(|t| Some(t) != s.holder.map(|(_, t)| t)) {
+                    n.extend(released(&s, host));
+                }
+                n
             }
             _ => return Err(ResvError::InvalidAction),
         };
@@ -310,7 +329,7 @@ impl Reservations {
         iekey: bool,
         rtype: u8,
         crkey: u64,
-    ) -> Result<Preempted, ResvError> {
+    ) -> Result<Notices, ResvError> {
         if iekey {
             return Err(ResvError::InvalidField);
         }
@@ -325,6 +344,9 @@ impl Reservations {
                         return Err(ResvError::Conflict);
                     }
                     s.holder = None;
+                    if t.registrants_write() {
+                        others = released(&s, host);
+                    }
                 }
                 // Not the holder (or nothing held): nothing to release, success.
                 _ => {}
@@ -335,6 +357,7 @@ impl Reservations {
                     .iter()
                     .map(|r| r.host)
                     .filter(|h| h != host)
+                    .map(|h| (h, notice::RESERVATION_PREEMPTED))
                     .collect();
                 s.regs.clear();
                 s.holder = None;
@@ -366,6 +389,15 @@ impl Reservations {
             .collect();
         (s.generation, rtype, s.ptpl, regs)
     }
+}
+
+/// "Reservation released" for every registrant but `host`.
+fn released(s: &State, host: &HostId) -> Notices {
+    s.regs
+        .iter()
+        .filter(|r| &r.host != host)
+        .map(|r| (r.host, notice::RESERVATION_RELEASED))
+        .collect()
 }
 
 /// Preempt (and abort): nvmet's cases in its order. The hosts unregistered, but the sender.

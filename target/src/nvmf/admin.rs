@@ -391,6 +391,13 @@ fn get_log_page<X: QueueTransport>(
             page = encode_changed_ns(&ctrl.changed_namespaces(glp.rae));
             PAGE_4K_LEN
         }
+        lid::RESERVATION_NOTIFICATION => {
+            // One page per read, the oldest (nvmet does the same).
+            let (count, kind, left, nsid) = ctrl.take_reservation_notice(glp.rae);
+            let b = rdmablk::nvme::reservation::encode_notice(count, kind, left, nsid);
+            page[..b.len()].copy_from_slice(&b);
+            b.len()
+        }
         lid::CMD_EFFECTS => {
             page = command_effects().encode();
             PAGE_4K_LEN

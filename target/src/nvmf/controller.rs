@@ -70,7 +70,17 @@ struct Events {
     discovery_masked: bool,
     /// The same for the ANA log.
     ana_masked: bool,
+    /// Reservation Notification log pages waiting to be read (count, type, NSID), oldest
+    /// first, and the count of the last one made.
+    resv_log: VecDeque<(u64, u8, u32)>,
+    resv_count: u64,
+    /// A reservation event was sent (or is pending) and the log not read since.
+    resv_masked: bool,
 }
+
+/// Reservation Notification log pages kept per controller (as nvmet); beyond, the oldest
+/// go and the next page's count says how many were lost.
+const RESV_LOG_MAX: usize = 64;
 
 /// Changed namespace IDs kept at most; beyond, the log says "more than 1024" (0xFFFFFFFF).
 const CHANGED_NS_MAX: usize = 1024;
@@ -170,6 +180,43 @@ impl Controller {
         if !e.ana_masked {
             e.ana_masked = true;
             e.pending.push_back(AsyncEvent::ana_changed().to_dw0());
+        }
+    }
+
+    /// A reservation change concerns this controller's host: a Reservation Notification log
+    /// page of `kind` for namespace `nsid`, and an event (one until the host reads the log).
+    pub fn reservation_notice(&self, kind: u8, nsid: u32) {
+        let mut e = self.events();
+        // Count 0 is "no page": skip it when the count wraps.
+        e.resv_count = e.resv_count.wrapping_add(1).max(1);
+        let count = e.resv_count;
+        if e.resv_log.len() == RESV_LOG_MAX {
+            e.resv_log.pop_front();
+        }
+        e.resv_log.push_back((count, kind, nsid));
+        if !e.resv_masked {
+            e.resv_masked = true;
+            e.pending.push_back(AsyncEvent::reservation_log().to_dw0());
+        }
+    }
+
+    /// Takes the oldest Reservation Notification log page: (count, type, pages left, NSID),
+    /// all zero when none is waiting; unless `retain`, re-arms the event (and raises it again
+    /// if pages are left).
+    pub fn take_reservation_notice(&self, retain: bool) -> (u64, u8, u8, u32) {
+        let mut e = self.events();
+        let page = e.resv_log.pop_front();
+        let left = e.resv_log.len().min(255) as u8;
+        if !retain {
+            e.resv_masked = false;
+            if left > 0 {
+                e.resv_masked = true;
+                e.pending.push_back(AsyncEvent::reservation_log().to_dw0());
+            }
+        }
+        match page {
+            Some((count, kind, nsid)) => (count, kind, left, nsid),
+            None => (0, 0, 0, 0),
         }
     }
 

@@ -227,12 +227,23 @@ fn reservation_status<X: QueueTransport>(
         // CPTPL 11b without a state directory is Invalid Field: rdmablk says it cannot
         // persist rather than pretend (nvmet ignores the field).
         resv::REGISTER => resv.register(host, c.action, c.iekey, k1, k2, c.cptpl),
-        resv::ACQUIRE => resv
-            .acquire(host, c.action, c.iekey, c.rtype, k1, k2)
-            .map(drop),
-        _ => resv.release(host, c.action, c.iekey, c.rtype, k1).map(drop),
+        resv::ACQUIRE => resv.acquire(host, c.action, c.iekey, c.rtype, k1, k2),
+        _ => resv.release(host, c.action, c.iekey, c.rtype, k1),
     };
-    result.map_err(|e| match e {
+    // Other hosts' controllers of this subsystem hear of what changed for them.
+    if let Ok(notices) = &result {
+        if !notices.is_empty() {
+            for other in shared.controllers.all() {
+                if !Arc::ptr_eq(&other.subsys, &ctrl.subsys) {
+                    continue;
+                }
+                for (_, kind) in notices.iter().filter(|(h, _)| *h == other.hostid) {
+                    other.reservation_notice(*kind, ns.nsid());
+                }
+            }
+        }
+    }
+    result.map(drop).map_err(|e| match e {
         ResvError::Conflict => Status::RESERVATION_CONFLICT.with_dnr(),
         ResvError::InvalidField => Status::INVALID_FIELD.with_dnr(),
         ResvError::InvalidAction => Status::INVALID_OPCODE.with_dnr(),

@@ -1,4 +1,5 @@
 use super::*;
+use rdmablk::nvme::reservation::notice;
 
 const A: HostId = [0xA; 16];
 const B: HostId = [0xB; 16];
@@ -155,7 +156,7 @@ fn preempt_takes_the_reservation_and_unregisters_the_victim() {
     let gone = r
         .acquire(&B, racqa::PREEMPT_AND_ABORT, false, 2, 2, 1)
         .unwrap();
-    assert_eq!(gone, vec![A]);
+    assert_eq!(gone, vec![(A, notice::REGISTRATION_PREEMPTED)]);
     let (g, t, _, regs) = r.report();
     assert_eq!((g, t), (3, 2));
     assert_eq!(regs.len(), 1);
@@ -164,7 +165,10 @@ fn preempt_takes_the_reservation_and_unregisters_the_victim() {
     assert!(!r.allows(&A, false) && r.allows(&B, true));
     // The preempted host registers again; a clear by it removes everyone.
     r.register(&A, rrega::REGISTER, false, 0, 1, 0).unwrap();
-    assert_eq!(r.release(&A, rrela::CLEAR, false, 0, 1).unwrap(), vec![B]);
+    assert_eq!(
+        r.release(&A, rrela::CLEAR, false, 0, 1).unwrap(),
+        vec![(B, notice::RESERVATION_PREEMPTED)]
+    );
     assert!(r.report().3.is_empty() && r.allows(&C, true));
 }
 
@@ -222,4 +226,36 @@ fn persisted_state_comes_back_and_cptpl_needs_a_file() {
     let e = Reservations::open(Some(file.clone())).unwrap_err();
     assert!(e.contains("generation") && e.contains(".json"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn notices_go_to_the_hosts_a_change_concerns() {
+    let r = Reservations::default();
+    r.register(&A, rrega::REGISTER, false, 0, 1, 0).unwrap();
+    r.register(&B, rrega::REGISTER, false, 0, 2, 0).unwrap();
+    r.register(&C, rrega::REGISTER, false, 0, 3, 0).unwrap();
+    // A Registrants Only reservation released: the other registrants hear of it.
+    r.acquire(&A, racqa::ACQUIRE, false, 3, 1, 0).unwrap();
+    assert_eq!(
+        r.release(&A, rrela::RELEASE, false, 3, 1).unwrap(),
+        vec![
+            (B, notice::RESERVATION_RELEASED),
+            (C, notice::RESERVATION_RELEASED)
+        ]
+    );
+    // Write Exclusive released: nobody gained anything from registering, no notice.
+    r.acquire(&A, racqa::ACQUIRE, false, 1, 1, 0).unwrap();
+    assert!(r
+        .release(&A, rrela::RELEASE, false, 1, 1)
+        .unwrap()
+        .is_empty());
+    // B preempts A with another type: A is preempted, C hears of the release.
+    r.acquire(&A, racqa::ACQUIRE, false, 1, 1, 0).unwrap();
+    assert_eq!(
+        r.acquire(&B, racqa::PREEMPT, false, 2, 2, 1).unwrap(),
+        vec![
+            (A, notice::REGISTRATION_PREEMPTED),
+            (C, notice::RESERVATION_RELEASED)
+        ]
+    );
 }
