@@ -290,3 +290,65 @@ fn a_reservation_persisted_through_power_loss_survives_a_restart() {
     wait_idle(&t);
     t.shutdown();
 }
+
+#[test]
+fn preempt_and_abort_completes_after_the_preempted_hosts_writes() {
+    init_tracing();
+    // Every backend operation takes 300 ms: a write of A is still running when B preempts.
+    let backend = r#"backend = { kind = "error", latency_us = 300000, inner = { kind = "ram", size = "16MiB" } }"#;
+    let text = config_text(free_port(), "32MiB", "")
+        .replace(
+            &format!("hosts = [\"{HOSTNQN}\"]"),
+            &format!("hosts = [\"{HOSTNQN}\", \"{OTHER_HOSTNQN}\"]"),
+        )
+        .replace(RAM_BACKEND, backend);
+    let t = Target::start(Config::from_str(&text).expect("config")).expect("target starts");
+    let addr = t.local_addrs()[0];
+    let (admin_a, a_id) = admin_queue_as(addr, HOSTNQN, 0);
+    let (admin_b, b_id) = admin_queue_as(addr, OTHER_HOSTNQN, 0);
+    let mut a = io_queue_as(addr, HOSTNQN, 1, a_id);
+    let mut b = io_queue_as(addr, OTHER_HOSTNQN, 1, b_id);
+    assert_status(
+        &resv(&mut a, op::REGISTER, cdw10(rrega::REGISTER, 0), 0, 1),
+        Status::SUCCESS,
+    );
+    assert_status(
+        &resv(&mut a, op::ACQUIRE, cdw10(racqa::ACQUIRE, 1), 1, 0),
+        Status::SUCCESS,
+    );
+    assert_status(
+        &resv(&mut b, op::REGISTER, cdw10(rrega::REGISTER, 0), 0, 2),
+        Status::SUCCESS,
+    );
+    // A's write is sent, not waited for.
+    let sgl = a.keyed(0, 8 * BLOCK);
+    let mut w = rw_sqe(true, NSID, 0, 8, &sgl);
+    w.cid = 0x55;
+    a.send_capsule(&w.to_bytes());
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let start = std::time::Instant::now();
+    assert_status(
+        &resv(
+            &mut b,
+            op::ACQUIRE,
+            cdw10(racqa::PREEMPT_AND_ABORT, 1),
+            2,
+            1,
+        ),
+        Status::SUCCESS,
+    );
+    // The preempt waited for the write (a lower bound only: the write had about 250 ms left).
+    let waited = start.elapsed();
+    assert!(
+        waited >= std::time::Duration::from_millis(150),
+        "preempt and abort completed after {waited:?}, before A's write could have"
+    );
+    let done = a.wait_response().expect("A's write completes");
+    assert_eq!(done.cid, 0x55);
+    assert_status(&done, Status::SUCCESS);
+    // A's next write is refused.
+    assert_status(&a.rw(true, NSID, 0, 8), Status::RESERVATION_CONFLICT);
+    drop((a, b, admin_a, admin_b));
+    wait_idle(&t);
+    t.shutdown();
+}

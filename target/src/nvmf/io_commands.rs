@@ -14,13 +14,15 @@ use rdmablk::nvme::{Dsm, ReadWrite, Sct, Status, WriteZeroes};
 
 use super::controller::Controller;
 use super::data_phase::{data_phase, Next, SglFit};
+use super::fence::Fence;
 use super::ns_queues::NsQueues;
 use super::queue::Queue;
 use super::request::{Action, DataDir, Tag};
 use super::transport::QueueTransport;
 use super::Shared;
 use crate::backend::{IoBuf, IoError, IoErrorKind, IoOp, IoRequest, SubmitError};
-use crate::namespace::reservation::ResvError;
+use crate::namespace::reservation::{HostId, ResvError};
+use rdmablk::nvme::reservation::{notice, racqa};
 
 /// Broadcast NSID (Flush of every namespace).
 const NSID_ALL: u32 = 0xFFFF_FFFF;
@@ -190,17 +192,24 @@ fn check<X: QueueTransport>(
 }
 
 /// Runs a Reservation Register, Acquire or Release whose keys are in the data slot; a failure
-/// is the request's status.
-pub fn reservation<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, shared: &Shared) {
+/// is the request's status. A preempt and abort that preempted hosts returns its fence: the
+/// command completes once the fence is done ([`super::fence`]).
+pub fn reservation<X: QueueTransport>(
+    conn: &mut Queue<X>,
+    slot: u32,
+    shared: &Shared,
+) -> Option<Arc<Fence>> {
     let r = conn.reqs[slot as usize];
     let Action::Reservation { ns } = r.action else {
-        return;
+        return None;
     };
-    let status = match reservation_status(conn, &r, ns, shared) {
-        Ok(()) => return,
-        Err(st) => st,
-    };
-    conn.reqs[slot as usize].fail(status);
+    match reservation_status(conn, &r, ns, shared) {
+        Ok(fence) => fence,
+        Err(st) => {
+            conn.reqs[slot as usize].fail(st);
+            None
+        }
+    }
 }
 
 fn reservation_status<X: QueueTransport>(
@@ -208,7 +217,7 @@ fn reservation_status<X: QueueTransport>(
     r: &crate::nvmf::request::Request,
     ns: usize,
     shared: &Shared,
-) -> Result<(), Status> {
+) -> Result<Option<Arc<Fence>>, Status> {
     let ctrl = conn.ctrl.as_ref().ok_or(Status::INTERNAL)?;
     let ns = shared
         .namespaces
@@ -230,6 +239,22 @@ fn reservation_status<X: QueueTransport>(
         resv::ACQUIRE => resv.acquire(host, c.action, c.iekey, c.rtype, k1, k2),
         _ => resv.release(host, c.action, c.iekey, c.rtype, k1),
     };
+    // Preempt and abort: wait for the preempted hosts' modifying commands already running.
+    let mut fence = None;
+    if let Ok(notices) = &result {
+        let preempted: Vec<HostId> = notices
+            .iter()
+            .filter(|(_, k)| *k == notice::REGISTRATION_PREEMPTED)
+            .map(|(h, _)| *h)
+            .collect();
+        if r.sqe.opcode == resv::ACQUIRE
+            && c.action == racqa::PREEMPT_AND_ABORT
+            && !preempted.is_empty()
+        {
+            let groups = shared.workers.get().map_or(1, Vec::len) * shared.transports.len();
+            fence = Some(shared.fences.raise(ns.slot(), preempted, groups));
+        }
+    }
     // Other hosts' controllers of this subsystem hear of what changed for them.
     if let Ok(notices) = &result {
         if !notices.is_empty() {
@@ -243,7 +268,7 @@ fn reservation_status<X: QueueTransport>(
             }
         }
     }
-    result.map(drop).map_err(|e| match e {
+    result.map(|_| fence).map_err(|e| match e {
         ResvError::Conflict => Status::RESERVATION_CONFLICT.with_dnr(),
         ResvError::InvalidField => Status::INVALID_FIELD.with_dnr(),
         ResvError::InvalidAction => Status::INVALID_OPCODE.with_dnr(),

@@ -33,6 +33,7 @@ pub mod controller;
 pub mod data_phase;
 pub mod discovery;
 pub mod fabrics;
+pub mod fence;
 pub mod io_commands;
 pub mod ns_queues;
 pub mod ns_table;
@@ -165,6 +166,8 @@ pub struct Shared {
     pub counters_by_worker: Vec<Arc<WorkerCounters>>,
     /// Target-wide counters.
     pub counters: TargetCounters,
+    /// Preempt-and-abort fences waiting for the preempted hosts' commands.
+    pub fences: fence::Fences,
 }
 
 impl Shared {
@@ -274,6 +277,7 @@ impl Target {
             config_path: OnceLock::new(),
             counters_by_worker: (0..workers_n).map(|_| Arc::default()).collect(),
             counters: TargetCounters::default(),
+            fences: fence::Fences::default(),
             cfg,
         });
         let mut target = Target {

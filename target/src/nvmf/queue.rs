@@ -83,6 +83,8 @@ pub struct Queue<X> {
     pub icd_bytes: u32,
     /// Held Async Event Requests (request slots), at most [`MAX_HELD_AERS`].
     pub aers: Vec<u32>,
+    /// Reservation Acquires (preempt and abort) held until their fence is done.
+    pub fenced: Vec<(u32, Arc<super::fence::Fence>)>,
     /// Why teardown started (for the log line).
     pub close_reason: &'static str,
     /// In-band authentication, when the host must authenticate this queue.
@@ -139,6 +141,7 @@ impl<X> Queue<X> {
             backend_ops: 0,
             icd_bytes: if id.qid == 0 { 0 } else { icd_bytes },
             aers: Vec::with_capacity(MAX_HELD_AERS),
+            fenced: Vec::new(),
             close_reason: "",
             auth: None,
             created,

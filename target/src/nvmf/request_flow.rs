@@ -134,7 +134,13 @@ pub fn execute<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, ctx: &mut Ctx<
         Action::Respond => respond(conn, slot, ctx),
         Action::Reservation { .. } => {
             if conn.is_live() {
-                io_commands::reservation(conn, slot, ctx.shared);
+                if let Some(fence) = io_commands::reservation(conn, slot, ctx.shared) {
+                    // Preempt and abort: held until the preempted hosts' commands are done.
+                    let qid = conn.qid;
+                    conn.reqs[slot as usize].enter(ReqState::Held, qid, slot);
+                    conn.fenced.push((slot, fence));
+                    return;
+                }
             }
             respond(conn, slot, ctx);
         }

@@ -122,8 +122,45 @@ impl<X: QueueTransport> Queues<X> {
         }
     }
 
-    /// Completes held Async Event Requests with the events their controllers raised.
+    /// Clears this poll group in every preempt-and-abort fence whose preempted hosts have no
+    /// modifying command running here, and completes the Reservation Acquires whose fence is
+    /// done.
+    fn fences(&mut self, ctx: &mut Ctx<'_>) {
+        let pending = ctx.shared.fences.pending();
+        let me = self as *const Self as usize;
+        for f in &pending {
+            if f.is_clear(me) {
+                continue;
+            }
+            let busy = self.slab.iter().flatten().any(|q| {
+                q.ctrl
+                    .as_ref()
+                    .is_some_and(|c| q.reqs.iter().any(|r| f.holds(&c.hostid, r)))
+            });
+            if !busy {
+                f.mark_clear(me);
+            }
+        }
+        for conn in self.slab.iter_mut().flatten() {
+            if conn.fenced.is_empty() {
+                continue;
+            }
+            let mut i = 0;
+            while i < conn.fenced.len() {
+                if conn.fenced[i].1.is_done() || !conn.is_live() {
+                    let (slot, _) = conn.fenced.remove(i);
+                    respond(conn, slot, ctx);
+                } else {
+                    i += 1;
+                }
+            }
+        }
+    }
+
+    /// Completes held Async Event Requests with the events their controllers raised (and
+    /// the Reservation Acquires their fences held).
     pub fn deliver_events(&mut self, ctx: &mut Ctx<'_>) {
+        self.fences(ctx);
         for conn in self.slab.iter_mut().flatten() {
             if conn.qid != 0 || !conn.is_live() || conn.aers.is_empty() {
                 continue;
