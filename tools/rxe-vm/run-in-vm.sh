@@ -74,13 +74,15 @@ mkdir -p "$VMDIR"
 exec 9>"$VMDIR/.lock"
 
 # ---------------------------------------------------------------- kernel
-# apt-get download from bookworm-backports without touching the host's apt sources:
-# a private sources.list/lists/cache under $VMDIR/apt (updated once).
+# apt-get download from bookworm-backports (trixie-backports for a Debian 13 kernel, "+deb13"
+# in its name, e.g. linux-image-6.16.12+deb13-amd64) without touching the host's apt sources:
+# a private sources.list/lists/cache under $VMDIR/apt (or apt-trixie; updated once).
 backports_download() {
-  local a="$VMDIR/apt"
+  local suite=bookworm-backports a="$VMDIR/apt"
+  case $1 in *+deb13-*) suite=trixie-backports a="$VMDIR/apt-trixie" ;; esac
   mkdir -p "$a/lists/partial" "$a/cache/archives/partial"
   echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg]" \
-    "http://deb.debian.org/debian bookworm-backports main" > "$a/sources.list"
+    "http://deb.debian.org/debian $suite main" > "$a/sources.list"
   local o=(-o "Dir::Etc::SourceList=$a/sources.list" -o Dir::Etc::SourceParts=/dev/null
            -o "Dir::State::Lists=$a/lists" -o "Dir::Cache=$a/cache")
   ls "$a/lists/"*Packages* >/dev/null 2>&1 || apt-get "${o[@]}" update >&2 || return 1
@@ -97,7 +99,7 @@ prepare_kernel() {
     if [ -z "$deb" ]; then
       echo "rxe-vm: downloading $KPKG ..." >&2
       (cd "$VMDIR" && apt-get download "$KPKG" >&2) || backports_download "$KPKG" ||
-        refuse "cannot download $KPKG (apt-get download, and from bookworm-backports); no" \
+        refuse "cannot download $KPKG (apt-get download, and from the backports suite); no" \
                "other kernel is used instead: run apt-get update, put the .deb in $VMDIR, set" \
                "RXE_VM_KDEB to it, or name another package in RXE_VM_KPKG"
       deb=$(ls "$VMDIR"/"$KPKG"_*.deb 2>/dev/null | head -1 || true)
