@@ -7,6 +7,7 @@
 //! without reopening the namespace: it is swapped whole, so the I/O path reads it with one
 //! atomic load and, for a namespace every host sees, no comparison at all.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -39,27 +40,45 @@ impl Visibility {
     }
 }
 
-/// A namespace's visibility as it changes at run time.
+/// A namespace's visibility as it changes at run time: the list, and a flag that says
+/// whether there is one (so a namespace every host sees costs a command one relaxed load).
 #[derive(Debug, Default)]
-pub struct VisibilityCell(ArcSwap<Visibility>);
+pub struct VisibilityCell {
+    restricted: AtomicBool,
+    list: ArcSwap<Visibility>,
+}
 
 impl VisibilityCell {
     pub fn new(v: Visibility) -> VisibilityCell {
-        VisibilityCell(ArcSwap::from_pointee(v))
+        VisibilityCell {
+            restricted: AtomicBool::new(v != Visibility::All),
+            list: ArcSwap::from_pointee(v),
+        }
     }
 
     /// Whether `hostnqn` sees the namespace now.
+    #[inline]
     pub fn allows(&self, hostnqn: &str) -> bool {
-        self.0.load().allows(hostnqn)
+        !self.restricted.load(Ordering::Relaxed) || self.list.load().allows(hostnqn)
     }
 
     pub fn get(&self) -> Arc<Visibility> {
-        self.0.load_full()
+        self.list.load_full()
     }
 
-    /// Replaces the visibility; the one it replaced.
+    /// Replaces the visibility; the one it replaced. (A command checked during the change
+    /// may see the old list or the new one, as with any reload.)
     pub fn set(&self, v: Visibility) -> Arc<Visibility> {
-        self.0.swap(Arc::new(v))
+        let restricted = v != Visibility::All;
+        // A list before the flag that says to read it; the flag cleared before the list goes.
+        if restricted {
+            let old = self.list.swap(Arc::new(v));
+            self.restricted.store(true, Ordering::Release);
+            old
+        } else {
+            self.restricted.store(false, Ordering::Release);
+            self.list.swap(Arc::new(v))
+        }
     }
 }
 
