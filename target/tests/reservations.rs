@@ -18,6 +18,7 @@ use rdmablk::nvme::reservation::{
 use rdmablk::nvme::reservation::{encode_notice, notice};
 use rdmablk::nvme::{Cqe, GetFeatures, GetLogPage, InCapsuleSgl, Sgl, Sqe, Status};
 use rdmablk_target::config::Config;
+use rdmablk_target::metrics::namespace_io;
 use rdmablk_target::Target;
 
 const NSID: u32 = 1;
@@ -325,8 +326,19 @@ fn preempt_and_abort_completes_after_the_preempted_hosts_writes() {
     let mut w = rw_sqe(true, NSID, 0, 8, &sgl);
     w.cid = 0x55;
     a.send_capsule(&w.to_bytes());
-    std::thread::sleep(std::time::Duration::from_millis(50));
-    let start = std::time::Instant::now();
+    // Until the target runs it (an event: its namespace counts one command in flight).
+    let io = || {
+        namespace_io(&t.handle())
+            .into_iter()
+            .find(|n| n.nsid == NSID)
+            .expect("namespace counters")
+    };
+    let deadline = std::time::Instant::now() + HANG_GUARD;
+    while io().in_flight == 0 {
+        assert!(std::time::Instant::now() < deadline, "A's write never ran");
+        std::thread::yield_now();
+    }
+    assert_eq!(io().written_bytes, 0, "A's write is still on the backend");
     assert_status(
         &resv(
             &mut b,
@@ -337,11 +349,11 @@ fn preempt_and_abort_completes_after_the_preempted_hosts_writes() {
         ),
         Status::SUCCESS,
     );
-    // The preempt waited for the write (a lower bound only: the write had about 250 ms left).
-    let waited = start.elapsed();
-    assert!(
-        waited >= std::time::Duration::from_millis(150),
-        "preempt and abort completed after {waited:?}, before A's write could have"
+    // The preempt completed after A's write did, never before.
+    assert_eq!(
+        io().written_bytes,
+        u64::from(8 * BLOCK),
+        "preempt and abort completed while A's write was still running"
     );
     let done = a.wait_response().expect("A's write completes");
     assert_eq!(done.cid, 0x55);
