@@ -500,6 +500,12 @@ pub struct NamespaceConfig {
     /// QoS limits (`[subsystem.namespace.qos]`), for every host together; changed live.
     #[serde(default)]
     pub qos: QosConfig,
+    /// A directory the gateways serving this namespace's storage share its reservations in
+    /// (two targets on one machine serving one file or device): a reservation taken through
+    /// one is enforced by every other before the command completes (`docs/reservations.md`).
+    /// Absent: the reservations are this target's own.
+    #[serde(default)]
+    pub shared_reservations: Option<PathBuf>,
     /// Where the blocks live.
     pub backend: BackendConfig,
 }

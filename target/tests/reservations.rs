@@ -18,7 +18,6 @@ use rdmablk::nvme::reservation::{
 use rdmablk::nvme::reservation::{encode_notice, notice};
 use rdmablk::nvme::{Cqe, GetFeatures, GetLogPage, InCapsuleSgl, Sgl, Sqe, Status};
 use rdmablk_target::config::Config;
-use rdmablk_target::metrics::namespace_io;
 use rdmablk_target::Target;
 
 const NSID: u32 = 1;
@@ -322,22 +321,8 @@ fn preempt_and_abort_completes_after_the_preempted_hosts_writes() {
         Status::SUCCESS,
     );
     // A's write is sent, not waited for.
-    let sgl = a.keyed(0, 8 * BLOCK);
-    let mut w = rw_sqe(true, NSID, 0, 8, &sgl);
-    w.cid = 0x55;
-    a.send_capsule(&w.to_bytes());
-    // Until the target runs it (an event: its namespace counts one command in flight).
-    let io = || {
-        namespace_io(&t.handle())
-            .into_iter()
-            .find(|n| n.nsid == NSID)
-            .expect("namespace counters")
-    };
-    let deadline = std::time::Instant::now() + HANG_GUARD;
-    while io().in_flight == 0 {
-        assert!(std::time::Instant::now() < deadline, "A's write never ran");
-        std::thread::yield_now();
-    }
+    start_write(&t, &mut a, NSID, 0x55);
+    let io = || ns_counters(&t, NSID);
     assert_eq!(io().written_bytes, 0, "A's write is still on the backend");
     assert_status(
         &resv(

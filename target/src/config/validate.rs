@@ -413,6 +413,17 @@ fn check_subsystem(cfg: &Config, s: &SubsystemConfig, key: &str, c: &mut Checker
         check_namespace(cfg, ns, &nkey, c);
         check_visibility(s, ns, &nkey, c);
         check_qos(&ns.qos, &format!("{nkey}.qos"), c);
+        if let Some(d) = &ns.shared_reservations {
+            if !d.is_absolute() {
+                c.fail(
+                    format!("{nkey}.shared_reservations"),
+                    format!(
+                        "{} is not an absolute path (write it from /, the same on every gateway)",
+                        d.display()
+                    ),
+                );
+            }
+        }
     }
 }
 

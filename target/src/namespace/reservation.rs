@@ -19,7 +19,7 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use arc_swap::ArcSwapOption;
@@ -84,44 +84,102 @@ pub type Notices = Vec<(HostId, u8)>;
 /// Hosts whose registration a preempt or clear removed (other than the sender).
 type Preempted = Vec<HostId>;
 
+/// A namespace's reservations: the state ([`Core`]) and, when gateways share it, the thread
+/// that follows the other gateways' changes ([`shared`]).
 #[derive(Debug, Default)]
 pub struct Reservations {
+    core: Arc<Core>,
+    /// Stops the watcher thread when the namespace closes.
+    _watching: Option<shared::Watching>,
+}
+
+impl std::ops::Deref for Reservations {
+    type Target = Core;
+    fn deref(&self) -> &Core {
+        &self.core
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Core {
     state: Mutex<State>,
     held: AtomicBool,
     snapshot: ArcSwapOption<Snapshot>,
     /// Where the state persists (`None`: Persist Through Power Loss is not offered).
     file: Option<PathBuf>,
+    /// The store shared with other gateways (`shared_reservations`, RBD image metadata).
+    store: Option<Arc<dyn SharedStore>>,
+    /// The epoch of the shared document the state is.
+    epoch: AtomicU64,
+    /// What runs here when another gateway changed the state (set once the target runs).
+    hook: Mutex<Option<Arc<dyn RemoteHook>>>,
 }
 
 impl Reservations {
     /// Reservations persisted in `file` (if given): a persisted state there is restored.
     pub fn open(file: Option<PathBuf>) -> Result<Reservations, String> {
-        let mut r = Reservations {
+        let mut c = Core {
             file,
-            ..Reservations::default()
+            ..Core::default()
         };
-        if let Some(f) = &r.file {
+        if let Some(f) = &c.file {
             match std::fs::read_to_string(f) {
                 Ok(text) => {
                     let s = persist::decode(&text)
                         .map_err(|e| format!("{}: {e} (fix or remove the file)", f.display()))?;
-                    r.publish(&s);
-                    r.state = Mutex::new(s);
+                    c.publish(&s);
+                    c.state = Mutex::new(s);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(format!("{}: {e}", f.display())),
             }
         }
-        Ok(r)
+        Ok(Reservations {
+            core: Arc::new(c),
+            _watching: None,
+        })
     }
 
+    /// Reservations shared with the other gateways of the namespace through `store`: the
+    /// state stored there is adopted (or, when Persist Through Power Loss is off and no other
+    /// gateway has the namespace open, cleared: the namespace lost power), and a thread
+    /// follows the other gateways' changes from now on.
+    pub fn open_shared(store: Arc<dyn SharedStore>) -> Result<Reservations, String> {
+        let core = Arc::new(Core {
+            store: Some(Arc::clone(&store)),
+            ..Core::default()
+        });
+        let doc = shared::join(&core, &store)?;
+        let watching = shared::watch(&core, store, doc);
+        Ok(Reservations {
+            core,
+            _watching: Some(watching),
+        })
+    }
+}
+
+impl Core {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Sets what runs here when another gateway changes the state.
+    pub fn set_hook(&self, hook: Arc<dyn RemoteHook>) {
+        *self.hook.lock().unwrap_or_else(|p| p.into_inner()) = Some(hook);
+    }
+
+    fn hook(&self) -> Option<Arc<dyn RemoteHook>> {
+        self.hook.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Whether gateways share the state.
+    pub fn is_shared(&self) -> bool {
+        self.store.is_some()
+    }
+
     /// Whether Persist Through Power Loss can be offered (RESCAP bit 0).
     pub fn can_persist(&self) -> bool {
-        self.file.is_some()
+        self.file.is_some() || self.store.is_some()
     }
 
     /// Persist Through Power Loss is on (Get Features 0x83, the report's PTPLS).
@@ -130,14 +188,73 @@ impl Reservations {
     }
 
     /// Set Features 0x83: turns Persist Through Power Loss on or off.
+    /// Shared: the other gateways need not enforce it (it decides only what a gateway
+    /// opening the namespace alone does), so it does not wait for them.
     pub fn set_ptpl(&self, on: bool) -> Result<(), ResvError> {
-        if on && self.file.is_none() {
+        if on && !self.can_persist() {
             return Err(ResvError::InvalidField);
         }
-        let mut s = self.lock();
-        let mut next = s.clone();
-        next.ptpl = on;
-        self.commit(&mut s, next)
+        self.change(|s| {
+            s.ptpl = on;
+            Ok(Vec::new())
+        })
+        .map(|_| ())
+    }
+
+    /// Runs command `f` on the state: on a copy, made the state once written (to the state
+    /// file when persisting, to the shared store when shared). Shared: `f` runs on the state
+    /// last stored by any gateway, and again if another gateway stored a change first; the
+    /// announcement returned waits for every other gateway to enforce the change.
+    fn change(
+        &self,
+        f: impl Fn(&mut State) -> Result<Notices, ResvError>,
+    ) -> Result<(Notices, Option<Announce>), ResvError> {
+        let mut guard = self.lock();
+        let Some(store) = &self.store else {
+            let mut next = guard.clone();
+            let n = f(&mut next)?;
+            self.commit(&mut guard, next)?;
+            return Ok((n, None));
+        };
+        for _ in 0..shared::SWAP_TRIES {
+            let (text, mut doc) = shared::load(store.as_ref()).map_err(|e| {
+                tracing::error!(store = %store.describe(), error = %e,
+                    "shared reservation state unreadable: the command fails, nothing changed");
+                ResvError::Persist
+            })?;
+            self.adopt(&mut guard, &doc);
+            let mut next = doc.state.clone();
+            let n = f(&mut next)?;
+            if next == doc.state {
+                return Ok((n, None));
+            }
+            doc.advance(next, store.me(), &n);
+            match store.swap(text.as_deref(), &persist::encode_doc(&doc), doc.epoch) {
+                Ok(Some(announce)) => {
+                    self.adopt(&mut guard, &doc);
+                    return Ok((n, Some(announce)));
+                }
+                Ok(None) => continue,
+                Err(e) => {
+                    tracing::error!(store = %store.describe(), error = %e,
+                        "shared reservation state not written: the command fails, nothing changed");
+                    return Err(ResvError::Persist);
+                }
+            }
+        }
+        tracing::error!(store = %store.describe(),
+            "shared reservation state: other gateways kept changing it; the command fails");
+        Err(ResvError::Persist)
+    }
+
+    /// Makes the shared document `doc` the state, if it is newer than what is.
+    fn adopt(&self, s: &mut State, doc: &Doc) {
+        if doc.epoch > self.epoch.load(Ordering::Acquire) || self.epoch.load(Ordering::Acquire) == 0
+        {
+            *s = doc.state.clone();
+            self.epoch.store(doc.epoch, Ordering::Release);
+            self.publish(s);
+        }
     }
 
     /// Makes `next` the state: written first when it persists (or the file removed when it
@@ -215,60 +332,73 @@ impl Reservations {
         nrkey: u64,
         cptpl: u8,
     ) -> Result<Notices, ResvError> {
+        self.register_announced(host, action, iekey, crkey, nrkey, cptpl)
+            .map(|(n, _)| n)
+    }
+
+    /// [`Core::register`], with what announces the change to the other gateways.
+    pub fn register_announced(
+        &self,
+        host: &HostId,
+        action: u8,
+        iekey: bool,
+        crkey: u64,
+        nrkey: u64,
+        cptpl: u8,
+    ) -> Result<(Notices, Option<Announce>), ResvError> {
         match cptpl {
             0b00 | 0b10 => {}
-            0b11 if self.file.is_some() => {}
+            0b11 if self.can_persist() => {}
             _ => return Err(ResvError::InvalidField),
         }
-        let mut guard = self.lock();
-        let mut s = guard.clone();
-        let mut notices = Vec::new();
-        let me = s.regs.iter().position(|r| &r.host == host);
-        match action {
-            rrega::REGISTER => match me {
-                None => s.regs.push(Reg {
-                    host: *host,
-                    key: nrkey,
-                }),
-                Some(i) if s.regs[i].key == nrkey => {}
-                Some(_) => return Err(ResvError::Conflict),
-            },
-            rrega::UNREGISTER => {
-                let i = me.ok_or(ResvError::Conflict)?;
-                if !iekey && s.regs[i].key != crkey {
-                    return Err(ResvError::Conflict);
-                }
-                s.regs.remove(i);
-                if s.holder.is_some_and(|(h, _)| &h == host) {
-                    let rtype = s.holder.map(|(_, t)| t).unwrap_or(ResvType::WriteExclusive);
-                    // All-registrants: the reservation stays with the first registrant left.
-                    s.holder = match s.regs.first() {
-                        Some(r) if rtype.all_registrants() => Some((r.host, rtype)),
-                        _ => None,
-                    };
-                    // Registrants Only: the others lose what registration gave them.
-                    if s.holder.is_none() && rtype.registrants_write() {
-                        notices = released(&s, host);
+        self.change(|s| {
+            let mut notices = Vec::new();
+            let me = s.regs.iter().position(|r| &r.host == host);
+            match action {
+                rrega::REGISTER => match me {
+                    None => s.regs.push(Reg {
+                        host: *host,
+                        key: nrkey,
+                    }),
+                    Some(i) if s.regs[i].key == nrkey => {}
+                    Some(_) => return Err(ResvError::Conflict),
+                },
+                rrega::UNREGISTER => {
+                    let i = me.ok_or(ResvError::Conflict)?;
+                    if !iekey && s.regs[i].key != crkey {
+                        return Err(ResvError::Conflict);
+                    }
+                    s.regs.remove(i);
+                    if s.holder.is_some_and(|(h, _)| &h == host) {
+                        let rtype = s.holder.map(|(_, t)| t).unwrap_or(ResvType::WriteExclusive);
+                        // All-registrants: the reservation stays with the first registrant left.
+                        s.holder = match s.regs.first() {
+                            Some(r) if rtype.all_registrants() => Some((r.host, rtype)),
+                            _ => None,
+                        };
+                        // Registrants Only: the others lose what registration gave them.
+                        if s.holder.is_none() && rtype.registrants_write() {
+                            notices = released(s, host);
+                        }
                     }
                 }
-            }
-            rrega::REPLACE => {
-                let i = me.ok_or(ResvError::Conflict)?;
-                if !iekey && s.regs[i].key != crkey {
-                    return Err(ResvError::Conflict);
+                rrega::REPLACE => {
+                    let i = me.ok_or(ResvError::Conflict)?;
+                    if !iekey && s.regs[i].key != crkey {
+                        return Err(ResvError::Conflict);
+                    }
+                    s.regs[i].key = nrkey;
                 }
-                s.regs[i].key = nrkey;
+                _ => return Err(ResvError::InvalidAction),
             }
-            _ => return Err(ResvError::InvalidAction),
-        }
-        s.generation = s.generation.wrapping_add(1);
-        match cptpl {
-            0b10 => s.ptpl = false,
-            0b11 => s.ptpl = true,
-            _ => {}
-        }
-        self.commit(&mut guard, s)?;
-        Ok(notices)
+            s.generation = s.generation.wrapping_add(1);
+            match cptpl {
+                0b10 => s.ptpl = false,
+                0b11 => s.ptpl = true,
+                _ => {}
+            }
+            Ok(notices)
+        })
     }
 
     /// Reservation Acquire: `action` RACQA, type `rtype`, keys CRKEY and PRKEY. The hosts a
@@ -283,41 +413,54 @@ impl Reservations {
         crkey: u64,
         prkey: u64,
     ) -> Result<Notices, ResvError> {
+        self.acquire_announced(host, action, iekey, rtype, crkey, prkey)
+            .map(|(n, _)| n)
+    }
+
+    /// [`Core::acquire`], with what announces the change to the other gateways.
+    pub fn acquire_announced(
+        &self,
+        host: &HostId,
+        action: u8,
+        iekey: bool,
+        rtype: u8,
+        crkey: u64,
+        prkey: u64,
+    ) -> Result<(Notices, Option<Announce>), ResvError> {
         if iekey {
             return Err(ResvError::InvalidField);
         }
         let rtype = ResvType::from_u8(rtype).ok_or(ResvError::InvalidField)?;
-        let mut guard = self.lock();
-        guard.check_key(host, crkey)?;
-        let mut s = guard.clone();
-        let preempted = match action {
-            racqa::ACQUIRE => {
-                match s.holder {
-                    None => s.holder = Some((*host, rtype)),
-                    Some((h, t)) if &h == host && t == rtype => {}
-                    Some(_) => return Err(ResvError::Conflict),
+        self.change(|s| {
+            s.check_key(host, crkey)?;
+            let preempted = match action {
+                racqa::ACQUIRE => {
+                    match s.holder {
+                        None => s.holder = Some((*host, rtype)),
+                        Some((h, t)) if &h == host && t == rtype => {}
+                        Some(_) => return Err(ResvError::Conflict),
+                    }
+                    // Acquire leaves the generation as it is.
+                    Vec::new()
                 }
-                // Acquire leaves the generation as it is.
-                Vec::new()
-            }
-            racqa::PREEMPT | racqa::PREEMPT_AND_ABORT => {
-                let before = s.holder.map(|(_, t)| t);
-                let gone = preempt(&mut s, host, rtype, prkey)?;
-                s.generation = s.generation.wrapping_add(1);
-                let mut n: Notices = gone
-                    .into_iter()
-                    .map(|h| (h, notice::REGISTRATION_PREEMPTED))
-                    .collect();
-                // The type changed: the registrants left hear the reservation was released.
-                if before.is_some_and(|t| Some(t) != s.holder.map(|(_, t)| t)) {
-                    n.extend(released(&s, host));
+                racqa::PREEMPT | racqa::PREEMPT_AND_ABORT => {
+                    let before = s.holder.map(|(_, t)| t);
+                    let gone = preempt(s, host, rtype, prkey)?;
+                    s.generation = s.generation.wrapping_add(1);
+                    let mut n: Notices = gone
+                        .into_iter()
+                        .map(|h| (h, notice::REGISTRATION_PREEMPTED))
+                        .collect();
+                    // The type changed: the registrants left hear the reservation was released.
+                    if before.is_some_and(|t| Some(t) != s.holder.map(|(_, t)| t)) {
+                        n.extend(released(s, host));
+                    }
+                    n
                 }
-                n
-            }
-            _ => return Err(ResvError::InvalidAction),
-        };
-        self.commit(&mut guard, s)?;
-        Ok(preempted)
+                _ => return Err(ResvError::InvalidAction),
+            };
+            Ok(preempted)
+        })
     }
 
     /// Reservation Release: `action` RRELA, type `rtype`, key CRKEY. A clear returns the hosts
@@ -330,43 +473,55 @@ impl Reservations {
         rtype: u8,
         crkey: u64,
     ) -> Result<Notices, ResvError> {
+        self.release_announced(host, action, iekey, rtype, crkey)
+            .map(|(n, _)| n)
+    }
+
+    /// [`Core::release`], with what announces the change to the other gateways.
+    pub fn release_announced(
+        &self,
+        host: &HostId,
+        action: u8,
+        iekey: bool,
+        rtype: u8,
+        crkey: u64,
+    ) -> Result<(Notices, Option<Announce>), ResvError> {
         if iekey {
             return Err(ResvError::InvalidField);
         }
-        let mut guard = self.lock();
-        guard.check_key(host, crkey)?;
-        let mut s = guard.clone();
-        let mut others = Vec::new();
-        match action {
-            rrela::RELEASE => match s.holder {
-                Some((h, t)) if &h == host => {
-                    if t as u8 != rtype {
-                        return Err(ResvError::Conflict);
+        self.change(|s| {
+            s.check_key(host, crkey)?;
+            let mut others = Vec::new();
+            match action {
+                rrela::RELEASE => match s.holder {
+                    Some((h, t)) if &h == host => {
+                        if t as u8 != rtype {
+                            return Err(ResvError::Conflict);
+                        }
+                        s.holder = None;
+                        if t.registrants_write() {
+                            others = released(s, host);
+                        }
                     }
+                    // Not the holder (or nothing held): nothing to release, success.
+                    _ => {}
+                },
+                rrela::CLEAR => {
+                    others = s
+                        .regs
+                        .iter()
+                        .map(|r| r.host)
+                        .filter(|h| h != host)
+                        .map(|h| (h, notice::RESERVATION_PREEMPTED))
+                        .collect();
+                    s.regs.clear();
                     s.holder = None;
-                    if t.registrants_write() {
-                        others = released(&s, host);
-                    }
+                    s.generation = s.generation.wrapping_add(1);
                 }
-                // Not the holder (or nothing held): nothing to release, success.
-                _ => {}
-            },
-            rrela::CLEAR => {
-                others = s
-                    .regs
-                    .iter()
-                    .map(|r| r.host)
-                    .filter(|h| h != host)
-                    .map(|h| (h, notice::RESERVATION_PREEMPTED))
-                    .collect();
-                s.regs.clear();
-                s.holder = None;
-                s.generation = s.generation.wrapping_add(1);
+                _ => return Err(ResvError::InvalidAction),
             }
-            _ => return Err(ResvError::InvalidAction),
-        }
-        self.commit(&mut guard, s)?;
-        Ok(others)
+            Ok(others)
+        })
     }
 
     /// The report: generation, the type held (0: none), PTPLS and every registrant.
@@ -483,113 +638,12 @@ pub fn state_file(state_dir: &Path, nqn: &str, nsid: u32) -> PathBuf {
         .join(format!("{name}-{nsid}.json"))
 }
 
-/// The state file: a small JSON document, written whole.
-mod persist {
-    use super::*;
+mod persist;
+pub mod shared;
+pub mod shared_dir;
 
-    fn hex(b: &[u8]) -> String {
-        b.iter().map(|x| format!("{x:02x}")).collect()
-    }
-
-    fn unhex(s: &str) -> Option<HostId> {
-        if s.len() != 32 {
-            return None;
-        }
-        let mut id = [0u8; 16];
-        for (i, b) in id.iter_mut().enumerate() {
-            *b = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
-        }
-        Some(id)
-    }
-
-    pub fn encode(s: &State) -> String {
-        let regs: Vec<serde_json::Value> = s
-            .regs
-            .iter()
-            .map(|r| serde_json::json!({"host": hex(&r.host), "key": r.key}))
-            .collect();
-        let holder = s
-            .holder
-            .map(|(h, t)| serde_json::json!({"host": hex(&h), "type": t as u8}));
-        serde_json::json!({
-            "version": 1,
-            "ptpl": s.ptpl,
-            "generation": s.generation,
-            "holder": holder,
-            "registrants": regs,
-        })
-        .to_string()
-    }
-
-    pub fn decode(text: &str) -> Result<State, String> {
-        let v: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
-        let bad = |what: &str| format!("bad {what}");
-        if v["version"] != 1 {
-            return Err(bad("version (want 1)"));
-        }
-        let mut s = State {
-            ptpl: v["ptpl"].as_bool().ok_or_else(|| bad("ptpl"))?,
-            generation: v["generation"]
-                .as_u64()
-                .and_then(|g| u32::try_from(g).ok())
-                .ok_or_else(|| bad("generation"))?,
-            ..State::default()
-        };
-        for r in v["registrants"]
-            .as_array()
-            .ok_or_else(|| bad("registrants"))?
-        {
-            s.regs.push(Reg {
-                host: r["host"]
-                    .as_str()
-                    .and_then(unhex)
-                    .ok_or_else(|| bad("registrant host"))?,
-                key: r["key"].as_u64().ok_or_else(|| bad("registrant key"))?,
-            });
-        }
-        if !v["holder"].is_null() {
-            let h = v["holder"]["host"]
-                .as_str()
-                .and_then(unhex)
-                .ok_or_else(|| bad("holder host"))?;
-            let t = v["holder"]["type"]
-                .as_u64()
-                .and_then(|t| u8::try_from(t).ok())
-                .and_then(ResvType::from_u8)
-                .ok_or_else(|| bad("holder type"))?;
-            if !s.regs.iter().any(|r| r.host == h) {
-                return Err(bad("holder (not a registrant)"));
-            }
-            s.holder = Some((h, t));
-        }
-        Ok(s)
-    }
-
-    /// Writes `s` to `file` atomically and durably: a temporary file beside it, synced,
-    /// renamed over it, and the directory synced.
-    pub fn write(file: &Path, s: &State) -> std::io::Result<()> {
-        let dir = file.parent().unwrap_or(Path::new("."));
-        std::fs::create_dir_all(dir)?;
-        let tmp = file.with_extension("tmp");
-        {
-            let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(encode(s).as_bytes())?;
-            f.sync_all()?;
-        }
-        std::fs::rename(&tmp, file)?;
-        std::fs::File::open(dir)?.sync_all()
-    }
-
-    /// Removes the file (Persist Through Power Loss turned off), durably.
-    pub fn remove(file: &Path) -> std::io::Result<()> {
-        match std::fs::remove_file(file) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(e),
-        }
-        std::fs::File::open(file.parent().unwrap_or(Path::new(".")))?.sync_all()
-    }
-}
+pub use shared::{Announce, RemoteHook, SharedStore};
+use shared::{Doc, LogEntry};
 
 #[cfg(test)]
 mod tests;

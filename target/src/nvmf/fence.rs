@@ -10,10 +10,10 @@
 //! command: the cost is paid by the preempt, not by I/O.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::namespace::reservation::HostId;
+use crate::namespace::reservation::{Announce, HostId};
 
 use super::request::{Action, ReqState, Request};
 
@@ -26,12 +26,26 @@ pub struct Fence {
     /// Poll groups (every worker's, every transport's) that must find themselves clear.
     groups: usize,
     clear: Mutex<HashSet<usize>>,
+    /// Every poll group here is clear.
     done: AtomicBool,
+    /// The other gateways of a shared namespace: [`REMOTE_WAITING`], [`REMOTE_DONE`] or
+    /// [`REMOTE_FAILED`].
+    remote: Arc<AtomicU8>,
 }
 
+const REMOTE_WAITING: u8 = 0;
+const REMOTE_DONE: u8 = 1;
+const REMOTE_FAILED: u8 = 2;
+
 impl Fence {
+    /// Done here, and acknowledged by the other gateways (if the namespace is shared).
     pub fn is_done(&self) -> bool {
-        self.done.load(Ordering::Acquire)
+        self.done.load(Ordering::Acquire) && self.remote.load(Ordering::Acquire) != REMOTE_WAITING
+    }
+
+    /// Another gateway did not acknowledge the change (the command fails).
+    pub fn failed(&self) -> bool {
+        self.remote.load(Ordering::Acquire) == REMOTE_FAILED
     }
 
     /// Whether this fence waits for request `r` of a controller of host `host`.
@@ -79,14 +93,46 @@ pub struct Fences {
 
 impl Fences {
     /// Raises a fence for `hosts`' commands on namespace slot `ns`, to be cleared by `groups`
-    /// poll groups.
-    pub fn raise(&self, ns: usize, hosts: Vec<HostId>, groups: usize) -> Arc<Fence> {
+    /// poll groups, and, for a shared namespace, by the other gateways' acknowledgement
+    /// (`announce`, waited for on a thread of its own).
+    pub fn raise(
+        &self,
+        ns: usize,
+        hosts: Vec<HostId>,
+        groups: usize,
+        announce: Option<Announce>,
+    ) -> Arc<Fence> {
+        let remote = Arc::new(AtomicU8::new(match announce {
+            Some(_) => REMOTE_WAITING,
+            None => REMOTE_DONE,
+        }));
+        if let Some(announce) = announce {
+            let r = Arc::clone(&remote);
+            let spawned = std::thread::Builder::new()
+                .name("rdmablk-announce".into())
+                .spawn(move || {
+                    let v = match announce() {
+                        Ok(()) => REMOTE_DONE,
+                        Err(e) => {
+                            tracing::error!(error = %e,
+                                "reservation change not acknowledged by every gateway: the command fails (the change stands)");
+                            REMOTE_FAILED
+                        }
+                    };
+                    r.store(v, Ordering::Release);
+                });
+            if let Err(e) = spawned {
+                tracing::error!(error = %e, "cannot wait for the other gateways");
+                remote.store(REMOTE_FAILED, Ordering::Release);
+            }
+        }
         let f = Arc::new(Fence {
             ns,
-            hosts,
             groups: groups.max(1),
             clear: Mutex::new(HashSet::new()),
-            done: AtomicBool::new(false),
+            done: AtomicBool::new(hosts.is_empty()),
+            hosts,
+            remote,
         });
         let mut l = self.list.lock().unwrap_or_else(|p| p.into_inner());
         l.retain(|f| !f.is_done());

@@ -235,24 +235,29 @@ fn reservation_status<X: QueueTransport>(
     let result = match r.sqe.opcode {
         // CPTPL 11b without a state directory is Invalid Field: rdmablk says it cannot
         // persist rather than pretend (nvmet ignores the field).
-        resv::REGISTER => resv.register(host, c.action, c.iekey, k1, k2, c.cptpl),
-        resv::ACQUIRE => resv.acquire(host, c.action, c.iekey, c.rtype, k1, k2),
-        _ => resv.release(host, c.action, c.iekey, c.rtype, k1),
+        resv::REGISTER => resv.register_announced(host, c.action, c.iekey, k1, k2, c.cptpl),
+        resv::ACQUIRE => resv.acquire_announced(host, c.action, c.iekey, c.rtype, k1, k2),
+        _ => resv.release_announced(host, c.action, c.iekey, c.rtype, k1),
     };
-    // Preempt and abort: wait for the preempted hosts' modifying commands already running.
+    let (result, announce) = match result {
+        Ok((n, a)) => (Ok(n), a),
+        Err(e) => (Err(e), None),
+    };
+    // Preempt and abort: wait for the preempted hosts' modifying commands already running;
+    // a shared namespace: for every other gateway to enforce the change (and drain them too).
     let mut fence = None;
     if let Ok(notices) = &result {
-        let preempted: Vec<HostId> = notices
+        let mut preempted: Vec<HostId> = notices
             .iter()
             .filter(|(_, k)| *k == notice::REGISTRATION_PREEMPTED)
             .map(|(h, _)| *h)
             .collect();
-        if r.sqe.opcode == resv::ACQUIRE
-            && c.action == racqa::PREEMPT_AND_ABORT
-            && !preempted.is_empty()
-        {
+        if r.sqe.opcode != resv::ACQUIRE || c.action != racqa::PREEMPT_AND_ABORT {
+            preempted.clear();
+        }
+        if !preempted.is_empty() || announce.is_some() {
             let groups = shared.workers.get().map_or(1, Vec::len) * shared.transports.len();
-            fence = Some(shared.fences.raise(ns.slot(), preempted, groups));
+            fence = Some(shared.fences.raise(ns.slot(), preempted, groups, announce));
         }
     }
     // Other hosts' controllers of this subsystem hear of what changed for them.

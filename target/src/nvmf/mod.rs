@@ -34,6 +34,7 @@ pub mod data_phase;
 pub mod discovery;
 pub mod fabrics;
 pub mod fence;
+mod gateways;
 pub mod io_commands;
 pub mod ns_queues;
 pub mod ns_table;
@@ -291,6 +292,11 @@ impl Target {
             senders.push(tx);
         }
         let _ = shared.workers.set(senders);
+        for s in shared.subsystems.load().iter() {
+            for ns in s.namespaces().iter() {
+                gateways::attach(&shared, &s.nqn, ns);
+            }
+        }
         for (index, l) in shared.cfg.listeners.iter().enumerate() {
             let running = Port::start(&shared, l, index)?;
             shared.lock_ports().push(running);
@@ -460,13 +466,20 @@ pub(crate) fn open_namespace(
         nsid: n.nsid,
         source,
     })?;
-    let file = state_dir.map(|d| crate::namespace::reservation::state_file(d, nqn, n.nsid));
-    let resv = crate::namespace::reservation::Reservations::open(file).map_err(|why| {
-        TargetError::Reservations {
-            nqn: nqn.to_owned(),
-            nsid: n.nsid,
-            why,
-        }
+    use crate::namespace::reservation::{shared_dir::DirStore, Reservations};
+    let resv = match &n.shared_reservations {
+        // Shared with other gateways: the state lives in their directory, not in state_dir.
+        Some(dir) => DirStore::open(dir)
+            .map_err(|e| format!("shared_reservations {}: {e}", dir.display()))
+            .and_then(|store| Reservations::open_shared(Arc::new(store))),
+        None => Reservations::open(
+            state_dir.map(|d| crate::namespace::reservation::state_file(d, nqn, n.nsid)),
+        ),
+    }
+    .map_err(|why| TargetError::Reservations {
+        nqn: nqn.to_owned(),
+        nsid: n.nsid,
+        why,
     })?;
     ns.set_reservations(resv);
     tracing::info!(subsystem = %nqn, nsid = n.nsid, kind = n.backend.kind(),

@@ -335,7 +335,10 @@ fn prepare(shared: &Arc<Shared>, plan: &Plan, new: &Config) -> Result<Prepared, 
         .chain(plan.added_namespaces.iter().map(|(q, n)| (q.as_str(), n)));
     for (nqn, n) in wanted {
         match open_namespace(nqn, n, &shared.namespaces, new.target.state_dir.as_deref()) {
-            Ok(ns) => ready.namespaces.push((nqn.to_owned(), ns)),
+            Ok(ns) => {
+                super::gateways::attach(shared, nqn, &ns);
+                ready.namespaces.push((nqn.to_owned(), ns))
+            }
             Err(e) => {
                 undo(shared, ready);
                 return Err(ReloadError::Apply(e.to_string()));

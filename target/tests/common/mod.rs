@@ -383,3 +383,25 @@ pub fn wait_keep_alive_cut(h: &Host, last_word: Instant, kato: Duration, what: &
     );
     after
 }
+
+/// The I/O counters of namespace `nsid` of `t`.
+pub fn ns_counters(t: &Target, nsid: u32) -> rdmablk_target::metrics::NamespaceIo {
+    rdmablk_target::metrics::namespace_io(&t.handle())
+        .into_iter()
+        .find(|n| n.nsid == nsid)
+        .expect("namespace counters")
+}
+
+/// Sends `h`'s write of 8 blocks at LBA 0 (command `cid`) without waiting for it, and returns
+/// once `t` runs it (its namespace counts a command in flight): an event, not a time.
+pub fn start_write(t: &Target, h: &mut Host, nsid: u32, cid: u16) {
+    let sgl = h.keyed(0, 8 * BLOCK);
+    let mut w = rw_sqe(true, nsid, 0, 8, &sgl);
+    w.cid = cid;
+    h.send_capsule(&w.to_bytes());
+    let deadline = Instant::now() + HANG_GUARD;
+    while ns_counters(t, nsid).in_flight == 0 {
+        assert!(Instant::now() < deadline, "the write never ran");
+        std::thread::yield_now();
+    }
+}

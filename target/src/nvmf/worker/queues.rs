@@ -148,7 +148,10 @@ impl<X: QueueTransport> Queues<X> {
             let mut i = 0;
             while i < conn.fenced.len() {
                 if conn.fenced[i].1.is_done() || !conn.is_live() {
-                    let (slot, _) = conn.fenced.remove(i);
+                    let (slot, f) = conn.fenced.remove(i);
+                    if f.failed() {
+                        conn.reqs[slot as usize].fail(Status::INTERNAL);
+                    }
                     respond(conn, slot, ctx);
                 } else {
                     i += 1;
