@@ -147,6 +147,12 @@ impl Backend for ErrorBackend {
         self.inner.refresh_capacity()
     }
 
+    fn reservation_store(
+        &self,
+    ) -> Result<Option<Arc<dyn crate::namespace::reservation::SharedStore>>, String> {
+        self.inner.reservation_store()
+    }
+
     fn read_only(&self) -> bool {
         self.inner.read_only()
     }

@@ -57,6 +57,13 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     fn refresh_capacity(&self) -> Result<Option<u64>, String> {
         Ok(None)
     }
+    /// Where every gateway of this storage shares the namespace's reservations, if the
+    /// storage has such a place (RBD: the image's metadata); `None`: the target keeps them.
+    fn reservation_store(
+        &self,
+    ) -> Result<Option<Arc<dyn crate::namespace::reservation::SharedStore>>, String> {
+        Ok(None)
+    }
     /// A queue for the calling worker, for at most `depth` outstanding requests. Call it on the
     /// worker's thread, with the worker's `io`.
     fn open_queue(&self, io: &WorkerIo, depth: u32) -> Result<Box<dyn BackendQueue>, BackendError>;

@@ -467,14 +467,20 @@ pub(crate) fn open_namespace(
         source,
     })?;
     use crate::namespace::reservation::{shared_dir::DirStore, Reservations};
-    let resv = match &n.shared_reservations {
-        // Shared with other gateways: the state lives in their directory, not in state_dir.
+    // Shared with other gateways (a directory they name, or the storage's own place such as
+    // an RBD image's metadata): the state lives there, not in state_dir.
+    let store = match &n.shared_reservations {
         Some(dir) => DirStore::open(dir)
-            .map_err(|e| format!("shared_reservations {}: {e}", dir.display()))
-            .and_then(|store| Reservations::open_shared(Arc::new(store))),
-        None => Reservations::open(
+            .map(|s| Some(Arc::new(s) as Arc<dyn crate::namespace::reservation::SharedStore>))
+            .map_err(|e| format!("shared_reservations {}: {e}", dir.display())),
+        None => ns.backend().reservation_store(),
+    };
+    let resv = match store {
+        Ok(Some(store)) => Reservations::open_shared(store),
+        Ok(None) => Reservations::open(
             state_dir.map(|d| crate::namespace::reservation::state_file(d, nqn, n.nsid)),
         ),
+        Err(e) => Err(e),
     }
     .map_err(|why| TargetError::Reservations {
         nqn: nqn.to_owned(),

@@ -18,7 +18,9 @@
 //!    └─── response sent ───── Responding (with any controller-to-host data) ◀───┘
 //!                                  ▲
 //!                         Held ────┘ (Async Event Request: completed by an event, or
-//!                                     aborted at shutdown)
+//!                                     aborted at shutdown; a reservation command whose
+//!                                     fence or other gateways it waits for, from New,
+//!                                     AwaitingData or Executing once its keys are in)
 //! ```
 //! Data that arrives damaged (an NVMe/TCP data digest that does not match) never executes:
 //! a damaged capsule's command goes from New, and a command whose H2C data was damaged from
@@ -178,8 +180,8 @@ impl Request {
             (self.state, to),
             (Free, New)
                 | (New, AwaitingData | Executing | Responding | Held)
-                | (AwaitingData, Executing | Responding)
-                | (Executing, Responding)
+                | (AwaitingData, Executing | Responding | Held)
+                | (Executing, Responding | Held)
                 | (Held, Responding)
                 | (Responding, Free)
         );

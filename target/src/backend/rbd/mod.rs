@@ -19,6 +19,7 @@
 //!   blocklisted client) is a path error, so hosts retry or fail over; a full cluster or pool
 //!   quota is Capacity Exceeded.
 
+mod reservations;
 mod sys;
 
 use std::cell::Cell;
@@ -42,6 +43,10 @@ use sys::{AioOp, Cluster, Image, IoCtx};
 #[derive(Debug)]
 pub struct RbdImage {
     image: Arc<Image>,
+    /// What opens the shared reservation store: the cluster, the pool and RADOS namespace.
+    cluster: Arc<Cluster>,
+    pool: String,
+    rados_ns: Option<String>,
     /// `pool[/namespace]/image`, for logs and errors.
     name: String,
     block_size: u32,
@@ -158,6 +163,9 @@ impl RbdImage {
         tracing::info!(image = %name, num_blocks, block_size, "opened RBD image");
         Ok(RbdImage {
             image: Arc::new(image),
+            cluster,
+            pool: cfg.pool.clone(),
+            rados_ns: cfg.namespace.clone(),
             name,
             block_size,
             num_blocks: AtomicU64::new(num_blocks),
@@ -207,6 +215,20 @@ impl Backend for RbdImage {
         self.num_blocks.store(blocks, Ordering::Release);
         tracing::info!(image = %self.name, old, blocks, "namespace grew");
         Ok(Some(blocks))
+    }
+
+    fn reservation_store(
+        &self,
+    ) -> Result<Option<Arc<dyn crate::namespace::reservation::SharedStore>>, String> {
+        let store = reservations::RbdStore::open(
+            &self.cluster,
+            &self.pool,
+            self.rados_ns.as_deref(),
+            &self.image,
+            &self.name,
+        )
+        .map_err(|e| format!("image {}: the shared reservation store: {e}", self.name))?;
+        Ok(Some(Arc::new(store)))
     }
 
     fn open_queue(&self, io: &WorkerIo, depth: u32) -> Result<Box<dyn BackendQueue>, BackendError> {

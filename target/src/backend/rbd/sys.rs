@@ -24,6 +24,9 @@ mod bindings {
 
 use bindings as ffi;
 
+mod objects;
+pub use objects::Watch;
+
 pub use ffi::rbd_completion_t;
 
 /// The FUA hint of a write (librados' `LIBRADOS_OP_FLAG_FADVISE_FUA`).
