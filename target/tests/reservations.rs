@@ -33,6 +33,31 @@ fn resv(h: &mut Host, opcode: u8, c: ResvCdw10, k1: u64, k2: u64) -> Cqe {
     h.submit(sqe, &data[..len as usize])
 }
 
+/// A reservation command that must succeed.
+fn ok(h: &mut Host, opcode: u8, c: ResvCdw10, k1: u64, k2: u64) {
+    assert_status(&resv(h, opcode, c, k1, k2), Status::SUCCESS);
+}
+
+/// The next Reservation Notification log page (64 bytes, zeroes when none).
+fn notice_page(h: &mut Host) -> Vec<u8> {
+    let mut sqe = GetLogPage::new(lid::RESERVATION_NOTIFICATION, 0xFFFF_FFFF, 0, 64).to_sqe(0);
+    sqe.set_sgl(&h.keyed(0, 64));
+    assert_status(&h.submit(sqe, &[]), Status::SUCCESS);
+    h.read_data(0, 64)
+}
+
+/// A target admitting both hosts, with `backend` for the RAM namespace and `extra_target`
+/// in `[target]`.
+fn two_host_target(port: u16, backend: &str, extra_target: &str) -> Target {
+    let text = config_text(port, "32MiB", extra_target)
+        .replace(
+            &format!("hosts = [\"{HOSTNQN}\"]"),
+            &format!("hosts = [\"{HOSTNQN}\", \"{OTHER_HOSTNQN}\"]"),
+        )
+        .replace(RAM_BACKEND, backend);
+    Target::start(Config::from_str(&text).expect("config")).expect("target starts")
+}
+
 fn cdw10(action: u8, rtype: u8) -> ResvCdw10 {
     ResvCdw10 {
         action,
@@ -65,11 +90,7 @@ fn report(h: &mut Host) -> Report {
 fn write_exclusive_preempt_and_the_report_between_two_hosts() {
     init_tracing();
     // Host A and host B on the subsystem.
-    let text = config_text(free_port(), "32MiB", "").replace(
-        &format!("hosts = [\"{HOSTNQN}\"]"),
-        &format!("hosts = [\"{HOSTNQN}\", \"{OTHER_HOSTNQN}\"]"),
-    );
-    let t = Target::start(Config::from_str(&text).expect("config")).expect("target starts");
+    let t = two_host_target(free_port(), RAM_BACKEND, "");
     let addr = t.local_addrs()[0];
     let (mut admin_a, a_id) = admin_queue_as(addr, HOSTNQN, 0);
     let (admin_b, b_id) = admin_queue_as(addr, OTHER_HOSTNQN, 0);
@@ -100,14 +121,8 @@ fn write_exclusive_preempt_and_the_report_between_two_hosts() {
     assert_eq!(admin_a.read_data(0, 16), id_a);
 
     // A registers (key 1) and takes Write Exclusive.
-    assert_status(
-        &resv(&mut a, op::REGISTER, cdw10(rrega::REGISTER, 0), 0, 1),
-        Status::SUCCESS,
-    );
-    assert_status(
-        &resv(&mut a, op::ACQUIRE, cdw10(racqa::ACQUIRE, 1), 1, 0),
-        Status::SUCCESS,
-    );
+    ok(&mut a, op::REGISTER, cdw10(rrega::REGISTER, 0), 0, 1);
+    ok(&mut a, op::ACQUIRE, cdw10(racqa::ACQUIRE, 1), 1, 0);
     assert_status(&a.rw(true, NSID, 0, 8), Status::SUCCESS);
     let c = b.rw(true, NSID, 0, 8);
     assert_status(&c, Status::RESERVATION_CONFLICT);
@@ -126,26 +141,14 @@ fn write_exclusive_preempt_and_the_report_between_two_hosts() {
     admin_a.send_capsule(&aer.to_bytes());
 
     // B registers (key 2) and preempts A (PRKEY 1): B holds, A is gone and conflicts.
-    assert_status(
-        &resv(&mut b, op::REGISTER, cdw10(rrega::REGISTER, 0), 0, 2),
-        Status::SUCCESS,
-    );
-    assert_status(
-        &resv(&mut b, op::ACQUIRE, cdw10(racqa::PREEMPT, 1), 2, 1),
-        Status::SUCCESS,
-    );
+    ok(&mut b, op::REGISTER, cdw10(rrega::REGISTER, 0), 0, 2);
+    ok(&mut b, op::ACQUIRE, cdw10(racqa::PREEMPT, 1), 2, 1);
     assert_status(&b.rw(true, NSID, 0, 8), Status::SUCCESS);
     assert_status(&a.rw(true, NSID, 8, 8), Status::RESERVATION_CONFLICT);
     assert_eq!(report(&mut a), (3, 1, vec![(id_b, 2, true)]));
     // A hears of it: the event, then one Reservation Notification log page, then none.
     let aen = admin_a.wait_response().expect("the AER completes");
     assert_eq!(AsyncEvent::from_dw0(aen.dw0), AsyncEvent::reservation_log());
-    let notice_page = |h: &mut Host| {
-        let mut sqe = GetLogPage::new(lid::RESERVATION_NOTIFICATION, 0xFFFF_FFFF, 0, 64).to_sqe(0);
-        sqe.set_sgl(&h.keyed(0, 64));
-        assert_status(&h.submit(sqe, &[]), Status::SUCCESS);
-        h.read_data(0, 64)
-    };
     let page = notice_page(&mut admin_a);
     assert_eq!(
         page,
@@ -158,10 +161,7 @@ fn write_exclusive_preempt_and_the_report_between_two_hosts() {
     );
 
     // B releases: everyone writes again; the registration stays.
-    assert_status(
-        &resv(&mut b, op::RELEASE, cdw10(rrela::RELEASE, 1), 2, 0),
-        Status::SUCCESS,
-    );
+    ok(&mut b, op::RELEASE, cdw10(rrela::RELEASE, 1), 2, 0);
     assert_status(&a.rw(true, NSID, 8, 8), Status::SUCCESS);
     assert_eq!(report(&mut a), (3, 0, vec![(id_b, 2, false)]));
 
@@ -195,10 +195,7 @@ fn write_exclusive_preempt_and_the_report_between_two_hosts() {
     assert_status(&a.submit(sqe, &[0u8; 16]), Status::INVALID_NAMESPACE);
 
     // B clears: no registrant left.
-    assert_status(
-        &resv(&mut b, op::RELEASE, cdw10(rrela::CLEAR, 0), 2, 0),
-        Status::SUCCESS,
-    );
+    ok(&mut b, op::RELEASE, cdw10(rrela::CLEAR, 0), 2, 0);
     assert_eq!(report(&mut a), (4, 0, vec![]));
     drop((a, b, admin_a, admin_b));
     wait_idle(&t);
@@ -207,11 +204,7 @@ fn write_exclusive_preempt_and_the_report_between_two_hosts() {
 
 /// A target of both hosts whose reservations persist in `state_dir`, on `port`.
 fn persisting_target(port: u16, state_dir: &std::path::Path) -> Target {
-    let text = config_text(port, "32MiB", &format!("state_dir = {:?}", state_dir)).replace(
-        &format!("hosts = [\"{HOSTNQN}\"]"),
-        &format!("hosts = [\"{HOSTNQN}\", \"{OTHER_HOSTNQN}\"]"),
-    );
-    Target::start(Config::from_str(&text).expect("config")).expect("target starts")
+    two_host_target(port, RAM_BACKEND, &format!("state_dir = {:?}", state_dir))
 }
 
 #[test]
@@ -232,11 +225,8 @@ fn a_reservation_persisted_through_power_loss_survives_a_restart() {
     // A registers asking for persistence (CPTPL 11b) and takes Exclusive Access.
     let mut c = cdw10(rrega::REGISTER, 0);
     c.cptpl = 0b11;
-    assert_status(&resv(&mut a, op::REGISTER, c, 0, 7), Status::SUCCESS);
-    assert_status(
-        &resv(&mut a, op::ACQUIRE, cdw10(racqa::ACQUIRE, 2), 7, 0),
-        Status::SUCCESS,
-    );
+    ok(&mut a, op::REGISTER, c, 0, 7);
+    ok(&mut a, op::ACQUIRE, cdw10(racqa::ACQUIRE, 2), 7, 0);
     drop((a, admin_a));
     wait_idle(&t);
     t.shutdown();
@@ -277,7 +267,7 @@ fn a_reservation_persisted_through_power_loss_survives_a_restart() {
     let mut a = io_queue_as(addr, HOSTNQN, 1, a_id);
     let mut c = cdw10(rrega::REGISTER, 0);
     c.cptpl = 0b10;
-    assert_status(&resv(&mut a, op::REGISTER, c, 0, 7), Status::SUCCESS);
+    ok(&mut a, op::REGISTER, c, 0, 7);
     drop((a, admin_a));
     wait_idle(&t);
     t.shutdown();
@@ -296,43 +286,25 @@ fn preempt_and_abort_completes_after_the_preempted_hosts_writes() {
     init_tracing();
     // Every backend operation takes 300 ms: a write of A is still running when B preempts.
     let backend = r#"backend = { kind = "error", latency_us = 300000, inner = { kind = "ram", size = "16MiB" } }"#;
-    let text = config_text(free_port(), "32MiB", "")
-        .replace(
-            &format!("hosts = [\"{HOSTNQN}\"]"),
-            &format!("hosts = [\"{HOSTNQN}\", \"{OTHER_HOSTNQN}\"]"),
-        )
-        .replace(RAM_BACKEND, backend);
-    let t = Target::start(Config::from_str(&text).expect("config")).expect("target starts");
+    let t = two_host_target(free_port(), backend, "");
     let addr = t.local_addrs()[0];
     let (admin_a, a_id) = admin_queue_as(addr, HOSTNQN, 0);
     let (admin_b, b_id) = admin_queue_as(addr, OTHER_HOSTNQN, 0);
     let mut a = io_queue_as(addr, HOSTNQN, 1, a_id);
     let mut b = io_queue_as(addr, OTHER_HOSTNQN, 1, b_id);
-    assert_status(
-        &resv(&mut a, op::REGISTER, cdw10(rrega::REGISTER, 0), 0, 1),
-        Status::SUCCESS,
-    );
-    assert_status(
-        &resv(&mut a, op::ACQUIRE, cdw10(racqa::ACQUIRE, 1), 1, 0),
-        Status::SUCCESS,
-    );
-    assert_status(
-        &resv(&mut b, op::REGISTER, cdw10(rrega::REGISTER, 0), 0, 2),
-        Status::SUCCESS,
-    );
+    ok(&mut a, op::REGISTER, cdw10(rrega::REGISTER, 0), 0, 1);
+    ok(&mut a, op::ACQUIRE, cdw10(racqa::ACQUIRE, 1), 1, 0);
+    ok(&mut b, op::REGISTER, cdw10(rrega::REGISTER, 0), 0, 2);
     // A's write is sent, not waited for.
     start_write(&t, &mut a, NSID, 0x55);
     let io = || ns_counters(&t, NSID);
     assert_eq!(io().written_bytes, 0, "A's write is still on the backend");
-    assert_status(
-        &resv(
-            &mut b,
-            op::ACQUIRE,
-            cdw10(racqa::PREEMPT_AND_ABORT, 1),
-            2,
-            1,
-        ),
-        Status::SUCCESS,
+    ok(
+        &mut b,
+        op::ACQUIRE,
+        cdw10(racqa::PREEMPT_AND_ABORT, 1),
+        2,
+        1,
     );
     // The preempt completed after A's write did, never before.
     assert_eq!(
@@ -345,6 +317,71 @@ fn preempt_and_abort_completes_after_the_preempted_hosts_writes() {
     assert_status(&done, Status::SUCCESS);
     // A's next write is refused.
     assert_status(&a.rw(true, NSID, 0, 8), Status::RESERVATION_CONFLICT);
+    drop((a, b, admin_a, admin_b));
+    wait_idle(&t);
+    t.shutdown();
+}
+
+#[test]
+fn the_notification_mask_silences_the_types_a_host_masked() {
+    init_tracing();
+    let t = two_host_target(free_port(), RAM_BACKEND, "");
+    let addr = t.local_addrs()[0];
+    let (mut admin_a, a_id) = admin_queue_as(addr, HOSTNQN, 0);
+    let (mut admin_b, b_id) = admin_queue_as(addr, OTHER_HOSTNQN, 0);
+    let mut a = io_queue_as(addr, HOSTNQN, 1, a_id);
+    let mut b = io_queue_as(addr, OTHER_HOSTNQN, 1, b_id);
+    let set_mask = |h: &mut Host, nsid: u32, mask: u32| {
+        let sf = rdmablk::nvme::SetFeatures {
+            fid: fid::RESERVATION_MASK,
+            value: mask,
+            save: false,
+            nsid,
+        };
+        h.submit(sf.to_sqe(0), &[])
+    };
+    let get_mask = |h: &mut Host| {
+        let mut gf = GetFeatures {
+            fid: fid::RESERVATION_MASK,
+            select: 0,
+            nsid: NSID,
+            cdw11: 0,
+        }
+        .to_sqe(0);
+        gf.nsid = NSID;
+        let c = h.submit(gf, &[]);
+        assert_status(&c, Status::SUCCESS);
+        c.dw0
+    };
+    // Bits other than 1..3 are Invalid Field; an unknown namespace is Invalid Namespace.
+    assert_status(&set_mask(&mut admin_a, NSID, 1), Status::INVALID_FIELD);
+    assert_status(&set_mask(&mut admin_a, 7, 2), Status::INVALID_NAMESPACE);
+    assert_eq!(get_mask(&mut admin_a), 0);
+    // A masks Registration Preempted (bit 1) on every namespace it sees.
+    assert_status(&set_mask(&mut admin_a, 0xFFFF_FFFF, 0b10), Status::SUCCESS);
+    assert_eq!(get_mask(&mut admin_a), 0b10);
+    assert_eq!(
+        get_mask(&mut admin_b),
+        0,
+        "the mask is A's controller's, not B's"
+    );
+    for (h, key) in [(&mut a, 1), (&mut b, 2)] {
+        ok(h, op::REGISTER, cdw10(rrega::REGISTER, 0), 0, key);
+    }
+    ok(&mut a, op::ACQUIRE, cdw10(racqa::ACQUIRE, 1), 1, 0);
+    // B preempts A: A is told nothing (the command completed: notices are made before).
+    ok(&mut b, op::ACQUIRE, cdw10(racqa::PREEMPT, 1), 2, 1);
+    assert_eq!(notice_page(&mut admin_a), vec![0u8; 64], "masked: no page");
+    // Unmasked again, the next preempt of A is on its log.
+    assert_status(&set_mask(&mut admin_a, NSID, 0), Status::SUCCESS);
+    ok(&mut b, op::RELEASE, cdw10(rrela::RELEASE, 1), 2, 0);
+    ok(&mut a, op::REGISTER, cdw10(rrega::REGISTER, 0), 0, 1);
+    ok(&mut a, op::ACQUIRE, cdw10(racqa::ACQUIRE, 1), 1, 0);
+    ok(&mut b, op::ACQUIRE, cdw10(racqa::PREEMPT, 1), 2, 1);
+    assert_eq!(
+        notice_page(&mut admin_a),
+        encode_notice(1, notice::REGISTRATION_PREEMPTED, 0, NSID).to_vec()
+    );
     drop((a, b, admin_a, admin_b));
     wait_idle(&t);
     t.shutdown();

@@ -19,7 +19,7 @@ use rdmablk::nvme::{
 };
 
 use super::ana::ANATT_SECS;
-use super::controller::Controller;
+use super::controller::{Controller, RESV_NOTICE_MASK_BITS};
 use super::data_phase::{data_phase, Next, SglFit};
 use super::discovery;
 use super::queue::{Queue, MAX_HELD_AERS};
@@ -268,6 +268,23 @@ fn set_features<X: QueueTransport>(
         // On fabrics the host identifier comes with Connect and cannot be set (NVMe Base
         // 5.27.1.25; nvmet and SPDK answer Command Sequence Error).
         fid::HOST_ID => return Err(Status::COMMAND_SEQUENCE_ERROR.with_dnr()),
+        fid::RESERVATION_MASK => {
+            // Per namespace of this controller; NSID FFFFFFFFh: every namespace it sees.
+            if sf.value & !RESV_NOTICE_MASK_BITS != 0 {
+                return Err(Status::INVALID_FIELD.with_dnr());
+            }
+            if sf.nsid == u32::MAX {
+                for ns in ctrl.visible_namespaces() {
+                    ctrl.set_reservation_notice_mask(ns.nsid(), sf.value as u8);
+                }
+            } else {
+                let ns = ctrl
+                    .namespace(sf.nsid)
+                    .ok_or(Status::INVALID_NAMESPACE.with_dnr())?;
+                ctrl.set_reservation_notice_mask(ns.nsid(), sf.value as u8);
+            }
+            r.dw0 = sf.value;
+        }
         fid::RESERVATION_PERSIST => {
             // Per namespace: PTPL (bit 0) on or off, where a state directory allows it.
             let ns = ctrl
@@ -314,6 +331,12 @@ fn get_features<X: QueueTransport>(
                 .namespace(gf.nsid)
                 .ok_or(Status::INVALID_NAMESPACE.with_dnr())?;
             u32::from(ns.reservations().ptpl())
+        }
+        fid::RESERVATION_MASK => {
+            let ns = ctrl
+                .namespace(gf.nsid)
+                .ok_or(Status::INVALID_NAMESPACE.with_dnr())?;
+            u32::from(ctrl.reservation_notice_mask(ns.nsid()))
         }
         _ => return Err(Status::INVALID_FIELD.with_dnr()),
     };

@@ -76,7 +76,13 @@ struct Events {
     resv_count: u64,
     /// A reservation event was sent (or is pending) and the log not read since.
     resv_masked: bool,
+    /// Reservation Notification Mask (Features 0x82) by NSID: bit n masks notice type n.
+    resv_notice_mask: std::collections::HashMap<u32, u8>,
 }
+
+/// The notice types Features 0x82 can mask: Registration Preempted (bit 1), Reservation
+/// Released (bit 2), Reservation Preempted (bit 3).
+pub const RESV_NOTICE_MASK_BITS: u32 = 0b1110;
 
 /// Reservation Notification log pages kept per controller (as nvmet); beyond, the oldest
 /// go and the next page's count says how many were lost.
@@ -187,6 +193,13 @@ impl Controller {
     /// page of `kind` for namespace `nsid`, and an event (one until the host reads the log).
     pub fn reservation_notice(&self, kind: u8, nsid: u32) {
         let mut e = self.events();
+        // A masked type makes no page and no event (Features 0x82).
+        if e.resv_notice_mask
+            .get(&nsid)
+            .is_some_and(|m| u32::from(*m) & (1u32 << kind) != 0)
+        {
+            return;
+        }
         // Count 0 is "no page": skip it when the count wraps.
         e.resv_count = e.resv_count.wrapping_add(1).max(1);
         let count = e.resv_count;
@@ -198,6 +211,20 @@ impl Controller {
             e.resv_masked = true;
             e.pending.push_back(AsyncEvent::reservation_log().to_dw0());
         }
+    }
+
+    /// Features 0x82 of namespace `nsid`: the notice types masked.
+    pub fn reservation_notice_mask(&self, nsid: u32) -> u8 {
+        self.events()
+            .resv_notice_mask
+            .get(&nsid)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Sets Features 0x82 of namespace `nsid` (bits within [`RESV_NOTICE_MASK_BITS`]).
+    pub fn set_reservation_notice_mask(&self, nsid: u32, mask: u8) {
+        self.events().resv_notice_mask.insert(nsid, mask);
     }
 
     /// Takes the oldest Reservation Notification log page: (count, type, pages left, NSID),
