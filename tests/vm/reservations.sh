@@ -19,6 +19,13 @@
 #            Exclusive Access; the target is SIGKILLed and started again; after the hosts
 #            connect anew, B's read is still refused and the report still shows A holding
 #            it; A clears
+#   gateways two rdmablk-target processes serve the same file and subsystem (ports PORT and
+#            PORT+1, disjoint cntlids, `shared_reservations` in one directory); hosts A and B
+#            each connect to both (native multipath: four controllers). A takes Write
+#            Exclusive through gateway 1: B's writes fail through both gateways and B's read
+#            does not; A writes through gateway 2. B preempts and aborts A through gateway 2:
+#            A's writes fail through both. Then, five times, A (through gateway 1) and B
+#            (through gateway 2) acquire Exclusive Access at once: exactly one succeeds
 # Prints RESULT: PASS or FAIL.
 #
 # RESV_TARGET=nvmet runs the same steps against the Linux kernel target instead (nvmet with
@@ -42,6 +49,7 @@ HOST_B=nqn.2014-08.org.nvmexpress:uuid:72657376-0000-4000-8000-00000000000b
 EXPECTED=${BLKTESTS_SRC:-$ROOT/../shared/third_party/blktests}/tests/nvme/054.out
 WORK=$(mktemp -d /tmp/rdmablk-resv.XXXXXX)
 TPID=
+declare -A GPID=()  # the gateways of step `gateways`
 RESV_TARGET=${RESV_TARGET:-rdmablk}
 CFS=/sys/kernel/config/nvmet
 LOOP=
@@ -55,6 +63,7 @@ fail() {
   echo "----- dmesg (last 20 lines) -----"; dmesg | tail -n 20
   nvme disconnect -n "$NQN" >/dev/null 2>&1
   [ -n "$TPID" ] && kill -TERM "$TPID" 2>/dev/null && wait "$TPID" 2>/dev/null
+  for g in "${GPID[@]}"; do kill -TERM "$g" 2>/dev/null; done
   nvmet_down
   echo "RESULT: FAIL (step ${STEP:-setup}: $*)"
   exit 1
@@ -247,4 +256,88 @@ step stop
 kill -TERM "$TPID"; wait "$TPID"; rc=$?
 TPID=
 [ "$rc" = 0 ] || fail "$STEP: the target exited $rc"
+
+# ---------------------------------------------------------------- two gateways
+step gateways
+gateway() { # gateway N PORT CNTLID_MIN: gateway N's configuration, started; waits for ready
+  sed -e "s/^port = .*/port = $2/" -e "s|^state_dir = .*||" \
+    -e "s/^allow_any_host = true/allow_any_host = true\ncntlid_min = $3\ncntlid_max = $(($3 + 998))/" \
+    -e "s|^backend = |shared_reservations = \"$WORK/shared\"\nbackend = |" \
+    "$WORK/target.toml" >"$WORK/g$1.toml"
+  RUST_LOG=${RUST_LOG:-info} "$BIN" --config "$WORK/g$1.toml" >"$WORK/g$1.out" 2>>"$WORK/target.log" &
+  GPID[$1]=$!
+  for _ in $(seq 1 600); do
+    grep -q '^ready$' "$WORK/g$1.out" 2>/dev/null && return 0
+    kill -0 "${GPID[$1]}" 2>/dev/null || fail "$STEP: gateway $1 exited at start"
+    sleep 0.1
+  done
+  fail "$STEP: gateway $1 did not print ready within 60 s"
+}
+# ctrl_of_host_at HOSTNQN PORT: HOSTNQN's controller of $NQN through the gateway at PORT.
+ctrl_of_host_at() {
+  local c
+  for c in /sys/class/nvme/nvme*; do
+    [ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$NQN" ] || continue
+    [ "$(cat "$c/hostnqn" 2>/dev/null)" = "$1" ] || continue
+    grep -q "trsvcid=$2" "$c/address" 2>/dev/null || continue
+    echo "/dev/${c##*/}"; return 0
+  done
+  return 1
+}
+P1=$PORT P2=$((PORT + 1))
+gateway 1 "$P1" 1
+gateway 2 "$P2" 1000
+for p in "$P1" "$P2"; do
+  PORT=$p connect_as "$HOST_A" 72657376-0000-4000-8000-00000000000a
+  PORT=$p connect_as "$HOST_B" 72657376-0000-4000-8000-00000000000b
+done
+A1=$(ctrl_of_host_at "$HOST_A" "$P1") && A2=$(ctrl_of_host_at "$HOST_A" "$P2") &&
+  B1=$(ctrl_of_host_at "$HOST_B" "$P1") && B2=$(ctrl_of_host_at "$HOST_B" "$P2") ||
+  fail "$STEP: not every host has a controller through both gateways"
+say "gateway 1: A $A1, B $B1; gateway 2: A $A2, B $B2"
+expect_ok nvme resv-register "$A1" --namespace-id=1 --nrkey=1 --rrega=0
+expect_ok nvme resv-acquire "$A1" --namespace-id=1 --crkey=1 --rtype=1 --racqa=0
+expect_conflict io "$B2" write
+expect_conflict io "$B1" write
+expect_ok io "$B2" read
+expect_ok io "$A2" write
+expect_ok nvme resv-register "$B2" --namespace-id=1 --nrkey=2 --rrega=0
+expect_ok nvme resv-acquire "$B2" --namespace-id=1 --crkey=2 --prkey=1 --rtype=1 --racqa=2
+expect_conflict io "$A1" write
+expect_conflict io "$A2" write
+expect_ok io "$B1" write
+for c in "$A1" "$B2"; do
+  nvme resv-report "$c" --namespace-id=1 "$EDS" >"$WORK/report.txt" 2>&1 ||
+    fail "$STEP: resv-report through $c: $(tail -n 3 "$WORK/report.txt")"
+  grep -q "regctl *: 1" "$WORK/report.txt" && grep -q "rkey *: 2" "$WORK/report.txt" ||
+    fail "$STEP: report through $c after the preempt: $(tr '\n' ' ' <"$WORK/report.txt")"
+done
+expect_ok nvme resv-release "$B1" --namespace-id=1 --crkey=2 --rrela=1
+expect_ok nvme resv-register "$A1" --namespace-id=1 --nrkey=1 --rrega=0
+expect_ok nvme resv-register "$B2" --namespace-id=1 --nrkey=2 --rrega=0
+for round in 1 2 3 4 5; do
+  nvme resv-acquire "$A1" --namespace-id=1 --crkey=1 --rtype=2 --racqa=0 >"$WORK/race-a" 2>&1 &
+  ra=$!
+  nvme resv-acquire "$B2" --namespace-id=1 --crkey=2 --rtype=2 --racqa=0 >"$WORK/race-b" 2>&1 &
+  rb=$!
+  wait "$ra"; a=$?
+  wait "$rb"; b=$?
+  if [ "$a" = 0 ] && [ "$b" != 0 ]; then winner=A; key=1; ctrl=$A1
+  elif [ "$b" = 0 ] && [ "$a" != 0 ]; then winner=B; key=2; ctrl=$B2
+  else fail "$STEP: round $round: A exited $a, B exited $b: exactly one acquire must succeed"
+  fi
+  grep -qi "conflict" "$WORK/race-a" "$WORK/race-b" ||
+    fail "$STEP: round $round: the loser did not get Reservation Conflict"
+  say "race $round: $winner won"
+  expect_ok nvme resv-release "$ctrl" --namespace-id=1 --crkey=$key --rtype=2 --rrela=0
+done
+for p in "$P1" "$P2"; do
+  for h in "$HOST_A" "$HOST_B"; do
+    c=$(ctrl_of_host_at "$h" "$p") && echo 1 >"/sys/class/nvme/${c#/dev/}/delete_controller"
+  done
+done
+for g in 1 2; do
+  kill -TERM "${GPID[$g]}"; wait "${GPID[$g]}"; rc=$?
+  [ "$rc" = 0 ] || fail "$STEP: gateway $g exited $rc"
+done
 echo "RESULT: PASS"
