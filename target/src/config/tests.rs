@@ -522,3 +522,17 @@ fn loop_listener_takes_no_provider_and_is_no_referral() {
     assert_eq!(p.len(), 1, "{p:#?}");
     assert_eq!(p[0].key, "referral[0].transport");
 }
+
+#[test]
+fn shared_reservations_must_be_an_absolute_path() {
+    assert!(has_problem(
+        &with("", r#"shared_reservations = "shared/ns1""#),
+        "subsystem[0].namespace[0].shared_reservations"
+    ));
+    let c = Config::from_str(&with("", r#"shared_reservations = "/var/lib/rdmablk/ns1""#))
+        .expect("an absolute path is fine");
+    assert_eq!(
+        c.subsystems[0].namespaces[0].shared_reservations.as_deref(),
+        Some(std::path::Path::new("/var/lib/rdmablk/ns1"))
+    );
+}

@@ -259,3 +259,58 @@ fn notices_go_to_the_hosts_a_change_concerns() {
         ]
     );
 }
+
+#[test]
+fn the_shared_document_round_trips_and_a_damaged_one_is_named() {
+    let mut doc = Doc::default();
+    let mut s = State::default();
+    s.regs.push(Reg { host: A, key: 1 });
+    s.holder = Some((A, ResvType::WriteExclusive));
+    s.generation = 3;
+    doc.advance(s, "gw-1", &vec![(B, notice::REGISTRATION_PREEMPTED)]);
+    let text = persist::encode_doc(&doc);
+    assert_eq!(persist::decode_doc(&text).unwrap(), doc);
+    // Only the last LOG_LEN changes' notices are kept.
+    for i in 0..40 {
+        let st = doc.state.clone();
+        doc.advance(st, &format!("gw-{i}"), &Vec::new());
+    }
+    assert_eq!(doc.epoch, 41);
+    assert_eq!(doc.log.len(), 32);
+    assert_eq!(doc.log[0].epoch, 10);
+    let e =
+        persist::decode_doc(r#"{"version": 1, "epoch": 2, "state": {"version": 1}, "log": []}"#)
+            .unwrap_err();
+    assert!(e.contains("ptpl"), "{e}");
+}
+
+#[test]
+fn a_directory_store_swaps_only_what_it_read_and_knows_who_is_alive() {
+    let dir = std::env::temp_dir().join(format!("rdmablk-shared-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let one = shared_dir::DirStore::open(&dir).unwrap();
+    let two = shared_dir::DirStore::open(&dir).unwrap();
+    assert_ne!(one.me(), two.me());
+    assert!(one.others_live().unwrap() && two.others_live().unwrap());
+    assert_eq!(one.load().unwrap(), None);
+    // The first swap from "nothing" wins; a second one from "nothing" loses.
+    let announce = one.swap(None, "first", 1).unwrap().expect("the swap wins");
+    assert!(two.swap(None, "second", 1).unwrap().is_none());
+    assert_eq!(two.load().unwrap().as_deref(), Some("first"));
+    // The announcement waits for gateway two's acknowledgement of epoch 1.
+    let waiting = std::thread::spawn(announce);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    assert!(
+        !waiting.is_finished(),
+        "completed before the other gateway acknowledged"
+    );
+    two.ack(1);
+    waiting.join().unwrap().unwrap();
+    // A gateway that left is waited for by nobody.
+    two.leave();
+    assert!(!one.others_live().unwrap());
+    let announce = one.swap(Some("first"), "third", 2).unwrap().expect("wins");
+    announce().unwrap();
+    drop((one, two));
+    let _ = std::fs::remove_dir_all(&dir);
+}
