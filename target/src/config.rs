@@ -500,6 +500,10 @@ pub struct NamespaceConfig {
     /// QoS limits (`[subsystem.namespace.qos]`), for every host together; changed live.
     #[serde(default)]
     pub qos: QosConfig,
+    /// The same limits for each host on its own (`[subsystem.namespace.host_qos]`): a host
+    /// over them waits, the other hosts do not; changed live.
+    #[serde(default)]
+    pub host_qos: QosConfig,
     /// A directory the gateways serving this namespace's storage share its reservations in
     /// (two targets on one machine serving one file or device): a reservation taken through
     /// one is enforced by every other before the command completes (`docs/reservations.md`).

@@ -163,6 +163,9 @@ pub struct NamespaceIo {
     pub qos_held: u64,
     pub qos_held_seconds: f64,
     pub qos_queued: u64,
+    /// Per-host limits (`host_qos`): (host NQN, commands held, seconds held, held now) of
+    /// each host that sent commands since they were set.
+    pub host_qos: Vec<(String, u64, f64, u64)>,
     /// Latency sum, ns, by operation.
     pub latency_sum_ns: [u64; OPS],
     /// Latency histogram by operation: count per bucket of [`LATENCY_BUCKETS_US`] (then one
@@ -211,6 +214,7 @@ pub fn namespace_io(target: &TargetHandle) -> Vec<NamespaceIo> {
             }
             io.in_flight = started.saturating_sub(finished);
             (io.qos_held, io.qos_held_seconds, io.qos_queued) = ns.qos().stats();
+            io.host_qos = ns.host_qos().stats();
             out.push(io);
         }
     }
@@ -237,6 +241,7 @@ impl Collector for TargetCollector {
         let mut lat: Vec<HistogramSeries> = Vec::new();
         let mut in_flight: Vec<(Labels, i64)> = Vec::new();
         let mut qos: Vec<(Labels, u64, f64, i64)> = Vec::new();
+        let mut host_qos: Vec<(Labels, u64, f64, i64)> = Vec::new();
         for io in namespace_io(&self.0) {
             let base: Labels = vec![
                 ("subsystem", io.subsystem.clone()),
@@ -265,6 +270,11 @@ impl Collector for TargetCollector {
                 io.qos_held_seconds,
                 io.qos_queued as i64,
             ));
+            for (host, n, secs, now) in &io.host_qos {
+                let mut l = base.clone();
+                l.push(("host", host.clone()));
+                host_qos.push((l, *n, *secs, *now as i64));
+            }
             bytes.push((base.clone(), io.read_bytes, io.written_bytes));
             for ((op, field), n) in io.errors {
                 let mut l = base.clone();
@@ -341,6 +351,21 @@ impl Collector for TargetCollector {
             &mut enc,
             "rdmablk_namespace_qos_queued",
             "Commands held by the namespace's QoS limits now",
+            &queued,
+        )?;
+        let held: Vec<(Labels, u64)> = host_qos.iter().map(|(l, n, ..)| (l.clone(), *n)).collect();
+        counter_family(
+            &mut enc,
+            "rdmablk_namespace_host_qos_throttled_commands",
+            "Commands of a host held before they ran (by its namespace's or its own per-host limits), where per-host limits are set",
+            &held,
+        )?;
+        let queued: Vec<(Labels, i64)> =
+            host_qos.iter().map(|(l, .., q)| (l.clone(), *q)).collect();
+        gauge_family(
+            &mut enc,
+            "rdmablk_namespace_host_qos_queued",
+            "Commands of a host held now, where per-host limits are set",
             &queued,
         )?;
 

@@ -22,7 +22,7 @@ pub mod qos;
 pub mod reservation;
 pub mod visibility;
 
-use qos::Qos;
+use qos::{HostQos, Qos};
 use visibility::{Visibility, VisibilityCell};
 
 /// One namespace of a subsystem. Share it between workers (`Arc<Namespace>`); each worker
@@ -45,6 +45,8 @@ pub struct Namespace {
     visibility: VisibilityCell,
     /// Its QoS limits (the same), shared with every worker's queue.
     qos: Arc<Qos>,
+    /// Its per-host limits.
+    host_qos: Arc<HostQos>,
     /// Its reservations (kept while the namespace is open; a replaced namespace starts
     /// without).
     reservations: reservation::Reservations,
@@ -59,6 +61,7 @@ impl Namespace {
         ns.ana_group = cfg.ana_group;
         ns.visibility = VisibilityCell::new(Visibility::of(cfg.hosts.as_deref()));
         ns.qos.set(&cfg.qos);
+        ns.host_qos.set(&cfg.host_qos);
         Ok(ns)
     }
 
@@ -77,6 +80,7 @@ impl Namespace {
             capacity,
             visibility: VisibilityCell::default(),
             qos: Arc::default(),
+            host_qos: Arc::default(),
             reservations: reservation::Reservations::default(),
         }
     }
@@ -146,6 +150,11 @@ impl Namespace {
     /// Its QoS limits and what they held back.
     pub fn qos(&self) -> &Arc<Qos> {
         &self.qos
+    }
+
+    /// Its per-host limits (`host_qos`).
+    pub fn host_qos(&self) -> &Arc<HostQos> {
+        &self.host_qos
     }
 
     /// Who sees it, and the cell that changes it.

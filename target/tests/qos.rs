@@ -56,6 +56,10 @@ backend = {{ kind = "ram", size = "8MiB" }}
 }
 
 fn connect(t: &Target) -> Controller {
+    connect_as(t, HOSTNQN)
+}
+
+fn connect_as(t: &Target, hostnqn: &str) -> Controller {
     let scheme = if e2e_fabric().0 == rdmablk::fabric::ProviderKind::Verbs {
         "rdma"
     } else {
@@ -65,7 +69,7 @@ fn connect(t: &Target) -> Controller {
     Controller::connect_with(
         &url,
         ConnectOptions {
-            hostnqn: HOSTNQN.into(),
+            hostnqn: hostnqn.into(),
             io_queues: 4,
             queue_size: 16,
             reconnect_attempts: 0,
@@ -171,12 +175,67 @@ fn lifting_the_limit_by_reload_lets_held_commands_go() {
 }
 
 #[test]
+fn a_host_over_its_own_limit_waits_while_another_host_goes_on() {
+    init_tracing();
+    let port = free_port();
+    let t = Target::start(cfg(port, "host_qos = { iops = 100 }")).expect("target starts");
+    let a = connect_as(&t, HOSTNQN);
+    let b = connect_as(&t, OTHER_HOSTNQN);
+    // Host A: 4 x 50 x 2 commands at its limit of 100 per second: 4 s at least.
+    let heavy = std::thread::spawn({
+        let a = a.clone();
+        move || drive(&a, 1, 4, 50)
+    });
+    let deadline = Instant::now() + HANG_GUARD;
+    while io_of(&t, 1).qos_queued == 0 {
+        assert!(Instant::now() < deadline, "host A was never held");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Host B, on the same namespace and workers, stays under its own limit (one command
+    // every 25 ms or more, 40 per second at most): none of its commands is held, however
+    // many of A's are (a queue shared in arrival order would hold B's behind A's).
+    let nb = b.namespace(1).expect("namespace");
+    for i in 0..10u64 {
+        let data = pattern(i, 4096);
+        nb.write_at((1 << 20) + i * 4096, &data)
+            .expect("B's write completes");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    let hosts = io_of(&t, 1).host_qos;
+    let of = |h: &str| hosts.iter().find(|x| x.0 == h).map(|x| x.1);
+    assert_eq!(
+        of(OTHER_HOSTNQN),
+        Some(0),
+        "host B's commands were held: {hosts:?}"
+    );
+    assert!(of(HOSTNQN) > Some(0), "host A was not held: {hosts:?}");
+    // Per-host limits change live too: lifted, A's held commands go.
+    let changes = t.handle().apply(cfg(port, "")).expect("reload");
+    assert!(
+        changes.iter().any(|c| c.contains("per host no limits")),
+        "{changes:?}"
+    );
+    heavy.join().expect("every command of A completes");
+    let io = io_of(&t, 1);
+    assert!(io.qos_held > 0);
+    assert_eq!(io.qos_queued, 0);
+    assert_eq!(io.errors.values().sum::<u64>(), 0);
+    drop((nb, a, b));
+    wait_idle(&t);
+    t.shutdown();
+}
+
+#[test]
 fn limits_too_low_are_refused_naming_the_key() {
     for (qos, key) in [
         ("qos = { iops = 10 }", "subsystem[0].namespace[0].qos.iops"),
         (
             "qos = { read_bandwidth = \"64KiB\" }",
             "subsystem[0].namespace[0].qos.read_bandwidth",
+        ),
+        (
+            "host_qos = { iops = 50 }",
+            "subsystem[0].namespace[0].host_qos.iops",
         ),
     ] {
         let text = format!(

@@ -413,6 +413,7 @@ fn check_subsystem(cfg: &Config, s: &SubsystemConfig, key: &str, c: &mut Checker
         check_namespace(cfg, ns, &nkey, c);
         check_visibility(s, ns, &nkey, c);
         check_qos(&ns.qos, &format!("{nkey}.qos"), c);
+        check_qos(&ns.host_qos, &format!("{nkey}.host_qos"), c);
         if let Some(d) = &ns.shared_reservations {
             if !d.is_absolute() {
                 c.fail(

@@ -57,6 +57,9 @@ pub enum Edit {
     NamespaceQos {
         nqn: String,
         nsid: u32,
+        /// The `host_qos` table (each host's own limits) instead of `qos`.
+        #[serde(default)]
+        per_host: bool,
         #[serde(default)]
         iops: Option<u64>,
         #[serde(default)]
@@ -192,6 +195,7 @@ pub fn apply(text: &str, edit: &Edit) -> Result<String, String> {
         Edit::NamespaceQos {
             nqn,
             nsid,
+            per_host,
             iops,
             bandwidth,
             read_bandwidth,
@@ -215,10 +219,11 @@ pub fn apply(text: &str, edit: &Edit) -> Result<String, String> {
                     q.insert(k, v.as_str().into());
                 }
             }
+            let key = if *per_host { "host_qos" } else { "qos" };
             if q.is_empty() {
-                ns.remove("qos");
+                ns.remove(key);
             } else {
-                ns.insert("qos", value(q));
+                ns.insert(key, value(q));
             }
         }
         Edit::HostAdd {
@@ -694,6 +699,12 @@ backend = { kind = "ram", size = "8MiB" }
         assert!(!t.contains("qos"), "{t}");
         let e = edit(&set.replace("100MiB", "100MB"), BASE).unwrap_err();
         assert!(e.contains("write_bandwidth"), "{e}");
+        // --per-host: the host_qos table, the namespace's own qos untouched.
+        let per_host = set.replace(r#""nsid":1,"#, r#""nsid":1,"per_host":true,"#);
+        let t = edit(&per_host, BASE).unwrap();
+        let cfg = crate::config::Config::from_str(&t).expect("still a valid configuration");
+        let n = &cfg.subsystems[0].namespaces[0];
+        assert_eq!((n.host_qos.iops, n.qos.iops), (Some(2000), None));
     }
 
     #[test]

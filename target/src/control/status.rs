@@ -50,6 +50,9 @@ impl TargetHandle {
                             "qos": cfg
                                 .and_then(|c| c.namespaces.iter().find(|n| n.nsid == ns.nsid()))
                                 .map(|n| n.qos.to_string()),
+                            "host_qos": cfg
+                                .and_then(|c| c.namespaces.iter().find(|n| n.nsid == ns.nsid()))
+                                .map(|n| n.host_qos.to_string()),
                             // Absent (null): every host the subsystem admits.
                             "visible_to": match &*ns.visibility().get() {
                                 Visibility::All => Value::Null,

@@ -176,6 +176,20 @@ impl Qos {
         Ok(())
     }
 
+    /// Gives back what [`Qos::admit`] took for `cost` (another limit refused the command).
+    pub fn refund(&self, cost: Cost) {
+        let Some(l) = &*self.limits.load() else {
+            return;
+        };
+        let bytes = u64::from(cost.bytes);
+        let dir = if cost.write { &l.write } else { &l.read };
+        for (g, c) in [(&l.iops, 1), (&l.total, bytes), (dir, bytes)] {
+            if let Some(g) = g {
+                g.refund(c);
+            }
+        }
+    }
+
     /// A command was held (it waits in a worker's queue).
     pub fn held(&self) {
         self.held_total.fetch_add(1, Ordering::Relaxed);
@@ -275,5 +289,57 @@ mod tests {
         q.set(&QosConfig::default());
         assert!(!q.enabled());
         assert!(q.admit(big, now).is_ok());
+    }
+}
+
+/// A namespace's per-host limits (`host_qos`): each host (by host NQN) gets its own buckets
+/// with the same limits, so one host over them waits while the others go on.
+#[derive(Debug, Default)]
+pub struct HostQos {
+    enabled: AtomicBool,
+    inner: std::sync::Mutex<(QosConfig, std::collections::HashMap<String, Arc<Qos>>)>,
+}
+
+impl HostQos {
+    /// Whether per-host limits are set (one relaxed load).
+    #[inline]
+    pub fn enabled(&self) -> bool {
+        self.enabled.load(Ordering::Relaxed)
+    }
+
+    /// The buckets of host `hostnqn` (made on its first command; a queue keeps the `Arc`, so
+    /// this lock is taken once per queue and namespace, not per command).
+    pub fn of(&self, hostnqn: &str) -> Arc<Qos> {
+        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let cfg = g.0;
+        Arc::clone(
+            g.1.entry(hostnqn.to_owned())
+                .or_insert_with(|| Arc::new(Qos::new(&cfg))),
+        )
+    }
+
+    /// Each host's (host NQN, commands held at least once, seconds held, held now), by NQN.
+    pub fn stats(&self) -> Vec<(String, u64, f64, u64)> {
+        let g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut v: Vec<_> =
+            g.1.iter()
+                .map(|(h, q)| {
+                    let (n, secs, now) = q.stats();
+                    (h.clone(), n, secs, now)
+                })
+                .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
+
+    /// New per-host limits (a reload), for every host's buckets.
+    pub fn set(&self, cfg: &QosConfig) {
+        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        g.0 = *cfg;
+        for q in g.1.values() {
+            q.set(cfg);
+        }
+        self.enabled
+            .store(Limits::of(cfg).is_some(), Ordering::Release);
     }
 }

@@ -1,16 +1,18 @@
 //! One worker's backend queues, one per namespace slot ([`super::ns_table`]), and their life:
 //! opened when a namespace is added, closed (after its I/O in flight, then a flush) when it
 //! is removed. Each also holds the worker's commands that its namespace's QoS limits hold
-//! back ([`crate::namespace::qos`]), in arrival order, until the limits admit them.
+//! back ([`crate::namespace::qos`]), in arrival order, until the limits admit them: the
+//! namespace's limits (`qos`) keep that order for every host; a command held only by its
+//! host's limits (`host_qos`) lets the other hosts' commands pass.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 
 use crate::backend::{Completion, IoOp, IoRequest, SubmitError};
-use crate::namespace::qos::{Cost, Qos};
+use crate::namespace::qos::{Cost, HostQos, Qos};
 use crate::namespace::{Namespace, NamespaceQueue};
 use crate::ring::WorkerIo;
 
@@ -28,10 +30,49 @@ struct Slot {
     /// Set once the namespace was removed: no new I/O; closed when idle, then acked.
     closing: Option<Ack>,
     qos: Arc<Qos>,
-    /// Commands (backend tags) the limits hold, oldest first, with their cost and since when.
-    held: VecDeque<(u64, Cost, Instant)>,
-    /// When the limits may admit the oldest held command.
+    host_qos: Arc<HostQos>,
+    /// Each host's buckets (by host NQN), looked up here without a lock once known.
+    hosts: HashMap<String, Arc<Qos>>,
+    /// Commands the limits hold, oldest first.
+    held: VecDeque<Held>,
+    /// A held command waits for the namespace's own limits: new commands go behind it.
+    ns_blocked: bool,
+    /// When the limits may admit a held command.
     retry_at: Option<Instant>,
+}
+
+/// A command the limits hold: its backend tag, cost, since when, and its host's buckets
+/// (when per-host limits were set).
+struct Held {
+    tag: u64,
+    cost: Cost,
+    since: Instant,
+    host: Option<Arc<Qos>>,
+}
+
+/// Takes `cost` from the host's buckets, then the namespace's; `Err` with the wait and
+/// whether the namespace's limits refused it (what the host's took is given back).
+fn try_admit(
+    ns: &Qos,
+    host: Option<&Qos>,
+    cost: Cost,
+    now: Instant,
+) -> Result<(), (Duration, bool)> {
+    if let Some(h) = host {
+        h.admit(cost, now).map_err(|w| (w, false))?;
+    }
+    if let Err(w) = ns.admit(cost, now) {
+        if let Some(h) = host {
+            h.refund(cost);
+        }
+        return Err((w, true));
+    }
+    Ok(())
+}
+
+/// The earlier of `a` and `b`.
+fn earliest(a: Option<Instant>, b: Instant) -> Option<Instant> {
+    Some(a.map_or(b, |a| a.min(b)))
 }
 
 /// A worker's queues by namespace slot.
@@ -55,32 +96,56 @@ impl NsQueues {
             nsid: ns.nsid(),
             closing: None,
             qos: Arc::clone(ns.qos()),
+            host_qos: Arc::clone(ns.host_qos()),
+            hosts: HashMap::new(),
             held: VecDeque::new(),
+            ns_blocked: false,
             retry_at: None,
         });
         Ok(())
     }
 
-    /// Whether command `tag` of `cost` on slot `i` may run now: true, or false when the
-    /// namespace's QoS limits hold it (it waits behind the worker's other held commands of the
-    /// namespace; [`NsQueues::release_held`] lets it go).
+    /// Whether command `tag` of `cost` from host `hostnqn` on slot `i` may run now: true, or
+    /// false when the QoS limits hold it ([`NsQueues::release_held`] lets it go). It waits
+    /// behind held commands that wait for the namespace's limits, not behind those that wait
+    /// for their own host's.
     #[inline]
-    pub fn admit(&mut self, i: usize, tag: u64, cost: Cost) -> bool {
+    pub fn admit(&mut self, i: usize, tag: u64, cost: Cost, hostnqn: &str) -> bool {
         let Some(Some(s)) = self.slots.get_mut(i) else {
             return true; // gone: the submit fails it
         };
-        if !s.qos.enabled() && s.held.is_empty() {
+        let per_host = s.host_qos.enabled();
+        if !s.qos.enabled() && !per_host && s.held.is_empty() {
             return true;
         }
+        let host = per_host.then(|| {
+            if let Some(q) = s.hosts.get(hostnqn) {
+                return Arc::clone(q);
+            }
+            let q = s.host_qos.of(hostnqn);
+            s.hosts.insert(hostnqn.to_owned(), Arc::clone(&q));
+            q
+        });
         let now = Instant::now();
-        if s.held.is_empty() {
-            match s.qos.admit(cost, now) {
+        if !s.ns_blocked {
+            match try_admit(&s.qos, host.as_deref(), cost, now) {
                 Ok(()) => return true,
-                Err(wait) => s.retry_at = Some(now + wait.max(RETRY_MIN)),
+                Err((wait, ns)) => {
+                    s.ns_blocked |= ns;
+                    s.retry_at = earliest(s.retry_at, now + wait.max(RETRY_MIN));
+                }
             }
         }
         s.qos.held();
-        s.held.push_back((tag, cost, now));
+        if let Some(h) = &host {
+            h.held();
+        }
+        s.held.push_back(Held {
+            tag,
+            cost,
+            since: now,
+            host,
+        });
         self.held += 1;
         false
     }
@@ -93,24 +158,35 @@ impl NsQueues {
         }
         let now = Instant::now();
         for s in self.slots.iter_mut().flatten() {
-            let free = s.closing.is_some() || !s.qos.enabled();
+            let free = s.closing.is_some() || (!s.qos.enabled() && !s.host_qos.enabled());
             if s.held.is_empty() || (!free && s.retry_at.is_some_and(|t| t > now)) {
                 continue;
             }
-            while let Some(&(tag, cost, since)) = s.held.front() {
+            s.retry_at = None;
+            s.ns_blocked = false;
+            let mut k = 0;
+            while k < s.held.len() {
                 if !free {
-                    if let Err(wait) = s.qos.admit(cost, now) {
-                        s.retry_at = Some(now + wait.max(RETRY_MIN));
-                        break;
+                    let h = &s.held[k];
+                    if let Err((wait, ns)) = try_admit(&s.qos, h.host.as_deref(), h.cost, now) {
+                        s.retry_at = earliest(s.retry_at, now + wait.max(RETRY_MIN));
+                        if ns {
+                            // The namespace's limits: the rest waits in order.
+                            s.ns_blocked = true;
+                            break;
+                        }
+                        // Only this host's limits: the next host's command may go.
+                        k += 1;
+                        continue;
                     }
                 }
-                s.held.pop_front();
+                let Some(h) = s.held.remove(k) else { break };
                 self.held -= 1;
-                s.qos.released(now - since);
-                out.push(tag);
-            }
-            if s.held.is_empty() {
-                s.retry_at = None;
+                s.qos.released(now - h.since);
+                if let Some(q) = &h.host {
+                    q.released(now - h.since);
+                }
+                out.push(h.tag);
             }
         }
     }

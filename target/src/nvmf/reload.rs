@@ -184,8 +184,9 @@ struct Plan {
     removed_namespaces: Vec<(String, u32)>,
     /// Kept namespaces whose `hosts` changed: subsystem, NSID, the new list.
     visibility_changed: Vec<(String, u32, Option<Vec<String>>)>,
-    /// Kept namespaces whose `qos` changed: subsystem, NSID, the new limits.
-    qos_changed: Vec<(String, u32, QosConfig)>,
+    /// Kept namespaces whose `qos` or `host_qos` changed: subsystem, NSID, the new limits
+    /// (namespace, per host).
+    qos_changed: Vec<(String, u32, QosConfig, QosConfig)>,
     /// Subsystems whose host list (or a host's keys) changed.
     hosts_changed: Vec<(String, SubsystemConfig)>,
     /// Some subsystem's allowed host NQNs changed (what the discovery log shows).
@@ -233,8 +234,8 @@ impl Plan {
                 o.namespaces.iter().map(|n| (n.nsid, n)).collect();
             let new_ns: HashMap<u32, &NamespaceConfig> =
                 s.namespaces.iter().map(|n| (n.nsid, n)).collect();
-            // A namespace whose settings but `hosts` and `qos` are the same is kept (those
-            // change in place); any other change replaces it.
+            // A namespace whose settings but `hosts`, `qos` and `host_qos` are the same is
+            // kept (those change in place); any other change replaces it.
             for n in &o.namespaces {
                 match new_ns.get(&n.nsid) {
                     Some(m) if same_but_live(n, m) => {
@@ -242,8 +243,9 @@ impl Plan {
                             p.visibility_changed
                                 .push((s.nqn.clone(), n.nsid, m.hosts.clone()));
                         }
-                        if n.qos != m.qos {
-                            p.qos_changed.push((s.nqn.clone(), n.nsid, m.qos));
+                        if n.qos != m.qos || n.host_qos != m.host_qos {
+                            p.qos_changed
+                                .push((s.nqn.clone(), n.nsid, m.qos, m.host_qos));
                         }
                     }
                     _ => p.removed_namespaces.push((s.nqn.clone(), n.nsid)),
@@ -284,11 +286,13 @@ impl Plan {
     }
 }
 
-/// Whether two namespace settings differ at most in what changes live (`hosts`, `qos`).
+/// Whether two namespace settings differ at most in what changes live (`hosts`, `qos`,
+/// `host_qos`).
 fn same_but_live(a: &NamespaceConfig, b: &NamespaceConfig) -> bool {
     let strip = |n: &NamespaceConfig| NamespaceConfig {
         hosts: None,
         qos: QosConfig::default(),
+        host_qos: QosConfig::default(),
         ..n.clone()
     };
     strip(a) == strip(b)
@@ -451,10 +455,14 @@ fn publish(shared: &Arc<Shared>, plan: &Plan, new: &Config, ready: Prepared) -> 
             events.push(NsEvent::Visibility(*id, before, Arc::new(after)));
         }
         // Kept namespaces whose QoS limits changed: in place, no event (hosts see no change).
-        for (_, id, q) in plan.qos_changed.iter().filter(|(x, ..)| x == &s.nqn) {
+        for (_, id, q, hq) in plan.qos_changed.iter().filter(|(x, ..)| x == &s.nqn) {
             if let Some(n) = nss.iter().find(|n| n.nsid() == *id) {
                 n.qos().set(q);
-                changes.push(format!("subsystem {} namespace {id} qos {q}", s.nqn));
+                n.host_qos().set(hq);
+                changes.push(format!(
+                    "subsystem {} namespace {id} qos {q}, per host {hq}",
+                    s.nqn
+                ));
             }
         }
         // Kept namespaces whose file or device grew on disk: the new capacity, and an event.

@@ -173,7 +173,8 @@ pub fn execute<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, ctx: &mut Ctx<
             // until the worker resumes it.
             if let Some((ns, cost)) = qos_cost(&conn.reqs[slot as usize]) {
                 let tag = Tag::new(ctx.group, conn.key, slot).encode();
-                if !ctx.nsq.admit(ns, tag, cost) {
+                let host = conn.ctrl.as_ref().map_or("", |c| c.hostnqn.as_str());
+                if !ctx.nsq.admit(ns, tag, cost, host) {
                     return;
                 }
             }

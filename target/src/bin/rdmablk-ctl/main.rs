@@ -151,11 +151,15 @@ enum NamespaceOp {
         #[command(subcommand)]
         op: NamespaceHostOp,
     },
-    /// Set the namespace's QoS limits, for every host together: the limits given replace
-    /// the namespace's (none given: no limits). Commands over a limit wait; none fails.
+    /// Set the namespace's QoS limits, for every host together (or, with --per-host, for each
+    /// host on its own): the limits given replace those (none given: no limits). Commands
+    /// over a limit wait; none fails.
     Qos {
         nqn: String,
         nsid: u32,
+        /// The limits each host gets on its own (`host_qos`), not those of all hosts together.
+        #[arg(long)]
+        per_host: bool,
         /// Commands per second (at least 100).
         #[arg(long)]
         iops: Option<u64>,
@@ -279,12 +283,14 @@ fn request(cmd: &Cmd) -> Value {
             NamespaceOp::Qos {
                 nqn,
                 nsid,
+                per_host,
                 iops,
                 bandwidth,
                 read_bandwidth,
                 write_bandwidth,
             } => json!({
-                "cmd": "namespace-qos", "nqn": nqn, "nsid": nsid, "iops": iops,
+                "cmd": "namespace-qos", "nqn": nqn, "nsid": nsid, "per_host": per_host,
+                "iops": iops,
                 "bandwidth": bandwidth, "read_bandwidth": read_bandwidth,
                 "write_bandwidth": write_bandwidth
             }),
@@ -487,6 +493,9 @@ fn print_human(cmd: &Cmd, r: &Value) {
                     }
                     if let Some(q) = ns["qos"].as_str().filter(|q| *q != "no limits") {
                         println!("         qos: {q}");
+                    }
+                    if let Some(q) = ns["host_qos"].as_str().filter(|q| *q != "no limits") {
+                        println!("         qos per host: {q}");
                     }
                 }
             }
