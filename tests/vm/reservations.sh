@@ -13,8 +13,10 @@
 #            two lines aside, which are the harness's)
 #   two-hosts  host A and host B (two connections with distinct host NQNs and host IDs, each
 #            driven through its controller's character device): A registers and takes Write
-#            Exclusive; B's write fails with Reservation Conflict, B's read succeeds; B
-#            registers and preempts A; now A's write fails and B's succeeds; B clears
+#            Exclusive; B's write fails with Reservation Conflict, B's read succeeds; A masks
+#            Registration Preempted (nvme set-feature 0x82, read back); B registers and
+#            preempts A, and A's Reservation Notification log has no page; now A's write
+#            fails and B's succeeds; B clears
 #   persist  A registers asking to persist through power loss (--cptpl=3) and takes
 #            Exclusive Access; the target is SIGKILLed and started again; after the hosts
 #            connect anew, B's read is still refused and the report still shows A holding
@@ -214,7 +216,20 @@ expect_ok io "$A" write
 expect_conflict io "$B" write
 expect_ok io "$B" read
 expect_ok nvme resv-register "$B" --namespace-id=1 --nrkey=2 --rrega=0
+# A masks Registration Preempted (Features 0x82, bit 1): B's preempt leaves no page on A's log.
+expect_ok nvme set-feature "$A" --namespace-id=1 --feature-id=0x82 --value=2
+nvme get-feature "$A" --namespace-id=1 --feature-id=0x82 >"$WORK/mask.txt" 2>&1 ||
+  fail "$STEP: get-feature 0x82: $(tail -n 3 "$WORK/mask.txt")"
+grep -qi "current value:.*0x0*2\b\|value:0x0*2\b\|: 0x0*2\b" "$WORK/mask.txt" ||
+  fail "$STEP: Features 0x82 does not read back 2: $(tr '\n' ' ' <"$WORK/mask.txt")"
 expect_ok nvme resv-acquire "$B" --namespace-id=1 --crkey=2 --prkey=1 --rtype=1 --racqa=1
+# The log page's 64 bytes, as hex pairs after each dump line's offset (nvme-cli's layout).
+resv_log() {
+  nvme get-log "$1" --namespace-id=0xffffffff --log-id=0x80 --log-len=64 2>&1 |
+    sed -n 's/^ *[0-9a-f]*: //p' | cut -c1-47 | tr -s ' ' '\n' | grep -v '^$'
+}
+[ "$(resv_log "$A" | grep -vc '^00$')" = 0 ] && [ "$(resv_log "$A" | grep -c .)" = 64 ] ||
+  fail "$STEP: a masked notice made a log page: $(resv_log "$A" | tr '\n' ' ')"
 expect_conflict io "$A" write
 expect_ok io "$B" write
 nvme resv-report "$A" --namespace-id=1 "$EDS" >"$WORK/report.txt" 2>&1 ||
