@@ -29,7 +29,7 @@ mod rbd {
                  create_write_op|release_write_op|write_op_operate|write_op_create|\
                  write_op_assert_version|write_op_omap_set2|create_read_op|release_read_op|\
                  read_op_operate|read_op_omap_get_vals_by_keys2|omap_get_next2|omap_get_end|\
-                 watch3|unwatch2|notify2|notify_ack|decode_notify_response|\
+                 watch3|unwatch2|watch_flush|notify2|notify_ack|decode_notify_response|\
                  free_notify_response|buffer_free)|rbd_(open|close|get_size|get_id|aio_.*)",
             )
             .allowlist_var("LIBRADOS_OP_FLAG_FADVISE_FUA|LIBRADOS_CREATE_IDEMPOTENT")

@@ -150,7 +150,7 @@ impl Reservations {
             ..Core::default()
         });
         let doc = shared::join(&core, &store)?;
-        let watching = shared::watch(&core, store, doc);
+        let watching = shared::watch(&core, store, doc)?;
         Ok(Reservations {
             core,
             _watching: Some(watching),
@@ -194,11 +194,21 @@ impl Core {
         if on && !self.can_persist() {
             return Err(ResvError::InvalidField);
         }
-        self.change(|s| {
+        let (_, announce) = self.change(|s| {
             s.ptpl = on;
             Ok(Vec::new())
-        })
-        .map(|_| ())
+        })?;
+        if let Some(a) = announce {
+            // Nobody needs to wait for it: the other gateways hear of it in the background.
+            let _ = std::thread::Builder::new()
+                .name("rdmablk-announce".into())
+                .spawn(move || {
+                    if let Err(e) = a() {
+                        tracing::warn!(error = %e, "a PTPL change not acknowledged by every gateway");
+                    }
+                });
+        }
+        Ok(())
     }
 
     /// Runs command `f` on the state: on a copy, made the state once written (to the state
@@ -222,13 +232,26 @@ impl Core {
                     "shared reservation state unreadable: the command fails, nothing changed");
                 ResvError::Persist
             })?;
+            if text.is_none() {
+                // A new (or removed) document: its epochs start above any seen before.
+                doc.epoch = shared::fresh_epoch(self.epoch.load(Ordering::Acquire));
+            }
             self.adopt(&mut guard, &doc);
             let mut next = doc.state.clone();
             let n = f(&mut next)?;
             if next == doc.state {
-                return Ok((n, None));
+                // Nothing to change; still, the answer holds only once every other gateway
+                // enforces this state (a retry after a change that is still being announced).
+                return Ok((n, store.announce(doc.epoch)));
             }
-            doc.advance(next, store.me(), &n);
+            let lost: Vec<HostId> = doc
+                .state
+                .regs
+                .iter()
+                .map(|r| r.host)
+                .filter(|h| !next.regs.iter().any(|r| &r.host == h))
+                .collect();
+            doc.advance(next, store.me(), &n, lost);
             match store.swap(text.as_deref(), &persist::encode_doc(&doc), doc.epoch) {
                 Ok(Some(announce)) => {
                     self.adopt(&mut guard, &doc);
@@ -247,13 +270,31 @@ impl Core {
         Err(ResvError::Persist)
     }
 
-    /// Makes the shared document `doc` the state, if it is newer than what is.
-    fn adopt(&self, s: &mut State, doc: &Doc) {
-        if doc.epoch > self.epoch.load(Ordering::Acquire) || self.epoch.load(Ordering::Acquire) == 0
-        {
+    /// Makes the shared document `doc` the state, if it is newer than what is (or `force`).
+    fn adopt_doc(&self, s: &mut State, doc: &Doc, force: bool) {
+        let now = self.epoch.load(Ordering::Acquire);
+        if force || doc.epoch > now || now == 0 {
             *s = doc.state.clone();
             self.epoch.store(doc.epoch, Ordering::Release);
             self.publish(s);
+        }
+    }
+
+    fn adopt(&self, s: &mut State, doc: &Doc) {
+        self.adopt_doc(s, doc, false);
+    }
+
+    /// Shared: the state as the store has it now (a Report's answer); kept as it is if the
+    /// store cannot be read.
+    fn refresh(&self) {
+        let Some(store) = &self.store else { return };
+        match shared::load(store.as_ref()) {
+            Ok((_, doc)) => {
+                let mut s = self.lock();
+                self.adopt(&mut s, &doc);
+            }
+            Err(e) => tracing::warn!(store = %store.describe(), error = %e,
+                "shared reservation state unreadable: reporting this gateway's"),
         }
     }
 
@@ -526,6 +567,7 @@ impl Core {
 
     /// The report: generation, the type held (0: none), PTPLS and every registrant.
     pub fn report(&self) -> (u32, u8, bool, Vec<Registrant>) {
+        self.refresh();
         let s = self.lock();
         let (holder, rtype) = match s.holder {
             Some((h, t)) => (Some(h), t as u8),

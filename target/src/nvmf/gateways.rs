@@ -40,7 +40,18 @@ impl RemoteHook for GatewayHook {
         }
         let groups = shared.workers.get().map_or(1, Vec::len) * shared.transports.len();
         let fence = shared.fences.raise(self.slot, lost.to_vec(), groups, None);
+        // Not acknowledged before these writes are done, however long that takes: the other
+        // gateway's command fails after its wait (the change stands) rather than complete
+        // while a fenced host's write still runs here.
+        let since = std::time::Instant::now();
+        let mut told = false;
         while !fence.is_done() && !shared.stopping() {
+            if !told && since.elapsed() > crate::namespace::reservation::shared::ANNOUNCE_TIMEOUT {
+                tracing::error!(subsystem = %self.nqn, nsid = self.nsid,
+                    "writes of hosts another gateway unregistered are still running here; \
+                     not acknowledging the change until they end");
+                told = true;
+            }
             std::thread::sleep(Duration::from_millis(1));
         }
     }

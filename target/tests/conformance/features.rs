@@ -9,8 +9,8 @@ use super::fixture::*;
 fn conformance_features_set_fid() {
     let (_fx, mut h, _) = ready();
     // LBA range type, interrupt coalescing/config (no interrupts on fabrics), write
-    // atomicity, timestamp, host behaviour, reservations, vendor specific.
-    for f in [0x00u8, 0x03, 0x08, 0x09, 0x0A, 0x0E, 0x16, 0x82, 0xC0] {
+    // atomicity, timestamp, host behaviour, vendor specific.
+    for f in [0x00u8, 0x03, 0x08, 0x09, 0x0A, 0x0E, 0x16, 0xC0] {
         expect(
             &set_features(&mut h, f, 0),
             Status::INVALID_FIELD.with_dnr(),
@@ -36,6 +36,23 @@ fn conformance_features_set_fid() {
         Status::INVALID_FIELD.with_dnr(),
     );
     ok(&h.submit(persist(1, 0), &[]));
+    // The Reservation Notification Mask: per namespace (FFFFFFFFh: every one), bits 1-3.
+    let mask = |nsid: u32, value: u32| {
+        SetFeatures {
+            fid: fid::RESERVATION_MASK,
+            value,
+            save: false,
+            nsid,
+        }
+        .to_sqe(0)
+    };
+    expect(
+        &h.submit(mask(0, 2), &[]),
+        Status::INVALID_NAMESPACE.with_dnr(),
+    );
+    expect(&h.submit(mask(1, 1), &[]), Status::INVALID_FIELD.with_dnr());
+    ok(&h.submit(mask(1, 0b1110), &[]));
+    ok(&h.submit(mask(u32::MAX, 0), &[]));
     // The host identifier comes with Connect.
     expect(
         &set_features(&mut h, fid::HOST_ID, 0),

@@ -36,8 +36,9 @@ pub struct RbdStore {
     /// Watch and notify.
     events: Arc<IoCtx>,
     watch: Mutex<Option<Watch>>,
-    /// Notifications taken, acknowledged by the next `ack`.
-    taken: Mutex<Vec<u64>>,
+    /// Notifications taken (id, the cookie of the watch they came on), acknowledged by the
+    /// next `ack`.
+    taken: Mutex<Vec<(u64, u64)>>,
 }
 
 fn io_err(e: CephError) -> std::io::Error {
@@ -84,6 +85,27 @@ impl RbdStore {
             .map(Watch::cookie)
     }
 
+    /// Watches the announcement object again; true once watching (the caller reads the
+    /// document: changes may have come meanwhile).
+    fn rewatch(&self) -> bool {
+        let mut w = self.watch.lock().unwrap_or_else(|p| p.into_inner());
+        if w.is_some() {
+            return true;
+        }
+        match Watch::new(&self.events, &self.oid, WATCH_TIMEOUT_S, PROBE) {
+            Ok(n) => {
+                tracing::info!(object = %self.oid, "reservation watch restored");
+                *w = Some(n);
+                true
+            }
+            Err(e) => {
+                tracing::error!(object = %self.oid, error = %e,
+                    "cannot watch the reservation object; retrying");
+                false
+            }
+        }
+    }
+
     fn read(&self) -> std::io::Result<(Option<String>, u64)> {
         let io = self.data.lock().unwrap_or_else(|p| p.into_inner());
         let (v, version) = io.omap_get(&self.header, KEY).map_err(io_err)?;
@@ -112,28 +134,45 @@ impl SharedStore for RbdStore {
         &self,
         current: Option<&str>,
         next: &str,
-        _epoch: u64,
+        epoch: u64,
     ) -> std::io::Result<Option<Announce>> {
         let (text, version) = self.read()?;
         if text.as_deref() != current {
             return Ok(None);
         }
-        let io = self.data.lock().unwrap_or_else(|p| p.into_inner());
-        if !io
-            .omap_set_at(&self.header, KEY, next.as_bytes(), version)
-            .map_err(io_err)?
-        {
+        let written = {
+            let io = self.data.lock().unwrap_or_else(|p| p.into_inner());
+            io.omap_set_at(&self.header, KEY, next.as_bytes(), version)
+        };
+        match written {
+            Ok(true) => {}
             // The header moved (another gateway, or librbd): read again.
-            return Ok(None);
+            Ok(false) => return Ok(None),
+            Err(e) => {
+                // The write may have been applied (a timeout after it reached the OSD): what
+                // is stored decides.
+                match self.read() {
+                    Ok((Some(t), _)) if t == next => {
+                        tracing::warn!(image = %self.name, error = %e,
+                            "the reservation write reported an error but was applied");
+                    }
+                    _ => return Err(io_err(e)),
+                }
+            }
         }
+        Ok(self.announce(epoch))
+    }
+
+    fn announce(&self, _epoch: u64) -> Option<Announce> {
         let events = Arc::clone(&self.events);
         let oid = self.oid.clone();
-        Ok(Some(Box::new(move || {
+        // Every gateway watching reads the document and acknowledges once it enforces it.
+        Some(Box::new(move || {
             events
                 .notify(&oid, CHANGE, ANNOUNCE_TIMEOUT)
                 .map(|_| ())
                 .map_err(|e| format!("{oid}: {e} (a gateway did not acknowledge in time)"))
-        })))
+        }))
     }
 
     fn others_live(&self) -> std::io::Result<bool> {
@@ -151,30 +190,30 @@ impl SharedStore for RbdStore {
     fn wait_change(&self, timeout: Duration) -> bool {
         let inbox = {
             let w = self.watch.lock().unwrap_or_else(|p| p.into_inner());
-            match w.as_ref() {
-                Some(w) => w.wait(timeout),
-                None => return false,
-            }
+            w.as_ref().map(|w| (w.wait(timeout), w.cookie()))
         };
+        let Some((inbox, cookie)) = inbox else {
+            // No watch (it broke and could not be made again): try again, and read the
+            // document once it is back (changes may have been missed meanwhile).
+            std::thread::sleep(timeout);
+            return self.rewatch();
+        };
+        // Taken with the cookie of the watch they came on (acknowledged on it).
+        self.taken
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(inbox.notifies.iter().map(|(id, _)| (*id, cookie)));
         if inbox.broken {
             tracing::warn!(object = %self.oid, "reservation watch lost; watching again");
-            let mut w = self.watch.lock().unwrap_or_else(|p| p.into_inner());
-            *w = None;
-            match Watch::new(&self.events, &self.oid, WATCH_TIMEOUT_S, PROBE) {
-                Ok(n) => *w = Some(n),
-                Err(e) => tracing::error!(object = %self.oid, error = %e,
-                    "cannot watch the reservation object again; retrying"),
-            }
+            self.watch.lock().unwrap_or_else(|p| p.into_inner()).take();
+            return self.rewatch() || !inbox.notifies.is_empty();
         }
-        let mut taken = self.taken.lock().unwrap_or_else(|p| p.into_inner());
-        taken.extend(inbox.notifies.iter().map(|(id, _)| *id));
-        inbox.broken || !inbox.notifies.is_empty()
+        !inbox.notifies.is_empty()
     }
 
     fn ack(&self, _epoch: u64) {
         let ids = std::mem::take(&mut *self.taken.lock().unwrap_or_else(|p| p.into_inner()));
-        let Some(cookie) = self.cookie() else { return };
-        for id in ids {
+        for (id, cookie) in ids {
             if let Err(e) = self.events.notify_ack(&self.oid, id, cookie) {
                 tracing::error!(object = %self.oid, error = %e, "cannot acknowledge a reservation change");
             }

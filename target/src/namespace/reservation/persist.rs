@@ -61,11 +61,15 @@ fn state(v: &serde_json::Value) -> Result<State, String> {
         .as_array()
         .ok_or_else(|| bad("registrants"))?
     {
+        let host = r["host"]
+            .as_str()
+            .and_then(unhex)
+            .ok_or_else(|| bad("registrant host"))?;
+        if s.regs.iter().any(|r| r.host == host) {
+            return Err(bad("registrants (a host twice)"));
+        }
         s.regs.push(Reg {
-            host: r["host"]
-                .as_str()
-                .and_then(unhex)
-                .ok_or_else(|| bad("registrant host"))?,
+            host,
             key: r["key"].as_u64().ok_or_else(|| bad("registrant key"))?,
         });
     }
@@ -125,7 +129,8 @@ pub fn encode_doc(d: &Doc) -> String {
                 .iter()
                 .map(|(h, k)| serde_json::json!([hex(h), k]))
                 .collect();
-            serde_json::json!({"epoch": e.epoch, "writer": e.writer, "notices": n})
+            let lost: Vec<String> = e.lost.iter().map(|h| hex(h)).collect();
+            serde_json::json!({"epoch": e.epoch, "writer": e.writer, "notices": n, "lost": lost})
         })
         .collect();
     serde_json::json!({
@@ -144,7 +149,11 @@ pub fn decode_doc(text: &str) -> Result<Doc, String> {
         return Err(bad("version (want 1)"));
     }
     let mut d = Doc {
-        epoch: v["epoch"].as_u64().ok_or_else(|| bad("epoch"))?,
+        // Far below the top: a change adds one, and a fresh document starts at a time in ns.
+        epoch: v["epoch"]
+            .as_u64()
+            .filter(|e| *e < u64::MAX / 2)
+            .ok_or_else(|| bad("epoch"))?,
         state: state(&v["state"])?,
         log: Vec::new(),
     };
@@ -161,6 +170,10 @@ pub fn decode_doc(text: &str) -> Result<Doc, String> {
                 .ok_or_else(|| bad("notice type"))?;
             notices.push((h, k));
         }
+        let mut lost = Vec::new();
+        for h in e["lost"].as_array().map_or(&[][..], Vec::as_slice) {
+            lost.push(h.as_str().and_then(unhex).ok_or_else(|| bad("lost host"))?);
+        }
         d.log.push(LogEntry {
             epoch: e["epoch"].as_u64().ok_or_else(|| bad("log epoch"))?,
             writer: e["writer"]
@@ -168,7 +181,11 @@ pub fn decode_doc(text: &str) -> Result<Doc, String> {
                 .ok_or_else(|| bad("log writer"))?
                 .to_owned(),
             notices,
+            lost,
         });
+    }
+    if d.log.len() > 1024 {
+        return Err(bad("log (more than 1024 entries)"));
     }
     Ok(d)
 }

@@ -57,6 +57,8 @@ pub trait SharedStore: Send + Sync + std::fmt::Debug {
         next: &str,
         epoch: u64,
     ) -> std::io::Result<Option<Announce>>;
+    /// What waits until every other gateway acknowledged `epoch` (already stored).
+    fn announce(&self, epoch: u64) -> Option<Announce>;
     /// Whether another gateway has the namespace open.
     fn others_live(&self) -> std::io::Result<bool>;
     /// Waits up to `timeout` for the document to change (true; may be spurious).
@@ -82,6 +84,8 @@ pub(super) struct LogEntry {
     pub(super) epoch: u64,
     pub(super) writer: String,
     pub(super) notices: Notices,
+    /// Hosts the change unregistered (their writes in flight are drained everywhere).
+    pub(super) lost: Vec<HostId>,
 }
 
 /// The shared document.
@@ -93,19 +97,38 @@ pub(super) struct Doc {
 }
 
 impl Doc {
-    /// The next document: `state` at the next epoch, with `notices` by `writer` logged.
-    pub(super) fn advance(&mut self, state: State, writer: &str, notices: &Notices) {
+    /// The next document: `state` at the next epoch, with `notices` by `writer` and the hosts
+    /// it unregistered logged.
+    pub(super) fn advance(
+        &mut self,
+        state: State,
+        writer: &str,
+        notices: &Notices,
+        lost: Vec<HostId>,
+    ) {
         self.epoch += 1;
         self.state = state;
         self.log.push(LogEntry {
             epoch: self.epoch,
             writer: writer.to_owned(),
             notices: notices.clone(),
+            lost,
         });
         if self.log.len() > LOG_LEN {
-            self.log.remove(0);
+            let extra = self.log.len() - LOG_LEN;
+            self.log.drain(..extra);
         }
     }
+}
+
+/// The epoch a new document starts from: above `seen` and above any count of changes a
+/// removed document could have reached (the time in ns), so that gateways never mistake a
+/// recreated document for an old one.
+pub(super) fn fresh_epoch(seen: u64) -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    seen.max(now)
 }
 
 /// Reads the document: its text (for the swap) and what it says (empty when none yet).
@@ -126,10 +149,13 @@ pub(super) fn load(store: &dyn SharedStore) -> Result<(Option<String>, Doc), Str
 pub(super) fn join(core: &Core, store: &Arc<dyn SharedStore>) -> Result<Doc, String> {
     for _ in 0..SWAP_TRIES {
         let (text, mut doc) = load(store.as_ref())?;
+        if text.is_none() {
+            doc.epoch = fresh_epoch(0);
+        }
         let stale = !doc.state.ptpl && doc.state != State::default();
         if stale && !store.others_live().map_err(|e| e.to_string())? {
             let before = doc.clone();
-            doc.advance(State::default(), store.me(), &Vec::new());
+            doc.advance(State::default(), store.me(), &Vec::new(), Vec::new());
             match store.swap(text.as_deref(), &persist::encode_doc(&doc), doc.epoch) {
                 Ok(Some(_)) => {
                     tracing::info!(store = %store.describe(), epoch = before.epoch,
@@ -164,48 +190,81 @@ impl Drop for Watching {
 }
 
 /// Starts the thread that follows the other gateways' changes, from `seen`.
-pub(super) fn watch(core: &Arc<Core>, store: Arc<dyn SharedStore>, seen: Doc) -> Watching {
+pub(super) fn watch(
+    core: &Arc<Core>,
+    store: Arc<dyn SharedStore>,
+    seen: Doc,
+) -> Result<Watching, String> {
     let stop = Arc::new(AtomicBool::new(false));
     let weak = Arc::downgrade(core);
     let flag = Arc::clone(&stop);
     let kept = Arc::clone(&store);
-    let spawned = std::thread::Builder::new()
+    std::thread::Builder::new()
         .name("rdmablk-resv".into())
-        .spawn(move || follow(&weak, store.as_ref(), &flag, seen));
-    if let Err(e) = spawned {
-        tracing::error!(error = %e, "cannot start the reservation watcher thread");
-    }
-    Watching(stop, kept)
+        .spawn(move || follow(&weak, store.as_ref(), &flag, seen))
+        .map_err(|e| format!("cannot start the reservation watcher thread: {e}"))?;
+    Ok(Watching(stop, kept))
 }
 
 fn follow(core: &Weak<Core>, store: &dyn SharedStore, stop: &AtomicBool, mut seen: Doc) {
+    // A change heard but not yet read (the store did not answer): read again, not only at
+    // the next change.
+    let mut unread = false;
     while !stop.load(Ordering::Acquire) {
-        if !store.wait_change(Duration::from_millis(100)) || stop.load(Ordering::Acquire) {
+        if !unread && !store.wait_change(Duration::from_millis(100)) {
             continue;
+        }
+        if stop.load(Ordering::Acquire) {
+            break;
         }
         let Some(core) = core.upgrade() else { return };
         let doc = match load(store) {
             Ok((_, d)) => d,
             Err(e) => {
-                tracing::error!(error = %e, "shared reservation state unreadable; retrying at the next change");
+                if !unread {
+                    tracing::error!(error = %e, "shared reservation state unreadable; retrying");
+                }
+                unread = true;
+                std::thread::sleep(Duration::from_millis(100));
                 continue;
             }
         };
-        if doc.epoch <= seen.epoch {
+        unread = false;
+        if doc == seen {
             store.ack(seen.epoch);
             continue;
         }
+        // An older epoch is a document removed and made again (or a damaged clock): the
+        // store is still the truth.
+        let backwards = doc.epoch <= seen.epoch;
+        if backwards {
+            tracing::warn!(
+                seen = seen.epoch,
+                now = doc.epoch,
+                "the shared reservation document went back in epochs: adopting it"
+            );
+        }
         {
             let mut s = core.lock();
-            core.adopt(&mut s, &doc);
+            core.adopt_doc(&mut s, &doc, backwards);
         }
-        let lost: Vec<HostId> = seen
+        // Hosts unregistered by any change since: each change's own list (a host that
+        // registered again in between is still drained), and the difference when changes
+        // were missed.
+        let mut lost: Vec<HostId> = seen
             .state
             .regs
             .iter()
             .map(|r| r.host)
             .filter(|h| !doc.state.regs.iter().any(|r| &r.host == h))
             .collect();
+        for e in doc.log.iter().filter(|e| e.epoch > seen.epoch) {
+            for h in &e.lost {
+                if !lost.contains(h) {
+                    lost.push(*h);
+                }
+            }
+        }
         let notices: Notices = doc
             .log
             .iter()

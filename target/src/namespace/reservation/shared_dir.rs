@@ -20,6 +20,8 @@ use std::time::{Duration, Instant};
 use super::shared::{Announce, SharedStore, ANNOUNCE_TIMEOUT};
 
 const STATE: &str = "state";
+/// How long a swap waits for another gateway's swap to let go of the lock.
+const LOCK_WAIT: Duration = Duration::from_secs(5);
 
 #[derive(Debug)]
 pub struct DirStore {
@@ -52,13 +54,21 @@ impl DirStore {
         let mut id = [0u8; 8];
         getrandom::getrandom(&mut id).map_err(std::io::Error::other)?;
         let me = format!("{}-{:016x}", std::process::id(), u64::from_le_bytes(id));
+        // Made and locked outside `members/`, then renamed in: a member file is locked from
+        // the moment other gateways can see it (an unlocked one is a gateway gone).
+        let joining = dir.join(format!("joining.{me}"));
         let member = OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
-            .open(members.join(&me))?;
-        flock(&member, libc::LOCK_EX | libc::LOCK_NB)?;
+            .open(&joining)?;
+        if !flock(&member, libc::LOCK_EX | libc::LOCK_NB)? {
+            return Err(std::io::Error::other(
+                "cannot lock this gateway's member file",
+            ));
+        }
         member.write_all_at(&ack_bytes(0), 0)?;
+        std::fs::rename(&joining, members.join(&me))?;
         // SAFETY: plain syscall; the descriptor returned is owned below.
         let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
         if fd < 0 {
@@ -79,6 +89,21 @@ impl DirStore {
             member,
             inotify,
         })
+    }
+
+    /// The other members that live (the files of those gone are removed).
+    fn live_others(&self) -> std::io::Result<Vec<PathBuf>> {
+        let mut wait = Vec::new();
+        for m in self.others()? {
+            match member_ack(&m)? {
+                None => {
+                    // Its gateway is gone: nothing to wait for.
+                    let _ = std::fs::remove_file(&m);
+                }
+                Some(_) => wait.push(m),
+            }
+        }
+        Ok(wait)
     }
 
     /// The other members' files.
@@ -152,7 +177,22 @@ impl SharedStore for DirStore {
             .create(true)
             .truncate(false)
             .open(self.dir.join("lock"))?;
-        flock(&lock, libc::LOCK_EX)?;
+        // Another gateway's swap holds it for a write and two fsyncs; one that never lets go
+        // (a process stopped while holding it) fails the command instead of the worker.
+        let deadline = Instant::now() + LOCK_WAIT;
+        while !flock(&lock, libc::LOCK_EX | libc::LOCK_NB)? {
+            if Instant::now() > deadline {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!(
+                        "{} held for over {} s",
+                        self.dir.join("lock").display(),
+                        LOCK_WAIT.as_secs()
+                    ),
+                ));
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
         if self.load()?.as_deref() != current {
             return Ok(None);
         }
@@ -163,41 +203,41 @@ impl SharedStore for DirStore {
             f.sync_all()?;
         }
         std::fs::rename(&tmp, self.dir.join(STATE))?;
-        File::open(&self.dir)?.sync_all()?;
-        // Under the lock: a gateway joining later reads this state.
-        let mut wait = Vec::new();
-        for m in self.others()? {
-            match member_ack(&m)? {
-                None => {
-                    // Its gateway is gone: nothing to wait for.
-                    let _ = std::fs::remove_file(&m);
-                }
-                Some(_) => wait.push(m),
-            }
+        // From here the change is stored (the other gateways see it): a failure fails the
+        // command, the change stands.
+        if let Err(e) = File::open(&self.dir).and_then(|d| d.sync_all()) {
+            let what = format!(
+                "{}: the change is stored but not synced: {e}",
+                self.describe()
+            );
+            return Ok(Some(Box::new(move || Err(what))));
         }
-        drop(lock);
-        Ok(Some(Box::new(move || {
-            let deadline = Instant::now() + ANNOUNCE_TIMEOUT;
-            while let Some(m) = wait.last() {
-                match member_ack(m) {
-                    Ok(Some(e)) if e < epoch => {
-                        if Instant::now() > deadline {
-                            return Err(format!(
-                                "gateway {} did not acknowledge epoch {epoch} within {} s",
-                                m.display(),
-                                ANNOUNCE_TIMEOUT.as_secs()
-                            ));
-                        }
-                        std::thread::sleep(Duration::from_millis(1));
-                    }
-                    Ok(_) => {
-                        wait.pop();
-                    }
-                    Err(e) => return Err(format!("{}: {e}", m.display())),
-                }
+        // Under the lock: a gateway joining later reads this state.
+        let wait = match self.live_others() {
+            Ok(w) => w,
+            Err(e) => {
+                let what = format!(
+                    "{}: cannot list the gateways to wait for: {e}",
+                    self.describe()
+                );
+                return Ok(Some(Box::new(move || Err(what))));
             }
-            Ok(())
-        })))
+        };
+        drop(lock);
+        Ok(Some(wait_for(wait, epoch)))
+    }
+
+    fn announce(&self, epoch: u64) -> Option<Announce> {
+        Some(match self.live_others() {
+            Ok(w) => wait_for(w, epoch),
+            Err(e) => {
+                let what = format!(
+                    "{}: cannot list the gateways to wait for: {e}",
+                    self.describe()
+                );
+                Box::new(move || Err(what))
+            }
+        })
     }
 
     fn others_live(&self) -> std::io::Result<bool> {
@@ -239,6 +279,32 @@ impl SharedStore for DirStore {
                 "cannot acknowledge a reservation change: the other gateways' command waits");
         }
     }
+}
+
+/// Waits until each member in `wait` acknowledged `epoch` or is gone.
+fn wait_for(mut wait: Vec<PathBuf>, epoch: u64) -> Announce {
+    Box::new(move || {
+        let deadline = Instant::now() + ANNOUNCE_TIMEOUT;
+        while let Some(m) = wait.last() {
+            match member_ack(m) {
+                Ok(Some(e)) if e < epoch => {
+                    if Instant::now() > deadline {
+                        return Err(format!(
+                            "gateway {} did not acknowledge epoch {epoch} within {} s",
+                            m.display(),
+                            ANNOUNCE_TIMEOUT.as_secs()
+                        ));
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Ok(_) => {
+                    wait.pop();
+                }
+                Err(e) => return Err(format!("{}: {e}", m.display())),
+            }
+        }
+        Ok(())
+    })
 }
 
 impl Drop for DirStore {

@@ -267,13 +267,18 @@ fn the_shared_document_round_trips_and_a_damaged_one_is_named() {
     s.regs.push(Reg { host: A, key: 1 });
     s.holder = Some((A, ResvType::WriteExclusive));
     s.generation = 3;
-    doc.advance(s, "gw-1", &vec![(B, notice::REGISTRATION_PREEMPTED)]);
+    doc.advance(
+        s,
+        "gw-1",
+        &vec![(B, notice::REGISTRATION_PREEMPTED)],
+        vec![B],
+    );
     let text = persist::encode_doc(&doc);
     assert_eq!(persist::decode_doc(&text).unwrap(), doc);
     // Only the last LOG_LEN changes' notices are kept.
     for i in 0..40 {
         let st = doc.state.clone();
-        doc.advance(st, &format!("gw-{i}"), &Vec::new());
+        doc.advance(st, &format!("gw-{i}"), &Vec::new(), Vec::new());
     }
     assert_eq!(doc.epoch, 41);
     assert_eq!(doc.log.len(), 32);
@@ -312,5 +317,36 @@ fn a_directory_store_swaps_only_what_it_read_and_knows_who_is_alive() {
     let announce = one.swap(Some("first"), "third", 2).unwrap().expect("wins");
     announce().unwrap();
     drop((one, two));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_recreated_shared_document_starts_above_every_epoch_seen() {
+    let dir = std::env::temp_dir().join(format!("rdmablk-shared-epoch-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let store: Arc<dyn SharedStore> = Arc::new(shared_dir::DirStore::open(&dir).unwrap());
+    let r = Reservations::open_shared(Arc::clone(&store)).unwrap();
+    r.register(&A, rrega::REGISTER, false, 0, 1, 0).unwrap();
+    let first = r.epoch.load(Ordering::Acquire);
+    assert!(first > 1, "a new document starts at a time, not at 1");
+    // The document removed (as an operator would a damaged one): the next change's epoch is
+    // still above, so no gateway takes it for an old one.
+    std::fs::remove_file(dir.join("state")).unwrap();
+    r.register(&B, rrega::REGISTER, false, 0, 2, 0).unwrap();
+    assert!(r.epoch.load(Ordering::Acquire) > first);
+    assert_eq!(
+        r.report().3.len(),
+        1,
+        "B alone: the removed document's A is gone"
+    );
+    // A command that changes nothing still waits for the other gateways (an announcement).
+    let (_, announce) = r
+        .release_announced(&B, rrela::RELEASE, false, 1, 2)
+        .unwrap();
+    assert!(
+        announce.is_some(),
+        "no announcement for a command that changed nothing"
+    );
+    drop(r);
     let _ = std::fs::remove_dir_all(&dir);
 }

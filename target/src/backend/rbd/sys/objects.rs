@@ -88,8 +88,12 @@ impl IoCtx {
             if rc < 0 || kp.is_null() {
                 break;
             }
-            // SAFETY: librados gives `vl` bytes at `vp`, valid until rados_omap_get_end.
-            value = Some(unsafe { std::slice::from_raw_parts(vp.cast::<u8>(), vl) }.to_vec());
+            value = Some(if vp.is_null() || vl == 0 {
+                Vec::new()
+            } else {
+                // SAFETY: librados gives `vl` bytes at `vp`, valid until rados_omap_get_end.
+                unsafe { std::slice::from_raw_parts(vp.cast::<u8>(), vl) }.to_vec()
+            });
         }
         if !iter.is_null() {
             // SAFETY: the iterator is ended once.
@@ -194,8 +198,10 @@ impl IoCtx {
                     &mut n_timeouts,
                 ) == 0
                 {
-                    for a in std::slice::from_raw_parts(acks, n_acks) {
-                        acked.push((a.notifier_id, a.cookie));
+                    if !acks.is_null() && n_acks > 0 {
+                        for a in std::slice::from_raw_parts(acks, n_acks) {
+                            acked.push((a.notifier_id, a.cookie));
+                        }
                     }
                     ffi::rados_free_notify_response(acks, n_acks, timeouts);
                 }
@@ -239,9 +245,16 @@ struct Shared {
 #[derive(Debug)]
 pub struct Watch {
     cookie: u64,
-    /// Boxed: librados holds its address as the callbacks' argument.
-    shared: Box<Shared>,
+    /// From `Box::into_raw`: librados holds it as the callbacks' argument until the watch
+    /// is gone and its callbacks flushed (Drop frees it then).
+    shared: *mut Shared,
 }
+
+// SAFETY: `Shared` is Send + Sync (mutex, condvar, Arc of a thread-safe ioctx, a CString);
+// the pointer is only read through shared references until Drop frees it.
+unsafe impl Send for Watch {}
+// SAFETY: as above.
+unsafe impl Sync for Watch {}
 
 unsafe extern "C" fn on_notify(
     arg: *mut c_void,
@@ -294,28 +307,35 @@ impl Watch {
         timeout_s: u32,
         probe: &'static [u8],
     ) -> Result<Watch, CephError> {
-        let shared = Box::new(Shared {
+        let shared = Box::into_raw(Box::new(Shared {
             inbox: Mutex::default(),
             cv: Condvar::new(),
             io: Arc::clone(io),
             oid: cstring(oid),
             probe,
-        });
+        }));
         let mut cookie = 0u64;
-        let arg = &*shared as *const Shared as *mut c_void;
+        let arg = shared.cast::<c_void>();
+        // SAFETY: `shared` is the live allocation made just above.
+        let oid_ptr = unsafe { (*shared).oid.as_ptr() };
         // SAFETY: a live ioctx, a NUL-terminated name; `arg` stays valid until unwatched
         // (Drop), and the callbacks only read it.
-        check("rados_watch3", unsafe {
+        let rc = check("rados_watch3", unsafe {
             ffi::rados_watch3(
                 io.h,
-                shared.oid.as_ptr(),
+                oid_ptr,
                 &mut cookie,
                 Some(on_notify),
                 Some(on_error),
                 timeout_s,
                 arg,
             )
-        })?;
+        });
+        if let Err(e) = rc {
+            // SAFETY: no watch was made, so librados holds no copy of the pointer.
+            drop(unsafe { Box::from_raw(shared) });
+            return Err(e);
+        }
         Ok(Watch { cookie, shared })
     }
 
@@ -325,7 +345,8 @@ impl Watch {
 
     /// Waits up to `timeout` for a notification or a broken watch; returns what came.
     pub fn wait(&self, timeout: Duration) -> Inbox {
-        let sh = &*self.shared;
+        // SAFETY: the allocation lives until Drop.
+        let sh = unsafe { &*self.shared };
         let mut g = sh.inbox.lock().unwrap_or_else(|p| p.into_inner());
         if g.notifies.is_empty() && !g.broken {
             g = sh
@@ -340,8 +361,15 @@ impl Watch {
 
 impl Drop for Watch {
     fn drop(&mut self) {
-        // SAFETY: the cookie came from rados_watch3 on this ioctx; after rados_unwatch2
-        // returns no callback runs with the inbox.
-        unsafe { ffi::rados_unwatch2(self.shared.io.h, self.cookie) };
+        // SAFETY: the allocation lives until the end of this function.
+        let io = Arc::clone(unsafe { &(*self.shared).io });
+        // SAFETY: the cookie came from rados_watch3 on this ioctx. After rados_unwatch2, a
+        // callback may still be queued: rados_watch_flush waits for them all, and only then
+        // is the callbacks' argument freed.
+        unsafe {
+            ffi::rados_unwatch2(io.h, self.cookie);
+            ffi::rados_watch_flush(io._cluster.0);
+            drop(Box::from_raw(self.shared));
+        }
     }
 }
