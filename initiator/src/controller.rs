@@ -474,12 +474,22 @@ impl ControllerState {
         while !self.stop.load(Ordering::Relaxed) {
             std::thread::sleep(tick);
             waited += tick;
-            self.take_events();
+            let generation = self.generation();
+            if let Some(why) = self.take_events() {
+                // A dead admin queue starts recovery at once, as the Linux host's error
+                // recovery does, not at the next keep-alive: `ctrl_loss_tmo_ms` counts from
+                // the loss, and I/O parked meanwhile is sent again sooner.
+                if self.lock_pool().failed.is_some() {
+                    return;
+                }
+                let _ = self.recover(generation, &format!("admin queue: {why}"));
+                waited = Duration::ZERO;
+                continue;
+            }
             if kato_ms == 0 || waited < period {
                 continue;
             }
             waited = Duration::ZERO;
-            let generation = self.generation();
             let result = {
                 let mut admin = self.admin.lock().unwrap_or_else(|p| p.into_inner());
                 match admin.as_mut() {
@@ -501,11 +511,11 @@ impl ControllerState {
     }
 
     /// Handles completed Asynchronous Event Requests: an ANA change re-reads the ANA log;
-    /// each completed request is replaced by a new one. Transport failures are left to the
-    /// keep-alive (or the next command) to find.
-    fn take_events(&self) {
+    /// each completed request is replaced by a new one. Returns why the admin queue failed, if
+    /// it did (its transport was lost): the caller recovers.
+    fn take_events(&self) -> Option<String> {
         let mut admin = self.admin.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(q) = admin.as_mut() else { return };
+        let q = admin.as_mut()?;
         let mut done = Vec::new();
         q.take_stray(&mut done);
         if q.failure().is_none() {
@@ -528,6 +538,7 @@ impl ControllerState {
                 tracing::warn!(url = %self.url, "re-arming the Asynchronous Event Request: {e}");
             }
         }
+        q.failure().map(str::to_string)
     }
 
     fn refresh_ana(&self) -> Result<()> {
