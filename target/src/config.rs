@@ -579,6 +579,9 @@ pub enum BackendConfig {
     File(FileBackendConfig),
     /// A block device under /dev, through io_uring with O_DIRECT.
     Block(BlockBackendConfig),
+    /// An NVMe namespace's generic character device (`/dev/ngXnY`): NVMe commands passed
+    /// through io_uring (`IORING_OP_URING_CMD`), polled where the drive has poll queues.
+    Nvme(NvmeBackendConfig),
     /// No storage: writes are discarded, reads complete without touching the buffer.
     Null(SizedBackendConfig),
     /// Memory (not persistent).
@@ -595,6 +598,7 @@ impl BackendConfig {
         match self {
             BackendConfig::File(_) => "file",
             BackendConfig::Block(_) => "block",
+            BackendConfig::Nvme(_) => "nvme",
             BackendConfig::Null(_) => "null",
             BackendConfig::Ram(_) => "ram",
             BackendConfig::Error(_) => "error",
@@ -623,6 +627,30 @@ pub struct FileBackendConfig {
 pub struct BlockBackendConfig {
     /// A block device, `/dev/...`.
     pub path: PathBuf,
+}
+
+/// `kind = "nvme"`: the namespace of a local NVMe drive, its commands passed through.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct NvmeBackendConfig {
+    /// The namespace's generic character device, `/dev/ngXnY` (not the block device
+    /// `/dev/nvmeXnY`: that is `kind = "block"`).
+    pub path: PathBuf,
+    /// Completions: `"auto"` (polled where the drive has poll queues, `nvme.poll_queues`;
+    /// interrupts otherwise, logged), `"poll"` (refused at start without poll queues) or
+    /// `"interrupt"`.
+    #[serde(default)]
+    pub completions: NvmeCompletions,
+}
+
+/// How an nvme backend learns that its commands completed.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum NvmeCompletions {
+    #[default]
+    Auto,
+    Poll,
+    Interrupt,
 }
 
 /// `kind = "rbd"`: an image in a Ceph cluster; its size is the namespace's capacity.

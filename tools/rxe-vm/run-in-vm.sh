@@ -38,6 +38,10 @@
 #        mode for them: unsafe; tools/powercut uses none, so what the guest wrote is on the
 #        host at once and only the guest's own memory dies with it)
 #      RXE_VM_PIDFILE (qemu writes its pid there: tools/powercut kills the whole VM)
+#      RXE_VM_NVME (a raw image file attached as an emulated NVMe drive, QEMU's `-device nvme`
+#        with one namespace: the guest's /dev/nvme0n1 and /dev/ng0n1 after `modprobe nvme`;
+#        several: colon-separated; same cache mode as RXE_VM_DISK)
+#      RXE_VM_APPEND (more kernel command line, e.g. nvme.poll_queues=2)
 # cargo: [target.x86_64-unknown-linux-gnu] runner = "/path/to/run-in-vm.sh" in
 # .cargo/config.toml makes `cargo test` run each test binary in a fresh VM.
 set -euo pipefail
@@ -277,7 +281,7 @@ if [ "$VERBOSE" = 1 ]; then mkfifo "$RUN/console.fifo"; tee "$RUN/console.log" <
 Q=(qemu-system-x86_64 -accel tcg -cpu max -m "$MEM" -smp "$SMP" -nodefaults -no-user-config
    -display none -no-reboot -monitor none
    -kernel "$KROOT/boot/vmlinuz-$KVER" -initrd "$VMDIR/initramfs-$KVER.cpio.gz"
-   -append "console=ttyS0 loglevel=4 panic=-1 rdinit=/init"
+   -append "console=ttyS0 loglevel=4 panic=-1 rdinit=/init${RXE_VM_APPEND:+ $RXE_VM_APPEND}"
    -chardev "file,id=con,path=$CONSOLE" -serial chardev:con
    -fsdev "local,id=f0,path=/,security_model=none,readonly=on,multidevs=remap"
    -device virtio-9p-pci,fsdev=f0,mount_tag=hostroot
@@ -290,6 +294,10 @@ Q=(qemu-system-x86_64 -accel tcg -cpu max -m "$MEM" -smp "$SMP" -nodefaults -no-
 IFS=: read -r -a _disks <<< "${RXE_VM_DISK:-}"
 for d in "${_disks[@]}"; do [ -n "$d" ] &&
   Q+=(-drive "file=$d,if=virtio,format=raw,cache=${RXE_VM_DISK_CACHE:-unsafe},discard=unmap"); done
+IFS=: read -r -a _nvmes <<< "${RXE_VM_NVME:-}"
+i=0; for d in "${_nvmes[@]}"; do [ -n "$d" ] || continue
+  Q+=(-drive "file=$d,if=none,id=nvm$i,format=raw,cache=${RXE_VM_DISK_CACHE:-unsafe},discard=unmap"
+      -device "nvme,serial=rdmablk-nvme$i,drive=nvm$i"); i=$((i+1)); done
 [ -n "${RXE_VM_PIDFILE:-}" ] && Q+=(-pidfile "$RXE_VM_PIDFILE")
 i=0; for p in "${SHARES[@]}"; do
   Q+=(-fsdev "local,id=w$i,path=$p,security_model=none" -device "virtio-9p-pci,fsdev=w$i,mount_tag=rw$i"); i=$((i+1)); done

@@ -7,7 +7,8 @@
 //!   requests tagged by the caller, then `poll` completions in batches. Neither blocks, so a
 //!   worker interleaves its backends with its RDMA completion queues.
 //!
-//! Implementations: [`uring`] (files and block devices through the worker's io_uring), [`null`],
+//! Implementations: [`file`] (files and block devices through the worker's io_uring),
+//! [`nvme`] (NVMe namespaces by io_uring passthrough), [`null`],
 //! [`ram`], [`error`] (fault and latency injection around another backend) and `rbd` (Ceph RBD
 //! images through librbd; cargo feature `rbd`). The namespace
 //! wrapper that refuses writes after a failed flush is [`crate::namespace`].
@@ -18,6 +19,7 @@
 pub mod error;
 pub mod file;
 pub mod null;
+pub mod nvme;
 pub mod ram;
 #[cfg(feature = "rbd")]
 pub mod rbd;
@@ -141,6 +143,7 @@ pub fn open(
     Ok(match cfg {
         BackendConfig::File(f) => Arc::new(file::UringFile::open_file(f, block_size, read_only)?),
         BackendConfig::Block(b) => Arc::new(file::UringFile::open_block(b, block_size, read_only)?),
+        BackendConfig::Nvme(n) => Arc::new(nvme::NvmeDrive::open(n, block_size, read_only)?),
         BackendConfig::Null(s) => Arc::new(null::NullBackend::new(s.size.bytes(), block_size)),
         BackendConfig::Ram(s) => Arc::new(ram::RamBackend::new(s.size.bytes(), block_size)?),
         BackendConfig::Error(e) => {

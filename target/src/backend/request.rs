@@ -171,6 +171,9 @@ pub enum IoErrorKind {
     PathLost,
     /// Anything else.
     Internal,
+    /// The drive's own NVMe status (a passed-through command): status code type, status code
+    /// and Do Not Retry, returned to the host as they are.
+    Device { sct: u8, sc: u8, dnr: bool },
 }
 
 impl IoErrorKind {
@@ -186,6 +189,7 @@ impl IoErrorKind {
             IoErrorKind::CapacityExceeded => (0x0, 0x81), // Capacity Exceeded
             IoErrorKind::PathLost => (0x3, 0x00),     // Internal Path Error (path related)
             IoErrorKind::Internal => (0x0, 0x06),     // Internal Error
+            IoErrorKind::Device { sct, sc, .. } => (sct, sc),
         }
     }
 }

@@ -221,6 +221,35 @@ fn backends_are_checked() {
     );
     let msg = Config::from_str(&text).unwrap_err().to_string();
     assert!(msg.contains("tape"), "{msg}");
+    // nvme: the generic character device, and one of three completion modes.
+    let nvme = |b: &str| MINIMAL.replace("backend = { kind = \"ram\", size = \"16MiB\" }", b);
+    let c = Config::from_str(&nvme(
+        "backend = { kind = \"nvme\", path = \"/dev/ng0n1\", completions = \"poll\" }",
+    ))
+    .unwrap();
+    let BackendConfig::Nvme(n) = &c.subsystems[0].namespaces[0].backend else {
+        panic!("not an nvme backend");
+    };
+    assert_eq!(n.completions, crate::config::NvmeCompletions::Poll);
+    let c = Config::from_str(&nvme(
+        "backend = { kind = \"nvme\", path = \"/dev/ng1n2\" }",
+    ))
+    .unwrap();
+    let BackendConfig::Nvme(n) = &c.subsystems[0].namespaces[0].backend else {
+        panic!("not an nvme backend");
+    };
+    assert_eq!(n.completions, crate::config::NvmeCompletions::Auto);
+    let text = nvme("backend = { kind = \"nvme\", path = \"/dev/nvme0n1\" }");
+    let p = problems(&text);
+    assert!(
+        p.iter()
+            .any(|p| p.key == "subsystem[0].namespace[0].backend.path"
+                && p.message.contains("kind = \"block\"")),
+        "{p:?}"
+    );
+    let text = nvme("backend = { kind = \"nvme\", path = \"/dev/ng0n1\", completions = \"spin\" }");
+    let msg = Config::from_str(&text).unwrap_err().to_string();
+    assert!(msg.contains("spin"), "{msg}");
 }
 
 #[test]

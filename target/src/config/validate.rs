@@ -561,6 +561,20 @@ fn check_backend(b: &BackendConfig, block_size: u32, key: &str, c: &mut Checker)
                 );
             }
         }
+        BackendConfig::Nvme(d) => {
+            check_path(&d.path, key, c);
+            let name = d.path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if !d.path.starts_with("/dev/") || !name.starts_with("ng") {
+                c.fail(
+                    format!("{key}.path"),
+                    format!(
+                        "{} is not an NVMe generic character device /dev/ngXnY (`nvme list -v` \
+                         names them; a block device /dev/nvmeXnY is kind = \"block\")",
+                        d.path.display()
+                    ),
+                );
+            }
+        }
         BackendConfig::Null(s) | BackendConfig::Ram(s) => size_ok(c, s.size.bytes()),
         BackendConfig::Rbd(r) => check_rbd(r, key, c),
         BackendConfig::Error(e) => {

@@ -152,6 +152,7 @@ fn backend_path(b: &crate::config::BackendConfig) -> Option<String> {
     match b {
         B::File(f) => Some(f.path.display().to_string()),
         B::Block(d) => Some(d.path.display().to_string()),
+        B::Nvme(d) => Some(d.path.display().to_string()),
         B::Error(e) => backend_path(&e.inner),
         B::Rbd(r) => Some(match &r.namespace {
             Some(ns) => format!("rbd:{}/{ns}/{}", r.pool, r.image),

@@ -458,7 +458,8 @@ pub fn status_of(e: IoError) -> Status {
         IoErrorKind::OutOfRange
         | IoErrorKind::ReadOnly
         | IoErrorKind::InvalidRequest
-        | IoErrorKind::WritesFenced => st.with_dnr(),
+        | IoErrorKind::WritesFenced
+        | IoErrorKind::Device { dnr: true, .. } => st.with_dnr(),
         _ => st,
     }
 }

@@ -44,6 +44,11 @@ impl WorkerIo {
         }
     }
 
+    /// The arena the worker's rings register as fixed buffers, if there is one.
+    pub fn arena(&self) -> Option<Arc<Arena>> {
+        self.arena.clone()
+    }
+
     /// The worker's wake-up eventfd, created on first call; `None` if the system refuses an
     /// eventfd (the worker then yields while backend I/O is in flight).
     pub fn wake(&self) -> Option<Arc<BackendWake>> {

@@ -32,6 +32,15 @@ pub struct RingCompletion {
     pub res: i32,
 }
 
+/// The `(address, length)` fixed buffers that register `[base, base + len)` with io_uring: at
+/// most 1 GiB each, the kernel's limit.
+pub fn fixed_chunks(base: usize, len: usize) -> Vec<(usize, usize)> {
+    (0..len)
+        .step_by(FIXED_CHUNK)
+        .map(|off| (base + off, FIXED_CHUNK.min(len - off)))
+        .collect()
+}
+
 /// Identifies a queue's completion list inside a ring.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RouteId(u32);
@@ -115,10 +124,7 @@ impl Ring {
 
     fn register_arena(&mut self, arena: Arc<Arena>) {
         let (base, len) = arena.fixed_region();
-        let chunks: Vec<(usize, usize)> = (0..len)
-            .step_by(FIXED_CHUNK)
-            .map(|off| (base as usize + off, FIXED_CHUNK.min(len - off)))
-            .collect();
+        let chunks = fixed_chunks(base as usize, len);
         let iovecs: Vec<libc::iovec> = chunks
             .iter()
             .map(|&(b, l)| libc::iovec {
