@@ -32,12 +32,13 @@ pub struct RingCompletion {
     pub res: i32,
 }
 
-/// The `(address, length)` fixed buffers that register `[base, base + len)` with io_uring: at
-/// most 1 GiB each, the kernel's limit.
-pub fn fixed_chunks(base: usize, len: usize) -> Vec<(usize, usize)> {
+/// The `(address, length)` fixed buffers that register `[base, base + len)` with io_uring, of
+/// `chunk` bytes each (the last one shorter); `chunk` at most 1 GiB, the kernel's limit.
+pub fn fixed_chunks(base: usize, len: usize, chunk: usize) -> Vec<(usize, usize)> {
+    let chunk = chunk.clamp(1, FIXED_CHUNK);
     (0..len)
-        .step_by(FIXED_CHUNK)
-        .map(|off| (base + off, FIXED_CHUNK.min(len - off)))
+        .step_by(chunk)
+        .map(|off| (base + off, chunk.min(len - off)))
         .collect()
 }
 
@@ -124,7 +125,7 @@ impl Ring {
 
     fn register_arena(&mut self, arena: Arc<Arena>) {
         let (base, len) = arena.fixed_region();
-        let chunks = fixed_chunks(base as usize, len);
+        let chunks = fixed_chunks(base as usize, len, FIXED_CHUNK);
         let iovecs: Vec<libc::iovec> = chunks
             .iter()
             .map(|&(b, l)| libc::iovec {
@@ -289,5 +290,27 @@ impl Drop for Ring {
         // Operations still in flight name buffers the caller may free right after; wait for
         // them rather than leave the kernel writing into memory that is gone.
         self.drain();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{fixed_chunks, FIXED_CHUNK};
+
+    #[test]
+    fn chunks_cover_the_region_exactly() {
+        let c = fixed_chunks(0x1000, 10 * 4096 + 512, 4 * 4096);
+        assert_eq!(
+            c,
+            vec![
+                (0x1000, 4 * 4096),
+                (0x1000 + 4 * 4096, 4 * 4096),
+                (0x1000 + 8 * 4096, 2 * 4096 + 512)
+            ]
+        );
+        // Never above the kernel's 1 GiB per buffer.
+        let c = fixed_chunks(0, 3 << 30, usize::MAX);
+        assert_eq!(c.len(), 3);
+        assert!(c.iter().all(|&(_, l)| l == FIXED_CHUNK));
     }
 }

@@ -50,6 +50,22 @@ pub fn passthru(sqe: &Sqe, addr: u64, data_len: u32) -> [u8; PASSTHRU_LEN] {
     b
 }
 
+/// The io_uring entry passing `sqe` through (`NVME_URING_CMD_IO`) to registered file 0, with
+/// its data at `addr` for `data_len` bytes, in fixed buffer `buf_index` if given.
+pub fn uring_cmd(
+    sqe: &Sqe,
+    addr: u64,
+    data_len: u32,
+    buf_index: Option<u16>,
+) -> io_uring::squeue::Entry128 {
+    let mut area = [0u8; 80];
+    area[..PASSTHRU_LEN].copy_from_slice(&passthru(sqe, addr, data_len));
+    io_uring::opcode::UringCmd80::new(io_uring::types::Fixed(0), NVME_URING_CMD_IO)
+        .cmd(area)
+        .buf_index(buf_index)
+        .build()
+}
+
 /// The namespace ID behind the device node.
 pub fn namespace_id(file: &File) -> std::io::Result<u32> {
     // SAFETY: NVME_IOCTL_ID takes no argument and returns the NSID or -1.

@@ -16,12 +16,11 @@ pub mod drive;
 mod queue;
 
 use std::fs::{File, OpenOptions};
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use io_uring::{opcode, types};
+use rdmablk::nvme::identify::oncs;
 use rdmablk::nvme::io::ReadWrite;
 use rdmablk::nvme::opcodes::io;
 use rdmablk::nvme::status::Status;
@@ -80,15 +79,6 @@ impl NvmeDrive {
         cfg: &NvmeBackendConfig,
         block_size: u32,
         read_only: bool,
-    ) -> Result<NvmeDrive, BackendError> {
-        Self::open_with_sysfs(cfg, block_size, read_only, Path::new("/sys"))
-    }
-
-    fn open_with_sysfs(
-        cfg: &NvmeBackendConfig,
-        block_size: u32,
-        read_only: bool,
-        sysfs: &Path,
     ) -> Result<NvmeDrive, BackendError> {
         let path = cfg.path.as_path();
         let file = OpenOptions::new()
@@ -160,7 +150,11 @@ impl NvmeDrive {
             ));
         }
         let block = drive::block_device_name(path);
-        let limits = drive::driver_limits(sysfs, block.as_deref(), drive::mdts_bytes(ctrl.mdts));
+        let limits = drive::driver_limits(
+            Path::new("/sys"),
+            block.as_deref(),
+            drive::mdts_bytes(ctrl.mdts),
+        );
         let polled =
             match (cfg.completions, limits.poll_queues) {
                 (NvmeCompletions::Interrupt, _) => false,
@@ -190,17 +184,17 @@ impl NvmeDrive {
             read_only,
             polled,
             max_blocks,
-            write_zeroes: ctrl.oncs & (1 << 3) != 0,
-            deallocate: ctrl.oncs & (1 << 2) != 0,
-            deallocate_zeroes: ctrl.oncs & (1 << 2) != 0 && id.dlfeat & 0x7 == 1,
+            write_zeroes: ctrl.oncs & oncs::WRITE_ZEROES != 0,
+            deallocate: ctrl.oncs & oncs::DSM != 0,
+            // DLFEAT bits 2:0 = 001b: deallocated blocks read as zeroes.
+            deallocate_zeroes: ctrl.oncs & oncs::DSM != 0 && id.dlfeat & 0x7 == 1,
             fixed_buffers: false,
             fixed_chunk: limits.segment_bytes as usize,
         };
         state.fixed_buffers = probe_uring(&state, lbs, state.fixed_chunk)?;
         if !state.fixed_buffers {
-            tracing::info!(path = %path.display(), "this kernel's NVMe passthrough cannot take \
-                data in part of a registered buffer (Linux 6.1): commands map their pages each \
-                time (fixed buffers since Linux 6.2)");
+            tracing::info!(path = %path.display(), "this kernel's NVMe passthrough refused \
+                data in part of a registered buffer: commands map their pages each time");
         }
         tracing::info!(
             path = %path.display(), nsid, drive_block_size = lbs, block_size, num_blocks,
@@ -226,24 +220,14 @@ fn probe_uring(d: &DriveState, lbs: u32, chunk: usize) -> Result<bool, BackendEr
             source,
         },
     };
-    // Page-aligned, `chunk` bytes: the read takes one block in the middle.
-    let layout =
-        std::alloc::Layout::from_size_align(chunk.max(3 * 4096), 4096).expect("valid layout");
-    // SAFETY: a non-zero size.
-    let mem = unsafe { std::alloc::alloc_zeroed(layout) };
-    if mem.is_null() {
-        std::alloc::handle_alloc_error(layout);
-    }
-    struct Free(*mut u8, std::alloc::Layout);
-    impl Drop for Free {
-        fn drop(&mut self) {
-            // SAFETY: allocated above with this layout; the ring that used it is gone first.
-            unsafe { std::alloc::dealloc(self.0, self.1) }
-        }
-    }
-    let _free = Free(mem, layout);
-    // Declared after `_free`: dropped (and its I/O gone) before the memory is freed.
+    // `chunk` bytes from a page boundary, as an arena piece; the read takes one block in the
+    // middle. Declared before the ring: the memory outlives every command the ring ran.
+    let mut buf = vec![0u8; chunk.max(3 * 4096) + 4096];
+    let start = buf.as_ptr().align_offset(4096);
+    let piece = &mut buf[start..start + chunk.max(3 * 4096)];
+    let (mem, size) = (piece.as_mut_ptr(), piece.len());
     let mut ring = queue::new_ring(8, d.polled).map_err(ring_error)?;
+    queue::register_file(&ring, d)?;
     let os = |r: i32| std::io::Error::from_raw_os_error(-r);
     match probe_read(&mut ring, d, mem, lbs, false)? {
         Some(0) => {}
@@ -275,13 +259,13 @@ fn probe_uring(d: &DriveState, lbs: u32, chunk: usize) -> Result<bool, BackendEr
     }
     let iov = libc::iovec {
         iov_base: mem.cast(),
-        iov_len: layout.size(),
+        iov_len: size,
     };
-    // SAFETY: the memory outlives the ring (`_free` is declared first, dropped last).
+    // SAFETY: `buf` outlives the ring (declared first, dropped last).
     if unsafe { ring.submitter().register_buffers(&[iov]) }.is_err() {
         return Ok(false);
     }
-    let middle = mem.wrapping_add(layout.size() / 2 / 4096 * 4096);
+    let middle = mem.wrapping_add(size / 2 / 4096 * 4096);
     Ok(probe_read(&mut ring, d, middle, lbs, true)? == Some(0))
 }
 
@@ -303,13 +287,7 @@ fn probe_read(
         dsm: 0,
     }
     .to_sqe(io::READ, 0);
-    let cmd = drive::passthru(&sqe, mem as u64, lbs);
-    let mut area = [0u8; 80];
-    area[..cmd.len()].copy_from_slice(&cmd);
-    let entry = opcode::UringCmd80::new(types::Fd(d.file.as_raw_fd()), drive::NVME_URING_CMD_IO)
-        .cmd(area)
-        .buf_index(fixed.then_some(0))
-        .build();
+    let entry = drive::uring_cmd(&sqe, mem as u64, lbs, fixed.then_some(0));
     // SAFETY: `mem` and the file outlive the wait below, which reaps the completion.
     unsafe { ring.submission().push(&entry) }
         .map_err(|_| bad(&d.path, "probe: ring full".into()))?;

@@ -15,7 +15,10 @@
 //! - A completion's result is the drive's status (`cqe.res`: the 15-bit status field), or a
 //!   negated errno from the kernel; the drive's status goes back to the host unchanged.
 //! - Interrupt mode registers the worker's eventfd, so an idle worker sleeps until the drive
-//!   answers; polled mode leaves the worker polling while commands are in flight.
+//!   answers; polled mode leaves the worker polling while commands are in flight. A polled
+//!   queue sends its commands without data (Flush, Write Zeroes) through a second,
+//!   interrupt-driven ring: Linux 6.1 polls a passthrough command through its bio, and such a
+//!   command has none, so polled it never completes (seen in the VM: `blkdiscard -z` hung).
 //!
 //! Nothing allocates per request: slots, range lists and the completion list are made for the
 //! queue's depth when it opens.
@@ -26,18 +29,19 @@ use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use io_uring::{cqueue, opcode, squeue, types, IoUring};
+use io_uring::{cqueue, squeue, IoUring};
 use rdmablk::nvme::io::{flush_sqe, Dsm, DsmRange, ReadWrite, WriteZeroes};
 use rdmablk::nvme::opcodes::io;
 use rdmablk::nvme::status::Status;
 
-use super::drive::{passthru, NVME_URING_CMD_IO};
+use super::drive::uring_cmd;
 use super::DriveState;
 use crate::arena::Arena;
 use crate::backend::{
     check_request, BackendError, BackendQueue, Completion, IoError, IoErrorKind, IoOp, IoRequest,
     OpKind, SubmitError,
 };
+use crate::ring::uring::fixed_chunks;
 use crate::ring::WorkerIo;
 
 type Uring = IoUring<squeue::Entry128, cqueue::Entry32>;
@@ -78,13 +82,30 @@ pub(super) struct NvmeQueue {
     /// Zeroes for drives without Write Zeroes (`None` when the drive has it).
     zeroes: Option<Box<[u8]>>,
     done: VecDeque<Completion>,
-    /// Parts in the kernel, and the most the completion queue holds.
+    /// Polled queues only: an interrupt-driven ring for the commands without data (Flush,
+    /// Write Zeroes). Linux 6.1 polls a passthrough command through its bio, and one without
+    /// data has none: polled, it would never be seen to complete.
+    side: Option<Uring>,
+    /// Parts in the kernel (`side_parts` of them in `side`), and the most a completion queue
+    /// holds.
     parts: u32,
+    side_parts: u32,
     part_cap: u32,
     unsubmitted: u32,
+    side_unsubmitted: u32,
     in_flight: u32,
     /// Interrupt mode with the worker's eventfd: requests counted as signalling it.
     signalled: Option<Rc<Cell<u32>>>,
+}
+
+/// Registers the drive's device as the ring's file 0 (what [`uring_cmd`] names).
+pub(super) fn register_file(ring: &Uring, drive: &DriveState) -> Result<(), BackendError> {
+    ring.submitter()
+        .register_files(&[drive.file.as_raw_fd()])
+        .map_err(|source| BackendError::Uring {
+            op: "register_files",
+            source,
+        })
 }
 
 /// A ring for `entries` submissions: polled, or with cooperative task work like the worker's
@@ -113,24 +134,21 @@ impl NvmeQueue {
             source,
         })?;
         let part_cap = ring.params().cq_entries();
-        // SAFETY: the file outlives the ring (the queue holds the drive; Drop drains first).
-        if let Err(source) = ring.submitter().register_files(&[drive.file.as_raw_fd()]) {
-            return Err(BackendError::Uring {
-                op: "register_files",
-                source,
-            });
-        }
+        // The file outlives the ring: the queue holds the drive, and Drop drains first.
+        register_file(&ring, &drive)?;
         let (mut fixed_base, mut fixed_len, mut fixed_count, mut kept) = (0, 0, 0, None);
         if let Some(arena) = io.arena().filter(|_| drive.fixed_buffers) {
             let (base, len) = arena.fixed_region();
             // Buffers of at most the driver's segment limit: the kernel counts a command's
             // segments to the end of its registered buffer, and refuses more than the limit.
             let chunk = drive.fixed_chunk;
-            let count = len.div_ceil(chunk).min(MAX_FIXED_BUFFERS);
-            let iovecs: Vec<libc::iovec> = (0..count)
-                .map(|i| libc::iovec {
-                    iov_base: (base as usize + i * chunk) as *mut libc::c_void,
-                    iov_len: chunk.min(len - i * chunk),
+            let chunks = fixed_chunks(base as usize, len, chunk);
+            let count = chunks.len().min(MAX_FIXED_BUFFERS);
+            let iovecs: Vec<libc::iovec> = chunks[..count]
+                .iter()
+                .map(|&(b, l)| libc::iovec {
+                    iov_base: b as *mut libc::c_void,
+                    iov_len: l,
                 })
                 .collect();
             // SAFETY: the iovecs cover the arena's live mapping; the queue keeps an Arc of the
@@ -157,6 +175,16 @@ impl NvmeQueue {
                 }
             }
         }
+        let side = if drive.polled {
+            let side = new_ring(entries, false).map_err(|source| BackendError::Uring {
+                op: "setup (SQE128/CQE32, commands without data)",
+                source,
+            })?;
+            register_file(&side, &drive)?;
+            Some(side)
+        } else {
+            None
+        };
         let zeroes = (!drive.write_zeroes)
             .then(|| vec![0u8; drive.max_blocks as usize * drive.block_size as usize].into());
         Ok(NvmeQueue {
@@ -173,9 +201,12 @@ impl NvmeQueue {
             ranges: vec![[0u8; 16]; depth as usize].into_boxed_slice(),
             zeroes,
             done: VecDeque::with_capacity(depth as usize),
+            side,
             parts: 0,
+            side_parts: 0,
             part_cap,
             unsubmitted: 0,
+            side_unsubmitted: 0,
             in_flight: 0,
             signalled,
         })
@@ -269,13 +300,10 @@ impl NvmeQueue {
             }
             IoOp::Flush => (flush_sqe(nsid, 0), 0, 0, left.max(1)),
         };
-        let cmd = passthru(&sqe, addr as u64, len);
-        let mut area = [0u8; 80];
-        area[..cmd.len()].copy_from_slice(&cmd);
-        let uc = opcode::UringCmd80::new(types::Fixed(0), NVME_URING_CMD_IO)
-            .cmd(area)
-            .buf_index(fixed);
-        (uc.build().user_data(u64::from(s)), n)
+        (
+            uring_cmd(&sqe, addr as u64, len, fixed).user_data(u64::from(s)),
+            n,
+        )
     }
 
     /// Issues parts while the completion queue has room for their answers.
@@ -288,19 +316,32 @@ impl NvmeQueue {
                 self.to_issue.pop_front();
                 continue;
             }
+            let dataless = self.slots[s as usize].is_some_and(|p| match p.req.op {
+                IoOp::Flush => true,
+                IoOp::WriteZeroes { .. } => self.zeroes.is_none(),
+                _ => false,
+            });
             let (entry, n) = self.next_part(s);
+            let path = &self.drive.path;
+            let (ring, unsubmitted) = match &mut self.side {
+                Some(side) if dataless => (side, &mut self.side_unsubmitted),
+                _ => (&mut self.ring, &mut self.unsubmitted),
+            };
             // SAFETY: the data named lies in the request's buffer (valid until completion by
             // the IoBuf contract), in this queue's range list or zero buffer (kept until the
-            // ring is drained), and the file is registered and held by the queue.
-            if unsafe { self.ring.submission().push(&entry) }.is_err() {
-                self.enter();
+            // rings are drained), and the file is registered and held by the queue.
+            if unsafe { ring.submission().push(&entry) }.is_err() {
+                enter(ring, unsubmitted, path);
                 // SAFETY: as above.
-                if unsafe { self.ring.submission().push(&entry) }.is_err() {
+                if unsafe { ring.submission().push(&entry) }.is_err() {
                     return;
                 }
             }
-            self.unsubmitted += 1;
+            *unsubmitted += 1;
             self.parts += 1;
+            if dataless && self.side.is_some() {
+                self.side_parts += 1;
+            }
             let p = self.slots[s as usize].as_mut().expect("in use");
             p.issued += n;
             p.outstanding += 1;
@@ -310,33 +351,22 @@ impl NvmeQueue {
         }
     }
 
-    /// One system call: hands queued parts to the kernel and, polled, looks for completions
-    /// (or runs completions waiting as task work).
-    fn enter(&mut self) {
-        match self.ring.submit_and_wait(0) {
-            Ok(n) => self.unsubmitted = self.unsubmitted.saturating_sub(n as u32),
-            Err(e)
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::EBUSY | libc::EAGAIN | libc::EINTR)
-                ) => {}
-            Err(e) => tracing::error!(path = %self.drive.path.display(), error = %e,
-                "io_uring enter failed (nvme passthrough)"),
-        }
-    }
-
     fn reap(&mut self) {
-        let mut cq = self.ring.completion();
-        cq.sync();
-        let mut finished: [u32; 32] = [0; 32];
+        let mut got = [(0u32, 0i32); 32];
         loop {
-            let mut n = 0;
-            for cqe in cq.by_ref().take(finished.len()) {
-                finished[n] = cqe.user_data() as u32;
-                let res = cqe.result();
-                n += 1;
-                let s = finished[n - 1] as usize;
-                let Some(p) = self.slots.get_mut(s).and_then(Option::as_mut) else {
+            let main = take(&mut self.ring, &mut got);
+            let side = match &mut self.side {
+                Some(side) => take(side, &mut got[main..]),
+                None => 0,
+            };
+            let n = main + side;
+            if n == 0 {
+                break;
+            }
+            self.parts -= n as u32;
+            self.side_parts -= side as u32;
+            for &(s, res) in &got[..n] {
+                let Some(p) = self.slots.get_mut(s as usize).and_then(Option::as_mut) else {
                     debug_assert!(false, "completion for an unused slot {s}");
                     continue;
                 };
@@ -346,20 +376,13 @@ impl NvmeQueue {
                     // No more parts: the request has failed.
                     p.total = p.issued;
                 }
-            }
-            if n == 0 {
-                break;
-            }
-            self.parts -= n as u32;
-            for &s in &finished[..n] {
-                let Some(p) = self.slots[s as usize] else {
-                    continue;
-                };
+                let p = *p;
                 if p.outstanding == 0 && p.issued >= p.total {
                     self.slots[s as usize] = None;
                     self.free.push(s);
-                    self.to_issue.retain(|&t| t != s);
                     if let Some(e) = p.err {
+                        // A failure cut the request short: it may still wait to be issued.
+                        self.to_issue.retain(|&t| t != s);
                         tracing::debug!(tag = p.req.tag, error = %e, "nvme passthrough failed");
                     }
                     self.done.push_back(Completion {
@@ -371,6 +394,33 @@ impl NvmeQueue {
             }
         }
     }
+}
+
+/// One system call: hands `ring`'s queued parts to the kernel and, polled, looks for
+/// completions (or runs completions waiting as task work).
+fn enter(ring: &mut Uring, unsubmitted: &mut u32, path: &std::path::Path) {
+    match ring.submit_and_wait(0) {
+        Ok(n) => *unsubmitted = unsubmitted.saturating_sub(n as u32),
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::EBUSY | libc::EAGAIN | libc::EINTR)
+            ) => {}
+        Err(e) => tracing::error!(path = %path.display(), error = %e,
+            "io_uring enter failed (nvme passthrough)"),
+    }
+}
+
+/// Takes up to `out.len()` completions of `ring`: (slot, result) each.
+fn take(ring: &mut Uring, out: &mut [(u32, i32)]) -> usize {
+    let mut cq = ring.completion();
+    cq.sync();
+    let mut n = 0;
+    for cqe in cq.take(out.len()) {
+        out[n] = (cqe.user_data() as u32, cqe.result());
+        n += 1;
+    }
+    n
 }
 
 /// A completion's result as the request's error: the drive's status, or the kernel's errno.
@@ -428,11 +478,15 @@ impl BackendQueue for NvmeQueue {
 
     fn poll(&mut self, out: &mut [Completion]) -> usize {
         self.issue();
-        let kernel_has_work = self.unsubmitted > 0
-            || (self.drive.polled && self.parts > 0)
-            || self.ring.submission().taskrun();
-        if kernel_has_work {
-            self.enter();
+        let path = &self.drive.path;
+        let polled_parts = self.drive.polled && self.parts > self.side_parts;
+        if self.unsubmitted > 0 || polled_parts || self.ring.submission().taskrun() {
+            enter(&mut self.ring, &mut self.unsubmitted, path);
+        }
+        if let Some(side) = &mut self.side {
+            if self.side_unsubmitted > 0 || side.submission().taskrun() {
+                enter(side, &mut self.side_unsubmitted, path);
+            }
         }
         self.reap();
         // Room freed: issue what waited, now rather than at the next pass.
@@ -464,7 +518,11 @@ impl Drop for NvmeQueue {
         // Parts in flight name buffers the caller may free right after: wait for them.
         while self.parts > 0 {
             let parts = self.parts;
-            if let Err(e) = self.ring.submit_and_wait(1) {
+            let ring = match &mut self.side {
+                Some(side) if self.parts == self.side_parts => side,
+                _ => &mut self.ring,
+            };
+            if let Err(e) = ring.submit_and_wait(1) {
                 if e.raw_os_error() != Some(libc::EINTR) {
                     tracing::error!(error = %e, parts, "nvme ring drain failed at teardown");
                     break;
