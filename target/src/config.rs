@@ -627,6 +627,11 @@ pub struct FileBackendConfig {
 pub struct BlockBackendConfig {
     /// A block device, `/dev/...`.
     pub path: PathBuf,
+    /// Reads and writes on a polled ring (`IORING_SETUP_IOPOLL`), the worker polling for
+    /// their completions instead of waiting for interrupts; the device's queue must poll
+    /// (`queue/io_poll`: NVMe with `nvme.poll_queues`), checked at start.
+    #[serde(default)]
+    pub poll: bool,
 }
 
 /// `kind = "nvme"`: the namespace of a local NVMe drive, its commands passed through.

@@ -18,8 +18,12 @@
 # In each: every transfer size from one block to MDTS written and read back
 # (tests/vm/every_size.py), fio crc32c verify of random sizes, the same bytes on the drive,
 # discard and write zeroes read back as zeroes (on the drive too), Flush.
-# Then (step refusals): completions = "poll" without poll queues and a block device path are
-# refused at start with the fix named; (step drive-error): the drive reformatted under the
+# Between them (step block-poll): the block backend with poll = true on the drive's block
+# device, fio verify with no interrupt on the drive's I/O queues, the same bytes, zeroes, flush.
+# Then (step perf-passthru) rdmablk-perf's passthrough engine writes through /dev/ngXnY, polled,
+# and the block layer reads every block back whole.
+# Then (step refusals): completions = "poll" and block poll = true without poll queues, and a
+# block device path for kind = "nvme", are refused at start with the fix named; (step drive-error): the drive reformatted under the
 # running target to 4 KiB LBAs (its namespace shrinks to an eighth in LBAs): a write past the
 # drive's new end gets the drive's own LBA Out of Range back at the host.
 # Prints RESULT: PASS or FAIL.
@@ -110,7 +114,8 @@ max_hw_sectors_kb $(cat /sys/block/"${BLK#/dev/}"/queue/max_hw_sectors_kb))"
   fail "$STEP: no emulated NVMe drive after modprobe nvme (start the VM with RXE_VM_NVME)"
 }
 
-# config TRTYPE BLOCK_SIZE COMPLETIONS MAX_IO: writes $WORK/target.toml for the drive.
+# config TRTYPE BLOCK_SIZE COMPLETIONS MAX_IO [BACKEND]: writes $WORK/target.toml for the drive
+# (BACKEND: another backend table than the nvme one).
 config() {
   local listener='provider = "verbs"'
   [ "$1" = rdma ] || listener="transport = \"$1\""
@@ -140,7 +145,7 @@ allow_any_host = true
 [[subsystem.namespace]]
 nsid = 1
 block_size = $2
-backend = { kind = "nvme", path = "$NG", completions = "$3" }
+backend = ${5:-"{ kind = \"nvme\", path = \"$NG\", completions = \"$3\" }"}
 CFG
 }
 
@@ -226,6 +231,61 @@ DRIVE_LBS=$(cat /sys/block/"${BLK#/dev/}"/queue/logical_block_size)
 [ "$DRIVE_LBS" = 512 ] || fail "$STEP: the drive has $DRIVE_LBS-byte blocks, want 512"
 
 phase polled tcp 512 poll 131072 true
+
+# The block backend polled (poll = true) on the same drive: reads and writes on a polled ring,
+# so the drive's I/O queues raise no interrupt for them (/proc/interrupts: nvme0q1.. count
+# interrupt-driven queues only; poll queues have no vector).
+step block-poll
+config tcp 512 - 131072 "{ kind = \"block\", path = \"$BLK\", poll = true }"
+: >"$WORK/target.log"
+start_target
+grep -q "reads and writes polled" "$WORK/target.log" ||
+  fail "$STEP: the target did not log polled reads and writes"
+check nvme connect -t tcp -a "$IP" -s "$PORT" -n "$NQN"
+DEV=$(ns_dev 1) || fail "$STEP: no block device for the namespace"
+DRIVE_CTRL=${BLK#/dev/}; DRIVE_CTRL=${DRIVE_CTRL%n1}
+drive_irqs() { awk -v q="${DRIVE_CTRL}q" '$NF ~ "^" q "[1-9]" { for (i = 2; i < NF; i++) if ($i ~ /^[0-9]+$/) n += $i } END { print n + 0 }' /proc/interrupts; }
+IRQ0=$(drive_irqs)
+(cd "$WORK" && timeout 300 fio --name=verify --filename="$DEV" --direct=1 --ioengine=libaio --iodepth=16 \
+  --bsrange=512-131072 --rw=randwrite --offset=64m --size=16m --randrepeat=1 --randseed=11 \
+  --verify=crc32c --do_verify=1 --verify_fatal=1 --output="$WORK/fio.txt") ||
+  { cat "$WORK/fio.txt"; fail "$STEP: fio verify"; }
+IRQ1=$(drive_irqs)
+IOS=$(awk '/issued rwts/ { split($3, a, "="); split(a[2], b, ","); print b[1] + b[2]; exit }' "$WORK/fio.txt")
+say "fio: ${IOS:-?} I/Os; the drive's interrupt-driven I/O queues: $((IRQ1 - IRQ0)) interrupts"
+[ "${IOS:-0}" -gt 100 ] || fail "$STEP: fio issued ${IOS:-no} I/Os"
+[ $((IRQ1 - IRQ0)) -le 8 ] ||
+  fail "$STEP: $((IRQ1 - IRQ0)) interrupts on the drive's I/O queues under polled reads and writes"
+same_bytes "$DEV" $((64 * MIB)) $((16 * MIB))
+# The control: same_bytes read the drive's block device itself (interrupts): the count moves.
+IRQ2=$(drive_irqs)
+[ "$IRQ2" -gt "$IRQ1" ] || fail "$STEP: the drive's interrupt count did not move under plain reads either"
+# Flush and write zeroes go through the worker's (interrupt-driven) ring.
+check blkdiscard -z -o $((80 * MIB)) -l $((2 * MIB)) "$DEV"
+zeroes "$DEV" $((80 * MIB)) $((2 * MIB))
+check nvme flush "$DEV" -n 1
+check nvme disconnect -n "$NQN"
+stop_target
+# rdmablk-perf's passthrough engine (what tools/bench/nvme-local measures against fio): what it
+# writes through /dev/ngXnY, polled, the block layer reads back whole through /dev/nvme0n1
+# (--verify-only: every block's header and crc32c), and polled reads of it through the
+# passthrough engine check the same; a --bs above one command is refused with the limit named.
+step perf-passthru
+PERF=${PERF_BIN:-$ROOT/build/debug/rdmablk-perf}
+PERF_JOB=(--bs 128k --iodepth 8 --offset 96m --size 8m -q)
+check "$PERF" "$NG" --hipri --rw write --verify crc32c --seed 7 "${PERF_JOB[@]}"
+check "$PERF" "$BLK" --rw read --verify-only --seed 7 "${PERF_JOB[@]}"
+check "$PERF" "$NG" --hipri --rw randread --verify-only --seed 7 "${PERF_JOB[@]}"
+# The control: another seed's payload is not what was written.
+"$PERF" "$BLK" --rw read --verify-only --seed 8 "${PERF_JOB[@]}" >"$WORK/perf.out" 2>&1 &&
+  fail "$STEP: --verify-only passed with another seed: it checks nothing"
+grep -q "verify FAILED" "$WORK/perf.out" ||
+  fail "$STEP: another seed failed otherwise than by verify: $(tail -n 2 "$WORK/perf.out")"
+"$PERF" "$NG" --rw read --bs 4m --size 8m -q >"$WORK/perf.out" 2>&1 &&
+  fail "$STEP: rdmablk-perf passed 4 MiB in one passthrough command"
+grep -q "at most" "$WORK/perf.out" ||
+  fail "$STEP: the refusal does not name the limit: $(tail -n 2 "$WORK/perf.out")"
+
 load_nvme 0
 # 1 MiB over RDMA, not TCP: with the Linux host on the same machine, Linux 6.1's TCP receive
 # copy hits its hardened-usercopy check (kernel BUG at mm/usercopy.c:101, "Kernel memory
@@ -239,6 +299,10 @@ config tcp 4096 poll 131072
 "$BIN" --config "$WORK/target.toml" >"$WORK/refused.out" 2>&1 && fail "$STEP: started with completions = poll and no poll queues"
 grep -q "nvme.poll_queues" "$WORK/refused.out" ||
   fail "$STEP: the refusal does not name nvme.poll_queues: $(tail -n 3 "$WORK/refused.out")"
+config tcp 4096 - 131072 "{ kind = \"block\", path = \"$BLK\", poll = true }"
+"$BIN" --config "$WORK/target.toml" >"$WORK/refused.out" 2>&1 && fail "$STEP: started a polled block namespace without poll queues"
+grep -q "nvme.poll_queues" "$WORK/refused.out" ||
+  fail "$STEP: the block poll refusal does not name nvme.poll_queues: $(tail -n 3 "$WORK/refused.out")"
 NG_SAVED=$NG NG=$BLK
 config tcp 4096 auto 131072
 NG=$NG_SAVED

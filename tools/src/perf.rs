@@ -92,6 +92,7 @@ pub fn plan(cfg: &Config) -> anyhow::Result<Plan> {
         queue_depth: cfg.iodepth,
         write: cfg.rw.writes(),
         direct: cfg.direct,
+        hipri: cfg.hipri,
         min_file_len: if cfg.verify_only {
             None
         } else {

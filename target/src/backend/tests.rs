@@ -809,6 +809,8 @@ fn block_device_roundtrip() {
     };
     let cfg = crate::config::BlockBackendConfig {
         path: PathBuf::from(dev),
+        // RDMABLK_TEST_BLOCKDEV_POLL=1: reads and writes on a polled ring.
+        poll: std::env::var_os("RDMABLK_TEST_BLOCKDEV_POLL").is_some(),
     };
     let b = file::UringFile::open_block(&cfg, BS, false).unwrap();
     assert!(b.is_direct());

@@ -250,6 +250,20 @@ fn backends_are_checked() {
     let text = nvme("backend = { kind = \"nvme\", path = \"/dev/ng0n1\", completions = \"spin\" }");
     let msg = Config::from_str(&text).unwrap_err().to_string();
     assert!(msg.contains("spin"), "{msg}");
+    // block: poll is off unless asked for, and a boolean.
+    let block = |extra: &str| {
+        let c = Config::from_str(&nvme(&format!(
+            "backend = {{ kind = \"block\", path = \"/dev/nvme0n1\"{extra} }}"
+        )))?;
+        let BackendConfig::Block(b) = &c.subsystems[0].namespaces[0].backend else {
+            panic!("not a block backend");
+        };
+        Ok::<bool, crate::config::ConfigError>(b.poll)
+    };
+    assert!(!block("").unwrap());
+    assert!(block(", poll = true").unwrap());
+    let msg = block(", poll = \"yes\"").unwrap_err().to_string();
+    assert!(msg.contains("expected a boolean"), "{msg}");
 }
 
 #[test]

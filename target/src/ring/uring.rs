@@ -68,6 +68,8 @@ pub struct Ring {
     free_slots: Vec<u32>,
     routes: Vec<VecDeque<RingCompletion>>,
     unsubmitted: u32,
+    /// `IORING_SETUP_IOPOLL`: completions are found by polling in [`Ring::submit`].
+    polled: bool,
 }
 
 impl std::fmt::Debug for Ring {
@@ -86,17 +88,33 @@ impl Ring {
     /// if that fails (RLIMIT_MEMLOCK on old kernels), logs a warning and uses plain reads and
     /// writes.
     pub fn new(entries: u32, arena: Option<Arc<Arena>>) -> Result<Ring, BackendError> {
+        Self::build(entries, arena, false)
+    }
+
+    /// A polled ring (`IORING_SETUP_IOPOLL`) for O_DIRECT reads and writes of a block device
+    /// whose driver has poll queues: the kernel posts no completion by interrupt; each
+    /// [`Ring::submit`] with operations in flight polls the device's queues for them. Such a
+    /// ring takes nothing else (fsync and fallocate stay on the worker's ring).
+    pub fn new_polled(entries: u32, arena: Option<Arc<Arena>>) -> Result<Ring, BackendError> {
+        Self::build(entries, arena, true)
+    }
+
+    fn build(entries: u32, arena: Option<Arc<Arena>>, polled: bool) -> Result<Ring, BackendError> {
         let entries = entries.clamp(8, 4096);
         // Cooperative task work: a completion does not interrupt the worker (no IPI); it is
         // run at the worker's next system call, and `reap` makes one when the kernel flags
         // pending work. Kernels before 5.19 (EINVAL) get a plain ring.
-        let uring = match IoUring::builder()
-            .setup_coop_taskrun()
-            .setup_taskrun_flag()
-            .build(entries)
-        {
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => IoUring::new(entries),
-            r => r,
+        let uring = if polled {
+            IoUring::builder().setup_iopoll().build(entries)
+        } else {
+            match IoUring::builder()
+                .setup_coop_taskrun()
+                .setup_taskrun_flag()
+                .build(entries)
+            {
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => IoUring::new(entries),
+                r => r,
+            }
         };
         let uring = uring.map_err(|source| match source.raw_os_error() {
             Some(libc::EPERM | libc::ENOSYS | libc::EACCES) => {
@@ -116,6 +134,7 @@ impl Ring {
             free_slots: (0..capacity as u32).rev().collect(),
             routes: Vec::new(),
             unsubmitted: 0,
+            polled,
         };
         if let Some(arena) = arena {
             ring.register_arena(arena);
@@ -217,9 +236,10 @@ impl Ring {
         Ok(())
     }
 
-    /// Hands queued entries to the kernel. Never waits for completions.
+    /// Hands queued entries to the kernel (and, polled, polls once for completions). Never
+    /// waits for completions.
     pub fn submit(&mut self) -> io::Result<()> {
-        if self.unsubmitted == 0 {
+        if self.unsubmitted == 0 && !(self.polled && self.in_flight() > 0) {
             return Ok(());
         }
         match self.uring.submit() {

@@ -104,6 +104,12 @@ pub struct Args {
     )]
     pub direct: bool,
 
+    /// Poll for completions instead of waiting for interrupts (fio's `hipri`): an
+    /// `IORING_SETUP_IOPOLL` ring on a block device (with --direct 1) or an NVMe generic
+    /// device (/dev/ngXnY); the NVMe driver needs poll queues (`nvme.poll_queues`).
+    #[arg(long)]
+    pub hipri: bool,
+
     /// Check data: writes carry a self-describing header and a crc32c, reads are checked.
     #[arg(long, value_enum)]
     pub verify: Option<VerifyKind>,
@@ -499,6 +505,8 @@ pub struct Config {
     pub offset: u64,
     /// O_DIRECT for the local engine.
     pub direct: bool,
+    /// Polled completions (local engines).
+    pub hipri: bool,
     /// Check data on reads (and stamp it on writes).
     pub verify: bool,
     /// Only check data an earlier run wrote.
@@ -586,6 +594,16 @@ impl Args {
                 self.offset
             )));
         }
+        if self.hipri && !matches!(target, Target::File(_)) {
+            return Err(usage(format!(
+                "--hipri polls a local device's completions: {target} is not one                  (give /dev/nvmeXnY or /dev/ngXnY)"
+            )));
+        }
+        if self.hipri && !self.direct {
+            return Err(usage(
+                "--hipri needs --direct 1: polled completions bypass the page cache",
+            ));
+        }
         if self.verify_only && self.rw.writes() {
             return Err(usage(format!(
                 "--verify-only reads only: use --rw read or randread, not {}",
@@ -604,6 +622,7 @@ impl Args {
             size: self.size.map(|s| s.0),
             offset: self.offset.0,
             direct: self.direct,
+            hipri: self.hipri,
             verify: self.verify.is_some() || self.verify_only,
             verify_only: self.verify_only,
             seed: self.seed,
@@ -814,6 +833,11 @@ mod tests {
         );
         assert!(!c.verify && !c.verify_only && c.seed == DEFAULT_SEED && c.direct);
         assert!(!parse(&["file:/tmp/f", "--direct", "0"]).unwrap().direct);
+        assert!(parse(&["/dev/ng0n1", "--hipri"]).unwrap().hipri);
+        let e = parse(&["tcp://10.0.0.1:4420/nqn.x", "--hipri"]).unwrap_err();
+        assert!(e.contains("not one"), "{e}");
+        let e = parse(&["/dev/nvme0n1", "--hipri", "--direct", "0"]).unwrap_err();
+        assert!(e.contains("--direct 1"), "{e}");
 
         let c = parse(&[
             "file:/tmp/f",

@@ -24,6 +24,8 @@
 pub mod embedded;
 pub mod local;
 pub mod nvmf;
+pub mod passthru;
+mod uring;
 
 use std::alloc::{self, Layout};
 use std::fmt;
@@ -229,6 +231,9 @@ pub struct OpenOptions {
     pub write: bool,
     /// Open with `O_DIRECT` (falling back to buffered where refused); `false`: buffered.
     pub direct: bool,
+    /// Poll for completions instead of waiting for interrupts (fio's `hipri`): an
+    /// `IORING_SETUP_IOPOLL` ring. Local engines only.
+    pub hipri: bool,
     /// Grow a regular file to at least this many bytes (creating it if missing); `None`: the
     /// file must exist.
     pub min_file_len: Option<u64>,
@@ -237,6 +242,10 @@ pub struct OpenOptions {
 /// Opens the engine for `target`: one per job.
 pub fn open(target: &Target, opts: &OpenOptions) -> Result<Box<dyn Engine>, EngineError> {
     match target {
+        // An NVMe namespace's generic character device: commands passed through.
+        Target::File(path) if is_char_device(path) => {
+            Ok(Box::new(passthru::PassthruEngine::open(path, opts)?))
+        }
         Target::File(path) => Ok(Box::new(local::LocalEngine::open(path, opts)?)),
         Target::Rdma { addr, nqn } => Ok(Box::new(nvmf::NvmfEngine::connect(
             &nvmf::resolve(&format!("rdma://{addr}/{nqn}"))?,
@@ -264,6 +273,11 @@ pub fn open(target: &Target, opts: &OpenOptions) -> Result<Box<dyn Engine>, Engi
             )?))
         }
     }
+}
+
+fn is_char_device(path: &std::path::Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(path).is_ok_and(|m| m.file_type().is_char_device())
 }
 
 /// Buffers are aligned to this (a page: what O_DIRECT and memory registration want).

@@ -22,8 +22,9 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use io_uring::{opcode, types, IoUring};
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
+use super::uring::UringCore;
 use super::{
     BufRegion, Completion, Engine, EngineError, IoBuf, IoError, IoReq, Op, OpenOptions, QueueFull,
 };
@@ -34,33 +35,15 @@ const MAX_FIXED_REGION_BYTES: usize = 1 << 30;
 /// Set once the buffered fallback has been reported, so N jobs warn once.
 static WARNED_BUFFERED: AtomicBool = AtomicBool::new(false);
 
-/// A request the kernel holds.
-#[derive(Debug)]
-struct InFlight {
-    tag: u64,
-    op: Op,
-    offset: u64,
-    len: u32,
-    /// Kept here so the memory outlives the kernel's use of it.
-    buf: IoBuf,
-}
-
 /// io_uring on one file descriptor.
 pub struct LocalEngine {
-    ring: IoUring,
+    core: UringCore<squeue::Entry, cqueue::Entry>,
     /// Kept open for the ring's registered file table.
     _file: File,
     name: &'static str,
     block_size: u32,
     capacity: u64,
     depth: u32,
-    /// The region registered as fixed buffer 0, if any.
-    fixed: Option<Arc<BufRegion>>,
-    /// In-flight requests, indexed by the SQE's user_data.
-    slots: Vec<Option<InFlight>>,
-    free_slots: Vec<u32>,
-    /// False until the disabled ring is enabled by its issuing thread ([`Self::enable`]).
-    enabled: bool,
 }
 
 impl std::fmt::Debug for LocalEngine {
@@ -98,8 +81,26 @@ impl LocalEngine {
                 capacity = min;
             }
         }
+        if opts.hipri && !direct {
+            return Err(open_err(
+                io::Error::from_raw_os_error(libc::EINVAL),
+                Some("--hipri needs O_DIRECT, which this file system refused".into()),
+            ));
+        }
+        if opts.hipri {
+            check_poll_queues(&meta).map_err(|hint| {
+                open_err(io::Error::from_raw_os_error(libc::EOPNOTSUPP), Some(hint))
+            })?;
+        }
         let cq_size = opts.queue_depth.saturating_mul(2);
-        let (ring, enabled) = match IoUring::builder()
+        let builder = || {
+            let mut b = IoUring::builder();
+            if opts.hipri {
+                b.setup_iopoll();
+            }
+            b
+        };
+        let (ring, enabled) = match builder()
             .setup_cqsize(cq_size)
             .setup_coop_taskrun()
             // The kernel flags pending task work, so a poll that does not wait (min 0) still
@@ -113,7 +114,7 @@ impl LocalEngine {
             Ok(ring) => (ring, false),
             // Before 6.1: no deferred task work; the ring the kernel has.
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => (
-                IoUring::builder()
+                builder()
                     .setup_cqsize(cq_size)
                     .build(opts.queue_depth)
                     .map_err(|err| EngineError::Ring { op: "setup", err })?,
@@ -129,99 +130,17 @@ impl LocalEngine {
             })?;
         let depth = opts.queue_depth;
         Ok(Self {
-            ring,
             _file: file,
-            name: if direct {
-                "io_uring"
-            } else {
-                "io_uring (buffered)"
+            name: match (direct, opts.hipri) {
+                (true, true) => "io_uring (polled)",
+                (true, false) => "io_uring",
+                (false, _) => "io_uring (buffered)",
             },
             block_size,
             capacity,
             depth,
-            fixed: None,
-            slots: (0..depth).map(|_| None).collect(),
-            free_slots: (0..depth).rev().collect(),
-            enabled,
+            core: UringCore::new(ring, depth, enabled),
         })
-    }
-
-    /// Enables a ring created disabled: the calling thread becomes its only issuer. From
-    /// then on every submit, wait and registration must come from that thread (the kernel
-    /// answers EEXIST otherwise, and `Drop` would leak the buffers in flight): a job's engine
-    /// is enabled, used and dropped on the job's thread (`Worker::run`).
-    fn enable(&mut self) -> io::Result<()> {
-        if !self.enabled {
-            self.ring.submitter().register_enable_rings()?;
-            self.enabled = true;
-        }
-        Ok(())
-    }
-
-    fn in_flight(&self) -> usize {
-        self.depth as usize - self.free_slots.len()
-    }
-
-    fn complete(&mut self, user_data: u64, res: i32) -> Completion {
-        let slot = user_data as usize;
-        let f = self.slots[slot].take().expect("completion for a free slot");
-        self.free_slots.push(slot as u32);
-        let result = if res < 0 {
-            Err(IoError::Os(-res))
-        } else if res as u32 != f.len {
-            Err(IoError::Short {
-                done: res as u32,
-                len: f.len,
-            })
-        } else {
-            Ok(())
-        };
-        tracing::trace!(
-            tag = f.tag,
-            offset = f.offset,
-            ?result,
-            "EXECUTING -> COMPLETED"
-        );
-        Completion {
-            tag: f.tag,
-            op: f.op,
-            offset: f.offset,
-            len: f.len,
-            buf: f.buf,
-            result,
-        }
-    }
-}
-
-impl Drop for LocalEngine {
-    /// Reaps whatever is still in flight before the ring closes and the buffers can be freed:
-    /// the kernel may still be filling them. If that fails, the buffers are leaked, loudly.
-    fn drop(&mut self) {
-        while self.in_flight() > 0 {
-            if let Err(e) = self
-                .enable()
-                .and_then(|()| self.ring.submit_and_wait(self.in_flight()))
-            {
-                if e.raw_os_error() == Some(libc::EINTR) {
-                    continue;
-                }
-                eprintln!(
-                    "rdmablk-perf: io_uring teardown: {e}: leaking {} in-flight buffers",
-                    self.in_flight()
-                );
-                for slot in self.slots.iter_mut() {
-                    std::mem::forget(slot.take());
-                }
-                std::mem::forget(self.fixed.take());
-                return;
-            }
-            loop {
-                let Some(cqe) = self.ring.completion().next() else {
-                    break;
-                };
-                drop(self.complete(cqe.user_data(), cqe.result()));
-            }
-        }
     }
 }
 
@@ -279,6 +198,30 @@ fn open_file(path: &Path, opts: &OpenOptions) -> Result<(File, bool), EngineErro
     }
 }
 
+/// For `--hipri` on a block device: whether its queue polls (`queue/io_poll`), or what to do.
+/// Regular files are left to the kernel (it fails each I/O where their device cannot poll).
+fn check_poll_queues(meta: &std::fs::Metadata) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    if !meta.file_type().is_block_device() {
+        return Ok(());
+    }
+    let (major, minor) = (libc::major(meta.rdev()), libc::minor(meta.rdev()));
+    let dev = format!("/sys/dev/block/{major}:{minor}");
+    // A partition's queue is its disk's.
+    let poll = ["queue/io_poll", "../queue/io_poll"]
+        .iter()
+        .find_map(|q| std::fs::read_to_string(format!("{dev}/{q}")).ok());
+    match poll.as_deref().map(str::trim) {
+        Some("0") => Err(
+            "--hipri polls, and this device's queue does not (queue/io_poll is 0; \
+             for NVMe boot with nvme.poll_queues=N or `modprobe nvme poll_queues=N`), or drop \
+             --hipri"
+                .into(),
+        ),
+        _ => Ok(()),
+    }
+}
+
 /// (bytes, logical block size) of a block device.
 fn block_device_geometry(file: &File) -> io::Result<(u64, u32)> {
     const BLKSSZGET: libc::c_ulong = 0x1268;
@@ -322,15 +265,15 @@ impl Engine for LocalEngine {
 
     fn alloc_buffers(&mut self, count: usize, len: usize) -> Result<Vec<IoBuf>, EngineError> {
         let (region, bufs) = BufRegion::carve(count, len)?;
-        if self.fixed.is_none() && region.len() <= MAX_FIXED_REGION_BYTES {
+        if self.core.fixed.is_none() && region.len() <= MAX_FIXED_REGION_BYTES {
             let iov = libc::iovec {
                 iov_base: region.as_ptr().cast(),
                 iov_len: region.len(),
             };
             // SAFETY: the iovec names live memory that `self.fixed` keeps alive for as long as
             // the ring (which unregisters on drop) exists.
-            match unsafe { self.ring.submitter().register_buffers(&[iov]) } {
-                Ok(()) => self.fixed = Some(Arc::clone(&region)),
+            match unsafe { self.core.ring.submitter().register_buffers(&[iov]) } {
+                Ok(()) => self.core.fixed = Some(Arc::clone(&region)),
                 Err(e) => tracing::debug!("register_buffers: {e}: using plain READ/WRITE"),
             }
         }
@@ -339,16 +282,12 @@ impl Engine for LocalEngine {
 
     fn submit(&mut self, mut req: IoReq) -> Result<(), QueueFull> {
         debug_assert!(req.len as usize <= req.buf.len());
-        let Some(slot) = self.free_slots.pop() else {
+        let Some(slot) = self.core.reserve() else {
             return Err(QueueFull(req));
         };
         let fd = types::Fixed(0);
         let ptr = req.buf.as_mut_ptr();
-        let fixed = self
-            .fixed
-            .as_ref()
-            .is_some_and(|r| Arc::ptr_eq(r, req.buf.region()));
-        let sqe = match (req.op, fixed) {
+        let sqe = match (req.op, self.core.is_fixed(&req.buf)) {
             (Op::Read, true) => opcode::ReadFixed::new(fd, ptr, req.len, 0)
                 .offset(req.offset)
                 .build(),
@@ -363,37 +302,10 @@ impl Engine for LocalEngine {
                 .build(),
         }
         .user_data(u64::from(slot));
-        // The SQ has `depth` entries and at most `depth` requests are queued or in flight, but
-        // entries are only reclaimed by a submit, so make room if the SQ is still full.
-        if self.ring.submission().is_full() {
-            if let Err(e) = self.enable().and_then(|()| self.ring.submit()) {
-                tracing::debug!("io_uring submit to make room: {e}");
-            }
-        }
-        // SAFETY: the buffer named by the SQE stays alive and untouched until its CQE is
-        // reaped: the IoBuf (holding an Arc of its region) is parked in `slots[slot]` below and
-        // only handed back by `complete`. The fixed file 0 is registered for the ring's life.
-        let pushed = unsafe { self.ring.submission().push(&sqe) };
-        if pushed.is_err() {
-            self.free_slots.push(slot);
-            return Err(QueueFull(req));
-        }
-        tracing::trace!(tag = req.tag, offset = req.offset, "NEW -> EXECUTING");
-        let IoReq {
-            op,
-            offset,
-            len,
-            buf,
-            tag,
-        } = req;
-        self.slots[slot as usize] = Some(InFlight {
-            tag,
-            op,
-            offset,
-            len,
-            buf,
-        });
-        Ok(())
+        // SAFETY: the SQE names the request's buffer (parked by `push` until its CQE is
+        // reaped), fixed buffer 0 (the region `core.fixed` keeps) and the fixed file 0, both
+        // registered for the ring's life.
+        unsafe { self.core.push(slot, &sqe, req) }
     }
 
     fn poll(
@@ -401,26 +313,18 @@ impl Engine for LocalEngine {
         out: &mut Vec<Completion>,
         min_complete: usize,
     ) -> Result<usize, EngineError> {
-        let want = min_complete.min(self.in_flight());
-        self.enable()
-            .map_err(|err| EngineError::Ring { op: "enable", err })?;
-        loop {
-            match self.ring.submit_and_wait(want) {
-                Ok(_) => break,
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-                // EBUSY: the CQ is full; reaping below makes room.
-                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => break,
-                Err(e) => return Err(EngineError::Poll(e)),
+        self.core.poll(out, min_complete, |res, f| {
+            if res < 0 {
+                Err(IoError::Os(-res))
+            } else if res as u32 != f.len {
+                Err(IoError::Short {
+                    done: res as u32,
+                    len: f.len,
+                })
+            } else {
+                Ok(())
             }
-        }
-        let before = out.len();
-        loop {
-            let Some(cqe) = self.ring.completion().next() else {
-                break;
-            };
-            out.push(self.complete(cqe.user_data(), cqe.result()));
-        }
-        Ok(out.len() - before)
+        })
     }
 }
 
@@ -434,6 +338,7 @@ mod tests {
             queue_depth: 4,
             write: true,
             direct: true,
+            hipri: false,
             min_file_len: Some(len),
         };
         LocalEngine::open(path, &opts).unwrap()
@@ -533,6 +438,7 @@ mod tests {
             queue_depth: 1,
             write: false,
             direct: true,
+            hipri: false,
             min_file_len: None,
         };
         let e = LocalEngine::open(Path::new("/nonexistent/rdmablk"), &opts).unwrap_err();

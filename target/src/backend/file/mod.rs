@@ -13,6 +13,11 @@
 //!   `fallocate(PUNCH_HOLE | KEEP_SIZE)`; where that is unsupported it completes successfully
 //!   without effect (deallocation is advisory in NVMe). On block devices the kernel turns these
 //!   into WRITE ZEROES and zeroing DISCARD.
+//! - `poll = true` (block devices whose queue polls: NVMe with `nvme.poll_queues`): each
+//!   queue's reads and writes go on a polled ring of its own (`IORING_SETUP_IOPOLL`), which the
+//!   worker polls while they are in flight instead of sleeping for an interrupt; flush, write
+//!   zeroes and deallocate stay on the worker's ring (a polled ring takes only reads and
+//!   writes). The queue is in `queue.rs`.
 
 use std::cell::RefCell;
 use std::fs::{File, OpenOptions};
@@ -23,14 +28,13 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use io_uring::{opcode, squeue, types};
+mod queue;
 
-use super::{
-    check_request, Backend, BackendError, BackendQueue, Completion, IoError, IoErrorKind, IoOp,
-    IoRequest, OpKind, SubmitError,
-};
+use queue::UringQueue;
+
+use super::{Backend, BackendError, BackendQueue};
 use crate::config::{BlockBackendConfig, FileBackendConfig};
-use crate::ring::{Ring, RingCompletion, RouteId, WorkerIo};
+use crate::ring::{Ring, WorkerIo};
 
 /// How a write-zeroes was issued (the `aux` of its ring slot).
 const AUX_ZERO_RANGE: u32 = 1;
@@ -58,6 +62,8 @@ struct FileState {
     deallocate_zeroes: bool,
     /// The power-cut test's negative control ([`ignore_durability_for_tests`]).
     ignore_durability: bool,
+    /// Reads and writes on a polled ring of each queue's own (`poll = true`).
+    poll: bool,
 }
 
 /// The variable that makes a debug build lie about durability; see
@@ -255,9 +261,16 @@ impl UringFile {
             tracing::info!(path = %path.display(), "the device has no WRITE ZEROES: deallocate \
                 is advisory and deallocated blocks are not reported to read as zeroes");
         }
+        if cfg.poll {
+            check_poll_queues(path, &meta)?;
+        }
         let mut f = Self::finish(path, file, len, block_size, read_only, true, mem_align)?;
         if let Some(state) = Arc::get_mut(&mut f.0) {
             state.deallocate_zeroes = zeroes;
+            state.poll = cfg.poll;
+        }
+        if cfg.poll {
+            tracing::info!(path = %path.display(), "reads and writes polled (poll = true)");
         }
         Ok(f)
     }
@@ -299,6 +312,7 @@ impl UringFile {
             zero_range: AtomicBool::new(true),
             deallocate_zeroes: true,
             ignore_durability: ignore_durability_for_tests(path),
+            poll: false,
         })))
     }
 
@@ -360,199 +374,46 @@ impl Backend for UringFile {
     fn open_queue(&self, io: &WorkerIo, depth: u32) -> Result<Box<dyn BackendQueue>, BackendError> {
         let ring = io.ring()?;
         let route = ring.borrow_mut().add_route(depth);
+        let polled = if self.0.poll {
+            let mut p = Ring::new_polled(depth, io.arena())?;
+            let route = p.add_route(depth);
+            Some((Rc::new(RefCell::new(p)), route))
+        } else {
+            None
+        };
         Ok(Box::new(UringQueue {
             file: Arc::clone(&self.0),
             ring,
             route,
+            polled,
             depth,
             in_flight: 0,
         }))
     }
 }
 
-struct UringQueue {
-    file: Arc<FileState>,
-    ring: Rc<RefCell<Ring>>,
-    route: RouteId,
-    depth: u32,
-    in_flight: u32,
-}
-
-impl UringQueue {
-    fn entry(&self, ring: &Ring, op: &IoOp) -> Result<(squeue::Entry, u32), IoError> {
-        let f = &*self.file;
-        let fd = types::Fd(f.file.as_raw_fd());
-        let off = |lba: u64| lba * u64::from(f.block_size);
-        let aligned = |p: *mut u8| !f.direct || (p as usize) % f.mem_align == 0;
-        Ok(match *op {
-            IoOp::Read { lba, buf, .. } => {
-                if !aligned(buf.as_ptr()) {
-                    return Err(IoError::new(IoErrorKind::InvalidRequest));
-                }
-                let e = match ring.fixed_index(buf.as_ptr(), buf.len() as usize) {
-                    Some(i) => opcode::ReadFixed::new(fd, buf.as_ptr(), buf.len(), i)
-                        .offset(off(lba))
-                        .build(),
-                    None => opcode::Read::new(fd, buf.as_ptr(), buf.len())
-                        .offset(off(lba))
-                        .build(),
-                };
-                (e, 0)
-            }
-            IoOp::Write { lba, buf, fua, .. } => {
-                if !aligned(buf.as_ptr()) {
-                    return Err(IoError::new(IoErrorKind::InvalidRequest));
-                }
-                let flags = if fua && !f.ignore_durability {
-                    libc::RWF_DSYNC
-                } else {
-                    0
-                };
-                let e = match ring.fixed_index(buf.as_ptr(), buf.len() as usize) {
-                    Some(i) => opcode::WriteFixed::new(fd, buf.as_ptr(), buf.len(), i)
-                        .offset(off(lba))
-                        .rw_flags(flags)
-                        .build(),
-                    None => opcode::Write::new(fd, buf.as_ptr(), buf.len())
-                        .offset(off(lba))
-                        .rw_flags(flags)
-                        .build(),
-                };
-                (e, 0)
-            }
-            IoOp::Flush if f.ignore_durability => (opcode::Nop::new().build(), 0),
-            IoOp::Flush => (
-                opcode::Fsync::new(fd)
-                    .flags(types::FsyncFlags::DATASYNC)
-                    .build(),
-                0,
-            ),
-            IoOp::WriteZeroes { lba, blocks } => {
-                let len = u64::from(blocks) * u64::from(f.block_size);
-                let (mode, aux) = if f.zero_range.load(Ordering::Relaxed) {
-                    (libc::FALLOC_FL_ZERO_RANGE, AUX_ZERO_RANGE)
-                } else {
-                    (libc::FALLOC_FL_PUNCH_HOLE, AUX_PUNCH_HOLE)
-                };
-                let e = opcode::Fallocate::new(fd, len)
-                    .offset(off(lba))
-                    .mode(mode | libc::FALLOC_FL_KEEP_SIZE)
-                    .build();
-                (e, aux)
-            }
-            IoOp::Deallocate { lba, blocks } => {
-                let len = u64::from(blocks) * u64::from(f.block_size);
-                let e = opcode::Fallocate::new(fd, len)
-                    .offset(off(lba))
-                    .mode(libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE)
-                    .build();
-                (e, AUX_PUNCH_HOLE)
-            }
-        })
+/// `poll = true` on a device whose queue does not poll: the error naming the fix.
+fn check_poll_queues(path: &Path, meta: &std::fs::Metadata) -> Result<(), BackendError> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = format!(
+        "/sys/dev/block/{}:{}",
+        libc::major(meta.rdev()),
+        libc::minor(meta.rdev())
+    );
+    // A partition's queue is its disk's.
+    let io_poll = ["queue/io_poll", "../queue/io_poll"]
+        .iter()
+        .find_map(|q| std::fs::read_to_string(format!("{dev}/{q}")).ok());
+    if io_poll.as_deref().map(str::trim) == Some("1") {
+        return Ok(());
     }
-
-    /// Turns a ring completion into the request's completion, or reissues it (write zeroes on
-    /// a filesystem without ZERO_RANGE) and returns `None`.
-    fn finish(&self, ring: &mut Ring, c: RingCompletion) -> Option<Completion> {
-        let op = c.req.op.kind();
-        let done = |result| {
-            Some(Completion {
-                tag: c.req.tag,
-                op,
-                result,
-            })
-        };
-        if c.res < 0 {
-            let errno = -c.res;
-            if errno == libc::EOPNOTSUPP {
-                match (op, c.aux) {
-                    (OpKind::WriteZeroes, AUX_ZERO_RANGE) => {
-                        self.file.zero_range.store(false, Ordering::Relaxed);
-                        tracing::info!(
-                            path = %self.file.path.display(),
-                            "ZERO_RANGE unsupported: write zeroes will punch holes"
-                        );
-                        let Ok((entry, aux)) = self.entry(ring, &c.req.op) else {
-                            return done(Err(IoError::new(IoErrorKind::Internal)));
-                        };
-                        // SAFETY: fallocate names no buffer; the file is kept open by the
-                        // queue (and by the kernel while the operation runs).
-                        return match unsafe { ring.push(self.route, c.req, aux, entry) } {
-                            Ok(()) => None,
-                            Err(_) => done(Err(IoError::new(IoErrorKind::Internal))),
-                        };
-                    }
-                    (OpKind::Deallocate, _) => return done(Ok(())),
-                    _ => {}
-                }
-            }
-            tracing::debug!(tag = c.req.tag, ?op, errno, "backend I/O failed");
-            return done(Err(IoError::from_errno(op, errno)));
-        }
-        if let Some(buf) = c.req.op.buf() {
-            if c.res as u32 != buf.len() {
-                tracing::warn!(
-                    tag = c.req.tag,
-                    ?op,
-                    got = c.res,
-                    want = buf.len(),
-                    "short I/O"
-                );
-                let kind = if op == OpKind::Read {
-                    IoErrorKind::MediaRead
-                } else {
-                    IoErrorKind::WriteFault
-                };
-                return done(Err(IoError::new(kind)));
-            }
-        }
-        done(Ok(()))
-    }
-}
-
-impl BackendQueue for UringQueue {
-    fn submit(&mut self, req: IoRequest) -> Result<(), SubmitError> {
-        if self.in_flight >= self.depth {
-            return Err(SubmitError::Busy);
-        }
-        let f = &*self.file;
-        check_request(&req.op, f.block_size, f.num_blocks.load(Ordering::Acquire))?;
-        if f.read_only && req.op.kind().modifies() {
-            return Err(IoError::new(IoErrorKind::ReadOnly).into());
-        }
-        let mut ring = self.ring.borrow_mut();
-        let (entry, aux) = self.entry(&ring, &req.op)?;
-        // SAFETY: buffers are valid until completion by the IoBuf contract the caller signed;
-        // the file is kept open by this queue's Arc and by the kernel's own reference.
-        unsafe { ring.push(self.route, req, aux, entry) }.map_err(|_| SubmitError::Busy)?;
-        self.in_flight += 1;
-        Ok(())
-    }
-
-    fn poll(&mut self, out: &mut [Completion]) -> usize {
-        let ring_rc = Rc::clone(&self.ring);
-        let mut ring = ring_rc.borrow_mut();
-        if let Err(e) = ring.submit() {
-            tracing::error!(error = %e, "io_uring submit failed");
-        }
-        ring.reap();
-        let mut n = 0;
-        while n < out.len() {
-            let Some(c) = ring.take(self.route) else {
-                break;
-            };
-            if let Some(done) = self.finish(&mut ring, c) {
-                out[n] = done;
-                n += 1;
-                self.in_flight -= 1;
-            }
-        }
-        n
-    }
-
-    fn in_flight(&self) -> u32 {
-        self.in_flight
-    }
+    Err(BackendError::BadFile {
+        path: path.to_owned(),
+        what: "poll = true, but the device's queue does not poll (queue/io_poll is not 1): \
+               for NVMe boot with nvme.poll_queues=N (or `modprobe nvme poll_queues=N`), or \
+               remove poll = true to use interrupts"
+            .into(),
+    })
 }
 
 #[cfg(test)]
