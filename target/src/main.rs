@@ -120,7 +120,22 @@ fn run(args: Args) -> anyhow::Result<()> {
     systemd::notify("READY=1");
     println!("ready");
     let sig = loop {
-        let sig = wait_signal(&signals).context("waiting for a signal")?;
+        let Some(sig) = wait_signal(&signals).context("waiting for a signal")? else {
+            // A second without a signal: every worker must still be there.
+            if let Some((index, how)) = target.lost_worker() {
+                tracing::error!(
+                    worker = index,
+                    "worker thread rdmablk-w{index} {how}: its \
+                    connections and queues are dead; exiting for the service manager to restart \
+                    the target"
+                );
+                eprintln!("rdmablk-target: worker thread rdmablk-w{index} {how}; exiting");
+                // No orderly shutdown: it would wait for the lost worker. Every write the
+                // hosts saw acknowledged is on the backend already (as at a SIGKILL).
+                std::process::exit(EXIT_LOST_WORKER);
+            }
+            continue;
+        };
         if sig != libc::SIGHUP {
             break sig;
         }
@@ -157,14 +172,26 @@ fn block_signals() -> std::io::Result<libc::sigset_t> {
     }
 }
 
-fn wait_signal(set: &libc::sigset_t) -> std::io::Result<i32> {
-    let mut sig = 0;
-    // SAFETY: `set` is an initialised signal set and `sig` a valid out-pointer.
-    let rc = unsafe { libc::sigwait(set, &mut sig) };
-    if rc != 0 {
-        return Err(std::io::Error::from_raw_os_error(rc));
+/// The exit status when a worker thread is lost (EX_SOFTWARE).
+const EXIT_LOST_WORKER: i32 = 70;
+
+/// The next of the blocked signals, or `None` after a second without one.
+fn wait_signal(set: &libc::sigset_t) -> std::io::Result<Option<i32>> {
+    let timeout = libc::timespec {
+        tv_sec: 1,
+        tv_nsec: 0,
+    };
+    // SAFETY: `set` is an initialised signal set, `timeout` a valid timespec; no siginfo is
+    // asked for.
+    let rc = unsafe { libc::sigtimedwait(set, std::ptr::null_mut(), &timeout) };
+    if rc >= 0 {
+        return Ok(Some(rc));
     }
-    Ok(sig)
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EAGAIN | libc::EINTR) => Ok(None),
+        _ => Err(e),
+    }
 }
 
 /// What the manual page adds to the options: the configuration reference, the signals, the
@@ -187,6 +214,17 @@ fn man_sections() -> Vec<cli_docs::Section> {
                  (1 if a final flush failed). SIGHUP: re-read the configuration file and apply \
                  what changed, all or nothing (a refused file changes nothing and the log says \
                  why).",
+            ),
+        ),
+        (
+            "EXIT STATUS",
+            cli_docs::paragraph(
+                "0 after SIGINT or SIGTERM with every namespace flushed; 1 on a configuration \
+                 or start error (the message names the key or the device), or when a final \
+                 flush failed; 70 when a worker thread is gone while the target runs (a panic, \
+                 or a thread the kernel killed in an oops: see dmesg), checked every second, \
+                 so that the service manager restarts the target instead of leaving its hosts \
+                 on dead queues.",
             ),
         ),
         (

@@ -116,3 +116,50 @@ fn an_unopenable_namespace_is_one_line_naming_it() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A worker thread that vanishes without unwinding (as when the kernel kills it in an oops:
+/// Linux 6.1's hardened-usercopy BUG in TCP receive, docs/tcp.md) leaves its connections and
+/// queues dead; the target notices within seconds and exits 70 for the service manager to
+/// restart it. The debug build's hook ends worker 0 by the `exit` system call.
+#[test]
+fn a_worker_thread_killed_without_unwinding_makes_the_target_exit_70() {
+    if !cfg!(debug_assertions) {
+        eprintln!("SKIP: the worker exit hook exists in debug builds only");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("rdmablk-lostw-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("target.toml");
+    std::fs::write(&cfg, config_text(free_port(), "32MiB", "")).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rdmablk-target"))
+        .arg("--config")
+        .arg(&cfg)
+        .env(rdmablk_target::nvmf::worker::EXIT_WORKER_ENV, "0")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start rdmablk-target");
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("the target kept running 20 s without its worker");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(
+        status.code(),
+        Some(70),
+        "exit status {status:?}; stderr:\n{err}"
+    );
+    assert!(
+        err.contains("rdmablk-w0 was killed by the kernel without unwinding"),
+        "stderr:\n{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -220,6 +220,8 @@ impl Shared {
 pub struct Target {
     shared: Arc<Shared>,
     workers: Vec<JoinHandle<()>>,
+    /// The workers' thread IDs (what [`Target::lost_worker`] looks for in /proc).
+    worker_tids: Vec<libc::pid_t>,
 }
 
 impl std::fmt::Debug for Target {
@@ -284,11 +286,13 @@ impl Target {
         let mut target = Target {
             shared: Arc::clone(&shared),
             workers: Vec::new(),
+            worker_tids: Vec::new(),
         };
         let mut senders = Vec::new();
         for index in 0..workers_n {
-            let (tx, handle) = worker::spawn(index, Arc::clone(&shared))?;
+            let (tx, handle, tid) = worker::spawn(index, Arc::clone(&shared))?;
             target.workers.push(handle);
+            target.worker_tids.push(tid);
             senders.push(tx);
         }
         let _ = shared.workers.set(senders);
@@ -309,6 +313,34 @@ impl Target {
     /// configuration order.
     pub fn local_addrs(&self) -> Vec<SocketAddr> {
         self.shared.lock_ports().iter().map(|l| l.addr).collect()
+    }
+
+    /// A worker thread that is gone while the target runs, and how: it returned or panicked,
+    /// or the kernel killed it without unwinding (a kernel BUG in a system call it made, e.g.
+    /// Linux 6.1's hardened-usercopy BUG in TCP receive, `docs/tcp.md`; its oops is in dmesg).
+    /// Either way its connections and namespace queues are dead and nothing would notice:
+    /// `rdmablk-target` checks every second and exits non-zero, for the service manager to
+    /// restart it.
+    pub fn lost_worker(&self) -> Option<(usize, &'static str)> {
+        self.workers
+            .iter()
+            .zip(&self.worker_tids)
+            .enumerate()
+            .find_map(|(i, (h, tid))| {
+                if h.is_finished() {
+                    return Some((
+                        i,
+                        "ended while the target runs (see the log above: a panic?)",
+                    ));
+                }
+                // A thread ended without unwinding never marks its handle finished; it is
+                // gone from the process's task list.
+                let task = format!("/proc/self/task/{tid}");
+                (!std::path::Path::new(&task).exists()).then_some((
+                    i,
+                    "was killed by the kernel without unwinding (a kernel BUG: see dmesg)",
+                ))
+            })
     }
 
     /// What the control socket, SIGHUP and `rdmablk-ctl` act on.

@@ -91,7 +91,7 @@ pub enum WorkerMsg {
 pub(super) fn spawn(
     index: usize,
     shared: Arc<Shared>,
-) -> Result<(WorkerTx, JoinHandle<()>), TargetError> {
+) -> Result<(WorkerTx, JoinHandle<()>, libc::pid_t), TargetError> {
     let (tx, rx) = crossbeam_channel::unbounded::<WorkerMsg>();
     // Without an eventfd (the system refused one) an idle worker keeps to its shortest wait.
     let msg_wake = BackendWake::new().ok().map(Arc::new);
@@ -131,7 +131,9 @@ pub(super) fn spawn(
                     }
                 }
             }
-            let _ = ready_tx.send(Ok(()));
+            // SAFETY: gettid has no preconditions.
+            let _ = ready_tx.send(Ok(unsafe { libc::gettid() }));
+            exit_thread_for_tests(index);
             let backend_wake = io.wake_in_use();
             let others = OthersWait::new(&groups);
             let w = Worker {
@@ -159,7 +161,7 @@ pub(super) fn spawn(
         })
         .map_err(TargetError::Thread)?;
     match ready_rx.recv() {
-        Ok(Ok(())) => Ok((tx, handle)),
+        Ok(Ok(tid)) => Ok((tx, handle, tid)),
         Ok(Err(e)) => {
             let _ = handle.join();
             Err(e)
@@ -170,6 +172,31 @@ pub(super) fn spawn(
                 "worker exited at start",
             )))
         }
+    }
+}
+
+/// The variable that makes a *debug* build's worker thread `N` end by the `exit` system call
+/// right after start, without unwinding, as the kernel ends a thread it kills in an oops:
+/// how `target/tests/lost_worker.rs` checks that `rdmablk-target` notices ([`Target::lost_worker`]).
+/// Release builds ignore it.
+///
+/// [`Target::lost_worker`]: crate::nvmf::Target::lost_worker
+pub const EXIT_WORKER_ENV: &str = "RDMABLK_TEST_EXIT_WORKER";
+
+fn exit_thread_for_tests(index: usize) {
+    if cfg!(debug_assertions)
+        && std::env::var(EXIT_WORKER_ENV)
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            == Some(index)
+    {
+        tracing::warn!(
+            index,
+            "{EXIT_WORKER_ENV}: this worker thread exits without unwinding"
+        );
+        // SAFETY: SYS_exit ends only the calling thread and never returns; nothing of this
+        // thread is used after it (the test wants exactly the leak a killed thread leaves).
+        unsafe { libc::syscall(libc::SYS_exit, 0) };
     }
 }
 
