@@ -149,7 +149,9 @@ fn open_file(path: &Path, opts: &OpenOptions) -> Result<(File, bool), EngineErro
         let mut o = FsOpenOptions::new();
         o.read(true)
             .write(opts.write || opts.min_file_len.is_some());
-        if opts.min_file_len.is_some() {
+        // A missing path under /dev (but /dev/shm, a tmpfs for files) is a device that is not
+        // there (its driver not loaded, a typo): never a file to create on devtmpfs.
+        if opts.min_file_len.is_some() && !device_path(path) {
             o.create(true);
         }
         if direct {
@@ -158,6 +160,11 @@ fn open_file(path: &Path, opts: &OpenOptions) -> Result<(File, bool), EngineErro
         o.open(path)
     };
     let hint = |e: &io::Error| match e.kind() {
+        io::ErrorKind::NotFound if device_path(path) => Some(
+            "no such device (is its driver loaded?); rdmablk-perf creates files, never \
+             device nodes"
+                .to_string(),
+        ),
         io::ErrorKind::NotFound => Some("give --size to create it".to_string()),
         io::ErrorKind::PermissionDenied => {
             Some("run as a user that can open it read-write, or use a read workload".to_string())
@@ -196,6 +203,11 @@ fn open_file(path: &Path, opts: &OpenOptions) -> Result<(File, bool), EngineErro
             err: e,
         }),
     }
+}
+
+/// Whether `path` names a device node's place: under /dev, but not /dev/shm.
+fn device_path(path: &Path) -> bool {
+    path.starts_with("/dev") && !path.starts_with("/dev/shm")
 }
 
 /// For `--hipri` on a block device: whether its queue polls (`queue/io_poll`), or what to do.
@@ -429,6 +441,22 @@ mod tests {
             e.poll(&mut out, 4).unwrap();
         }
         std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn a_missing_device_is_never_created_under_dev() {
+        let path = Path::new("/dev/rdmablk-perf-no-such-device");
+        let opts = OpenOptions {
+            numjobs: 1,
+            queue_depth: 1,
+            write: true,
+            direct: true,
+            hipri: false,
+            min_file_len: Some(1 << 20),
+        };
+        let e = LocalEngine::open(path, &opts).unwrap_err();
+        assert!(e.to_string().contains("no such device"), "{e}");
+        assert!(!path.exists(), "a file was created under /dev");
     }
 
     #[test]
