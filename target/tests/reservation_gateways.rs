@@ -18,7 +18,6 @@ use rdmablk::nvme::reservation::{
     decode_report, encode_keys, encode_notice, notice, op, racqa, rrega, rrela, ResvCdw10,
 };
 use rdmablk::nvme::{Cqe, GetLogPage, InCapsuleSgl, Sgl, Sqe, Status};
-use rdmablk_target::config::Config;
 use rdmablk_target::Target;
 
 const NSID: u32 = 1;
@@ -64,13 +63,14 @@ shared_reservations = "{}""#,
     );
     // `shared_reservations` belongs to the namespace: put it before the backend line.
     let (backend_line, shared_line) = backend.split_once('\n').expect("two lines");
-    let text = config_text(free_port(), "32MiB", "")
-        .replace(
-            &format!("hosts = [\"{HOSTNQN}\"]"),
-            &format!("hosts = [\"{HOSTNQN}\", \"{OTHER_HOSTNQN}\"]"),
-        )
-        .replace(RAM_BACKEND, &format!("{shared_line}\n{backend_line}"));
-    Target::start(Config::from_str(&text).expect("config")).expect("gateway starts")
+    start_on_free_port(|port| {
+        config_text(port, "32MiB", "")
+            .replace(
+                &format!("hosts = [\"{HOSTNQN}\"]"),
+                &format!("hosts = [\"{HOSTNQN}\", \"{OTHER_HOSTNQN}\"]"),
+            )
+            .replace(RAM_BACKEND, &format!("{shared_line}\n{backend_line}"))
+    })
 }
 
 fn register(h: &mut Host, key: u64) {

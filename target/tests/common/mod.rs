@@ -114,12 +114,26 @@ pub fn init_tracing() {
         .try_init();
 }
 
+/// Starts an in-process target from the configuration `text(port)` on a free port. The port
+/// [`free_port`] picked may be taken by a test running in parallel before the target binds
+/// it: then another port is tried (a few times), rather than failing the test.
+pub fn start_on_free_port(text: impl Fn(u16) -> String) -> Target {
+    let mut last = None;
+    for _ in 0..8 {
+        let cfg = Config::from_str(&text(free_port())).expect("config");
+        match Target::start(cfg) {
+            Ok(t) => return t,
+            Err(e) if format!("{e:?}").contains("AddrInUse") => last = Some(e),
+            Err(e) => panic!("target starts: {e:?}"),
+        }
+    }
+    panic!("target starts: every port tried was taken: {last:?}")
+}
+
 /// Starts an in-process target; returns it and its address.
 pub fn start_target(arena: &str, extra_target: &str) -> (Target, SocketAddr) {
     init_tracing();
-    let port = free_port();
-    let cfg: Config = Config::from_str(&config_text(port, arena, extra_target)).expect("config");
-    let t = Target::start(cfg).expect("target starts");
+    let t = start_on_free_port(|port| config_text(port, arena, extra_target));
     let addr = t.local_addrs()[0];
     (t, addr)
 }
