@@ -204,3 +204,90 @@ fn a_data_digest_error_fails_its_command_with_a_transient_transport_error_and_no
     wait_held(&t, 0, 0);
     t.shutdown();
 }
+
+/// H2CData that trickles in, cut anywhere (inside the header's digest, at the data's first
+/// byte, one byte before its digest, inside the digest), lands whole; one whose data digest
+/// fails fails its command (Transient Transport Error) without a byte reaching the namespace,
+/// and the connection goes on; the PDU after it (the command's LAST, whole) continues where
+/// the first one's data ended.
+#[test]
+fn h2c_data_trickling_in_lands_whole_and_its_digest_is_checked() {
+    use rdmablk::nvme::transport::tcp::{R2t, DIGEST_LEN};
+    let (t, addr) = start();
+    for ddgst in [false, true] {
+        let (a, cntlid) = admin(addr, true, ddgst);
+        let mut q = io_queue(addr, ddgst, 1, cntlid, 32);
+        let hlen = DATA_HLEN + DIGEST_LEN; // the I/O queue has header digests
+        let dd = if ddgst { DIGEST_LEN } else { 0 };
+        let (lba, blocks) = (256, 128); // 64 KiB: 48 KiB trickling in, then 16 KiB whole (LAST)
+        let len = (blocks * BLOCK) as usize;
+        let first = 48 * 1024;
+        let write = |q: &mut Host, data: &[u8], cuts: &[usize], corrupt: bool| {
+            let mut sqe = rw_sqe(true, lba, blocks);
+            sqe.cid = q.next_cid;
+            q.next_cid += 1;
+            sqe.set_sgl(&Sgl::Transport(rdmablk::nvme::TransportSgl {
+                len: len as u32,
+            }));
+            q.send_capsule(&sqe, &[]);
+            let (l, header, _) = q.recv().unwrap();
+            assert_eq!(l.pdu_type, pdu_type::R2T);
+            let r = R2t::decode(header[..DATA_HLEN].try_into().unwrap());
+            assert_eq!((r.r2to, r.r2tl as usize), (0, len));
+            q.corrupt_ddgst = corrupt;
+            q.h2c_trickle((r.cccid, r.ttag, 0), &data[..first], false, cuts);
+            q.h2c(r.cccid, r.ttag, first as u32, &data[first..], true);
+            let (l, header, _) = q.recv().unwrap();
+            assert_eq!(l.pdu_type, pdu_type::CAPSULE_RESP);
+            Cqe::decode(header[CH_LEN..CH_LEN + CQE_LEN].try_into().unwrap())
+        };
+        let read_back = |q: &mut Host| {
+            let (c, read) = q.exec(rw_sqe(false, lba, blocks), &[], len as u32, false);
+            assert_eq!(c.status, Status::SUCCESS, "read");
+            read
+        };
+        let cut_sets: [&[usize]; 4] = [
+            &[hlen - 2, hlen + 1, hlen + 20_000],
+            &[hlen, hlen + 4096, hlen + 4097],
+            &[hlen + 100, hlen + first - 1, hlen + first + dd / 2],
+            &[hlen + first],
+        ];
+        let mut want = Vec::new();
+        for (i, cuts) in cut_sets.iter().enumerate() {
+            want = pattern(1000 + i as u64 + u64::from(ddgst) * 10, len);
+            let c = write(&mut q, &want, cuts, false);
+            assert_eq!(
+                c.status,
+                Status::SUCCESS,
+                "write, cuts {cuts:?}, ddgst {ddgst}"
+            );
+            assert!(
+                read_back(&mut q) == want,
+                "data read back, cuts {cuts:?}, ddgst {ddgst}"
+            );
+        }
+        if ddgst {
+            let other = pattern(77, len);
+            let c = write(&mut q, &other, &[hlen + 10, hlen + 30_000], true);
+            assert_eq!(
+                c.status,
+                Status::TRANSIENT_TRANSPORT_ERROR,
+                "trickled data, bad digest"
+            );
+            assert!(
+                read_back(&mut q) == want,
+                "trickled data with a bad digest was written"
+            );
+            let c = write(&mut q, &other, &[hlen + 10], false);
+            assert_eq!(
+                c.status,
+                Status::SUCCESS,
+                "the same connection after the error"
+            );
+            assert!(read_back(&mut q) == other, "data written after the error");
+        }
+        drop((q, a));
+    }
+    wait_held(&t, 0, 0);
+    t.shutdown();
+}

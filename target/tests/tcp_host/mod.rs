@@ -247,6 +247,43 @@ impl Host {
     }
 
     pub fn h2c(&mut self, cccid: u16, ttag: u16, datao: u32, data: &[u8], last: bool) {
+        let pdu = self.h2c_pdu(cccid, ttag, datao, data, last);
+        self.s.write_all(&pdu).unwrap();
+    }
+
+    /// Sends an H2CData PDU in pieces, cut at `cuts` (offsets into the whole PDU), with a
+    /// pause before each, so that the target sees its header before its data, and its data
+    /// a part at a time.
+    pub fn h2c_trickle(
+        &mut self,
+        (cccid, ttag, datao): (u16, u16, u32),
+        data: &[u8],
+        last: bool,
+        cuts: &[usize],
+    ) {
+        let pdu = self.h2c_pdu(cccid, ttag, datao, data, last);
+        let mut at = 0;
+        for &cut in cuts.iter().chain(std::iter::once(&pdu.len())) {
+            let cut = cut.min(pdu.len());
+            if cut <= at {
+                continue;
+            }
+            self.s.write_all(&pdu[at..cut]).unwrap();
+            self.s.flush().unwrap();
+            std::thread::sleep(Duration::from_millis(30));
+            at = cut;
+        }
+    }
+
+    /// An H2CData PDU: header, header digest, padding, data, data digest.
+    pub fn h2c_pdu(
+        &mut self,
+        cccid: u16,
+        ttag: u16,
+        datao: u32,
+        data: &[u8],
+        last: bool,
+    ) -> Vec<u8> {
         let h = DataHeader {
             cccid,
             ttag,
@@ -265,7 +302,7 @@ impl Host {
         if self.neg.ddgst {
             pdu.extend_from_slice(&self.data_digest(data).to_le_bytes());
         }
-        self.s.write_all(&pdu).unwrap();
+        pdu
     }
 
     pub fn fabrics_connect(&mut self, qid: u16, sqsize: u16, cntlid: u16) -> Cqe {

@@ -13,20 +13,20 @@ use std::time::{Duration, Instant};
 
 use rdmablk::nvme::opcodes::{self, fctype};
 use rdmablk::nvme::transport::tcp::{
-    ch_offset, digest, flags, pdu_type, CommonHeader, DataHeader, Direction, Fes, IcReq, IcResp,
-    Negotiated, PduLayout, TermError, TermReq, CH_LEN, DATA_HLEN, DIGEST_LEN, IC_LEN,
-    TERM_REQ_MAX_DATA,
+    pdu_type, CommonHeader, Direction, Fes, IcReq, IcResp, Negotiated, PduLayout, TermError,
+    TermReq, CH_LEN, DATA_HLEN, IC_LEN, TERM_REQ_MAX_DATA,
 };
-use rdmablk::nvme::{Connect, Sqe, Status, SQE_LEN};
+use rdmablk::nvme::{Connect, Sqe, SQE_LEN};
 
 use super::conn::{Conn, TxPdu, TX_HEADER_BYTES};
-use super::queue::{TcpConnection, TcpQueue, NO_R2T};
+use super::queue::TcpQueue;
+use super::receive::receive;
 use super::{TcpPending, ADMIN_CAPSULE_DATA, MAXH2CDATA};
 use crate::arena::WindowLayout;
 use crate::backend::Completion;
 use crate::nvmf::queue::{begin_close, Phase, Queue, QueueId};
-use crate::nvmf::request::{ReqState, Tag};
-use crate::nvmf::request_flow::{execute, on_capsule, on_sent, Ctx};
+use crate::nvmf::request::Tag;
+use crate::nvmf::request_flow::{on_sent, Ctx};
 use crate::nvmf::transport::{PollGroup, Ready};
 use crate::nvmf::worker::queues::Queues;
 use crate::nvmf::{Shared, ADMIN_QUEUE_DEPTH};
@@ -278,18 +278,7 @@ impl TcpGroup {
         if q.is_closing() {
             return;
         }
-        q.xport.conn.fill();
-        while !q.is_closing() {
-            match next_pdu(q) {
-                Ok(Some(layout)) => {
-                    if let Err(e) = on_pdu(q, &layout, ctx) {
-                        fatal(q, e, ctx.shared);
-                    }
-                }
-                Ok(None) => break,
-                Err(e) => fatal(q, e, ctx.shared),
-            }
-        }
+        receive(q, ctx);
         if let Some(why) = q.xport.conn.broken.clone() {
             if !q.is_closing() {
                 tracing::info!(peer = %q.peer, qid = q.qid, why, "NVMe/TCP connection ended");
@@ -350,7 +339,7 @@ impl TcpGroup {
     }
 }
 
-fn blank_pdu() -> TxPdu {
+pub(super) fn blank_pdu() -> TxPdu {
     TxPdu {
         head: [0u8; TX_HEADER_BYTES],
         head_len: 0,
@@ -360,7 +349,7 @@ fn blank_pdu() -> TxPdu {
     }
 }
 
-fn term_req(e: TermError, quote: &[u8]) -> TxPdu {
+pub(super) fn term_req(e: TermError, quote: &[u8]) -> TxPdu {
     let mut pdu = blank_pdu();
     let b: &mut [u8; DATA_HLEN + TERM_REQ_MAX_DATA] = (&mut pdu.head
         [..DATA_HLEN + TERM_REQ_MAX_DATA])
@@ -369,193 +358,6 @@ fn term_req(e: TermError, quote: &[u8]) -> TxPdu {
     let n = TermReq::from(e).encode(pdu_type::C2H_TERM_REQ, quote, b);
     pdu.head_len = n as u16;
     pdu
-}
-
-/// Reports a fatal error to the host (C2HTermReq quoting the offending header) and closes the
-/// queue.
-fn fatal(q: &mut TcpConnection, e: TermError, shared: &Shared) {
-    tracing::warn!(peer = %q.peer, qid = q.qid, error = %e, "NVMe/TCP protocol error: terminating the connection");
-    let quote = q.xport.conn.received();
-    let quote = &quote[..quote.len().min(TERM_REQ_MAX_DATA)];
-    let pdu = term_req(e, quote);
-    q.xport.conn.discard_output();
-    q.xport.conn.queue(pdu);
-    q.xport.conn.flush(&mut |_| {});
-    begin_close(q, "NVMe/TCP protocol error", shared);
-}
-
-/// The next whole PDU in the receive buffer, checked up to its data's digest: its layout, or
-/// None if it has not all arrived.
-fn next_pdu(q: &mut TcpConnection) -> Result<Option<PduLayout>, TermError> {
-    let buf = q.xport.conn.received();
-    if buf.len() < CH_LEN {
-        return Ok(None);
-    }
-    let ch = CommonHeader::decode(buf[..CH_LEN].try_into().expect("8 bytes"));
-    let host = Negotiated {
-        pda: 0, // CPDA: what the host's PDUs to us are aligned to
-        ..q.xport.neg
-    };
-    let max = match ch.pdu_type {
-        pdu_type::CAPSULE_CMD => ADMIN_CAPSULE_DATA.max(q.icd_bytes),
-        _ => MAXH2CDATA,
-    };
-    let layout = PduLayout::check(&ch, Direction::HostToController, Some(host), max)?;
-    if buf.len() < layout.plen {
-        return Ok(None);
-    }
-    if layout.hdgst > 0 {
-        let want = digest(&buf[..layout.hlen]);
-        let got = u32::from_le_bytes(buf[layout.hlen..layout.hlen + 4].try_into().expect("4"));
-        if want != got {
-            return Err(TermError {
-                fes: Fes::HeaderDigestError,
-                fei: 0,
-                what: "header digest mismatch",
-            });
-        }
-    }
-    Ok(Some(layout))
-}
-
-/// Acts on the whole PDU at the head of the receive buffer, and consumes it.
-fn on_pdu(q: &mut TcpConnection, l: &PduLayout, ctx: &mut Ctx<'_>) -> Result<(), TermError> {
-    let data_ok = {
-        let buf = q.xport.conn.received();
-        l.ddgst == 0 || {
-            let data = &buf[l.pdo..l.pdo + l.data_len];
-            let got = u32::from_le_bytes(
-                buf[l.pdo + l.data_len..l.pdo + l.data_len + DIGEST_LEN]
-                    .try_into()
-                    .expect("4"),
-            );
-            digest(data) == got
-        }
-    };
-    match l.pdu_type {
-        pdu_type::CAPSULE_CMD => {
-            let Some(recv) = q.xport.free_recv.pop() else {
-                return Err(TermError {
-                    fes: Fes::PduSequenceError,
-                    fei: 0,
-                    what: "a command beyond the queue's size",
-                });
-            };
-            let len = SQE_LEN + l.data_len;
-            let region = q.window.recv_slot(recv);
-            assert!(
-                len <= region.len,
-                "capsule slots hold the largest capsule accepted"
-            );
-            let buf = q.xport.conn.received();
-            // SAFETY: the receive slot lies in this queue's window and is free (just taken
-            // from the free list); the source is our receive buffer; they cannot overlap.
-            unsafe {
-                std::ptr::copy_nonoverlapping(buf[CH_LEN..].as_ptr(), region.as_ptr(), SQE_LEN);
-                if l.data_len > 0 && data_ok {
-                    std::ptr::copy_nonoverlapping(
-                        buf[l.pdo..].as_ptr(),
-                        region.as_ptr().add(SQE_LEN),
-                        l.data_len,
-                    );
-                }
-            }
-            if !data_ok {
-                // The data is bad, not the PDU: the command completes with Transient Transport
-                // Error without running (`capsule_status`), and the connection stays.
-                let sqe = Sqe::decode(buf[CH_LEN..CH_LEN + SQE_LEN].try_into().expect("64"));
-                data_digest_mismatch(q, sqe.cid);
-                q.xport.damaged[recv as usize] = true;
-            }
-            q.xport.conn.consume(l.plen);
-            on_capsule(q, recv, len as u32, ctx);
-            Ok(())
-        }
-        pdu_type::H2C_DATA => {
-            let buf = q.xport.conn.received();
-            let h = DataHeader::decode(buf[..DATA_HLEN].try_into().expect("24 bytes"));
-            h.check(l)?;
-            let slot = u32::from(h.ttag);
-            let out_of_range = |fei, what| TermError {
-                fes: Fes::DataTransferOutOfRange,
-                fei,
-                what,
-            };
-            let got = q
-                .xport
-                .h2c_got
-                .get(slot as usize)
-                .copied()
-                .unwrap_or(NO_R2T);
-            let r = q.reqs.get(slot as usize).copied();
-            let Some(r) = r.filter(|r| got != NO_R2T && r.state == ReqState::AwaitingData) else {
-                return Err(out_of_range(10, "H2CData for no R2T outstanding"));
-            };
-            if r.sqe.cid != h.cccid {
-                return Err(out_of_range(8, "H2CData command ID is not the R2T's"));
-            }
-            if h.datao != got {
-                return Err(out_of_range(
-                    12,
-                    "H2CData offset is not where the data stands",
-                ));
-            }
-            if u64::from(h.datao) + u64::from(h.datal) > u64::from(r.data_len) {
-                return Err(out_of_range(16, "H2CData beyond the command's data"));
-            }
-            if !data_ok && r.status.is_success() {
-                // The data is bad, not the PDU: the rest of the command's data is taken and
-                // dropped, and the command completes with Transient Transport Error without
-                // running once its data phase ends (`execute`); the connection stays.
-                data_digest_mismatch(q, h.cccid);
-                q.reqs[slot as usize].fail(Status::TRANSIENT_TRANSPORT_ERROR);
-            }
-            if q.reqs[slot as usize].status.is_success() {
-                let data = &buf[l.pdo..l.pdo + l.data_len];
-                if q.write_data(r.data_slot, h.datao as usize, data).is_err() {
-                    return Err(out_of_range(12, "H2CData outside the data slot"));
-                }
-            }
-            let got = h.datao + h.datal;
-            let last = l.flags & flags::DATA_LAST != 0;
-            q.xport.conn.consume(l.plen);
-            if got == r.data_len {
-                if !last {
-                    return Err(TermError {
-                        fes: Fes::InvalidHeaderField,
-                        fei: ch_offset::FLAGS,
-                        what: "the last H2CData of a command without LAST",
-                    });
-                }
-                q.xport.h2c_got[slot as usize] = NO_R2T;
-                execute(q, slot, ctx);
-            } else {
-                q.xport.h2c_got[slot as usize] = got;
-            }
-            Ok(())
-        }
-        pdu_type::H2C_TERM_REQ => {
-            let buf = q.xport.conn.received();
-            let (fes, fei) = TermReq::decode(buf[..DATA_HLEN].try_into().expect("24 bytes"));
-            tracing::warn!(peer = %q.peer, qid = q.qid, ?fes, fei, "the host terminated the connection (H2CTermReq)");
-            let len = l.plen;
-            q.xport.conn.consume(len);
-            begin_close(q, "the host sent a TermReq", ctx.shared);
-            Ok(())
-        }
-        _ => Err(TermError {
-            fes: Fes::InvalidHeaderField,
-            fei: ch_offset::TYPE,
-            what: "PDU type not expected on a queue",
-        }),
-    }
-}
-
-/// A data digest that did not match, for command `cid`: a transient error of the link (SPDK's
-/// choice; the specification has no FES for it, and nvmet closes the connection).
-fn data_digest_mismatch(q: &TcpConnection, cid: u16) {
-    tracing::warn!(peer = %q.peer, qid = q.qid, cid,
-        "NVMe/TCP data digest mismatch: the command completes with Transient Transport Error");
 }
 
 impl PollGroup for TcpGroup {

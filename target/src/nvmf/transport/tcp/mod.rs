@@ -8,12 +8,15 @@
 //!
 //! - this file: [`TcpTransport`]: the listener threads (accept, hand the socket to a worker).
 //! - [`group`]: a worker's connections: epoll, initialization, the Connect, every PDU.
+//! - [`receive`]: what a queue's socket brings: each PDU checked and acted on (capsules,
+//!   H2CData, the host's TermReq).
 //! - [`queue`]: the per-queue state and its [`super::QueueTransport`] implementation.
 //! - [`conn`]: a socket's receive buffer and its queue of PDUs to send.
 
 pub mod conn;
 pub mod group;
 pub mod queue;
+pub mod receive;
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
