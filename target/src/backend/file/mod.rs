@@ -395,16 +395,7 @@ impl Backend for UringFile {
 /// `poll = true` on a device whose queue does not poll: the error naming the fix.
 fn check_poll_queues(path: &Path, meta: &std::fs::Metadata) -> Result<(), BackendError> {
     use std::os::unix::fs::MetadataExt;
-    let dev = format!(
-        "/sys/dev/block/{}:{}",
-        libc::major(meta.rdev()),
-        libc::minor(meta.rdev())
-    );
-    // A partition's queue is its disk's.
-    let io_poll = ["queue/io_poll", "../queue/io_poll"]
-        .iter()
-        .find_map(|q| std::fs::read_to_string(format!("{dev}/{q}")).ok());
-    if io_poll.as_deref().map(str::trim) == Some("1") {
+    if queue_polls(meta.rdev()) == Some(true) {
         return Ok(());
     }
     Err(BackendError::BadFile {
@@ -414,6 +405,16 @@ fn check_poll_queues(path: &Path, meta: &std::fs::Metadata) -> Result<(), Backen
                remove poll = true to use interrupts"
             .into(),
     })
+}
+
+/// Whether the request queue of block device `rdev` (a partition: its disk's) takes polled
+/// I/O (sysfs `queue/io_poll`); None if sysfs does not say.
+pub fn queue_polls(rdev: u64) -> Option<bool> {
+    let dev = format!("/sys/dev/block/{}:{}", libc::major(rdev), libc::minor(rdev));
+    ["queue/io_poll", "../queue/io_poll"]
+        .iter()
+        .find_map(|q| std::fs::read_to_string(format!("{dev}/{q}")).ok())
+        .map(|v| v.trim() == "1")
 }
 
 #[cfg(test)]

@@ -217,14 +217,9 @@ fn check_poll_queues(meta: &std::fs::Metadata) -> Result<(), String> {
     if !meta.file_type().is_block_device() {
         return Ok(());
     }
-    let (major, minor) = (libc::major(meta.rdev()), libc::minor(meta.rdev()));
-    let dev = format!("/sys/dev/block/{major}:{minor}");
-    // A partition's queue is its disk's.
-    let poll = ["queue/io_poll", "../queue/io_poll"]
-        .iter()
-        .find_map(|q| std::fs::read_to_string(format!("{dev}/{q}")).ok());
-    match poll.as_deref().map(str::trim) {
-        Some("0") => Err(
+    // The target's own check (`poll = true` of a block namespace); unknown: let the kernel say.
+    match rdmablk_target::backend::file::queue_polls(meta.rdev()) {
+        Some(false) => Err(
             "--hipri polls, and this device's queue does not (queue/io_poll is 0; \
              for NVMe boot with nvme.poll_queues=N or `modprobe nvme poll_queues=N`), or drop \
              --hipri"
