@@ -80,6 +80,42 @@ fn unknown_keys_are_refused_by_name_with_the_line() {
 }
 
 #[test]
+fn a_wrong_type_names_its_key_and_shows_its_line() {
+    // A plain key.
+    let text = MINIMAL.replace("nsid = 1", "nsid = \"one\"");
+    let msg = Config::from_str(&text).unwrap_err().to_string();
+    assert!(
+        msg.starts_with("line 14: nsid: invalid type: string \"one\"")
+            && msg.ends_with("(in `nsid = \"one\"`)"),
+        "{msg}"
+    );
+    // Inside the tagged backend table, where serde reports the whole table: the key whose
+    // value the message quotes.
+    let text = MINIMAL.replace("size = \"16MiB\"", "size = 12.5");
+    let msg = Config::from_str(&text).unwrap_err().to_string();
+    assert!(
+        msg.starts_with("line 15: backend.size: invalid type: floating point `12.5`"),
+        "{msg}"
+    );
+    let text = MINIMAL.replace(
+        "{ kind = \"ram\", size = \"16MiB\" }",
+        "{ kind = \"block\", path = \"/dev/x\", poll = \"yes\" }",
+    );
+    let msg = Config::from_str(&text).unwrap_err().to_string();
+    assert!(
+        msg.starts_with("line 15: backend.poll: invalid type: string \"yes\""),
+        "{msg}"
+    );
+    // Two keys with the quoted value: the table's key only.
+    let text = MINIMAL.replace(
+        "{ kind = \"ram\", size = \"16MiB\" }",
+        "{ kind = \"block\", path = \"yes\", poll = \"yes\" }",
+    );
+    let msg = Config::from_str(&text).unwrap_err().to_string();
+    assert!(msg.starts_with("line 15: backend: invalid type"), "{msg}");
+}
+
+#[test]
 fn from_file_names_the_path() {
     let dir = std::env::temp_dir().join(format!("rdmablk-cfg-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
