@@ -299,16 +299,17 @@ pub fn text(r: &RunReport<'_>) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "rdmablk-perf: target={} engine={} rw={} bs={} iodepth={} numjobs={} size={}/job{}{}",
+        "rdmablk-perf: target={} engine={} rw={} bs={} iodepth={} numjobs={}{}{}{}",
         cfg.target,
         r.engine,
         cfg.rw.as_str(),
         cfg.bs,
         cfg.iodepth,
         cfg.numjobs,
+        // No job ran (refused before its region was known): no size to show.
         r.jobs
             .first()
-            .map(|j| format_size(j.region.len))
+            .map(|j| format!(" size={}/job", format_size(j.region.len)))
             .unwrap_or_default(),
         cfg.runtime_ms
             .map(|ms| format!(" runtime={}s", ms as f64 / 1000.0))

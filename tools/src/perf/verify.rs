@@ -146,6 +146,8 @@ impl fmt::Display for Expected {
 /// Which check failed first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mismatch {
+    /// All zeroes: never written (by this tool or anything else since it was zeroed).
+    Unwritten,
     /// Not written by this tool (or the header is destroyed).
     Magic,
     /// Written with another verify block size.
@@ -177,6 +179,11 @@ pub struct VerifyError {
 impl fmt::Display for VerifyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let what = match self.mismatch {
+            Mismatch::Unwritten => {
+                "all zeroes: never written (a run that ends on its --runtime may not have \
+                 written every block of a random pattern; a sequential --rw write without \
+                 --runtime writes each once)"
+            }
             Mismatch::Magic => "bad magic (block not written by rdmablk-perf, or overwritten)",
             Mismatch::BlockLen => "block length differs (written with another --bs?)",
             Mismatch::Offset => "offset differs (misdirected write or read)",
@@ -210,6 +217,9 @@ pub fn check(block: &[u8], expected: Expected) -> Result<(), VerifyError> {
         })
     };
     if found.magic != MAGIC {
+        if block.iter().all(|&b| b == 0) {
+            return fail(Mismatch::Unwritten);
+        }
         return fail(Mismatch::Magic);
     }
     if found.block_len as usize != block.len() {
@@ -303,6 +313,22 @@ mod tests {
     }
 
     #[test]
+    fn a_block_of_zeroes_is_unwritten_and_other_foreign_data_bad_magic() {
+        let want = Expected {
+            offset: 0,
+            seed: 42,
+            generation: None,
+        };
+        let zeroes = vec![0u8; 4096];
+        let e = check(&zeroes, want).unwrap_err();
+        assert_eq!(e.mismatch, Mismatch::Unwritten);
+        assert!(e.to_string().contains("never written"), "{e}");
+        let mut foreign = zeroes.clone();
+        foreign[4000] = 1;
+        assert_eq!(check(&foreign, want).unwrap_err().mismatch, Mismatch::Magic);
+    }
+
+    #[test]
     fn stamped_block_checks_and_decodes() {
         let b = block(8192, 3);
         let h = BlockHeader::decode(&b);
@@ -350,7 +376,8 @@ mod tests {
             generation: Some(3),
         };
         let kind = |b: &[u8], e: Expected| check(b, e).unwrap_err().mismatch;
-        assert_eq!(kind(&vec![0u8; 4096], good), Mismatch::Magic);
+        assert_eq!(kind(&vec![0u8; 4096], good), Mismatch::Unwritten);
+        assert_eq!(kind(&vec![0xA5u8; 4096], good), Mismatch::Magic);
         assert_eq!(kind(&block(8192, 3)[..2048], good), Mismatch::BlockLen);
         assert_eq!(kind(&block(4096, 3), good), Mismatch::Offset);
         assert_eq!(
