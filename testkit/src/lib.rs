@@ -5,6 +5,7 @@
 
 use std::net::TcpListener;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Deterministic pseudo-random bytes (xorshift64*) from `seed`, so a misplaced, shifted or
 /// stale copy never matches: the same `(seed, len)` always gives the same bytes.
@@ -42,9 +43,44 @@ pub fn e2e_fabric() -> (String, String) {
     (kind, addr)
 }
 
+/// The lowest port tests pick: above the services a test machine may run (Ceph's 3300, 6789
+/// and 6800-7568 among them).
+const TEST_PORTS_FROM: u16 = 20000;
+
+/// The first port of the kernel's ephemeral range (the local ports `connect` takes).
+fn ephemeral_from() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768)
+}
+
 /// A TCP port on `ip` that nobody listens on right now (targets refuse port 0 in their
 /// configuration, so tests pick one).
+///
+/// It is picked below the kernel's ephemeral range (`net.ipv4.ip_local_port_range`, from
+/// 32768 by default), where no connection's local port can take it between the pick and the
+/// target's bind: port 0 handed out ephemeral ports, and a parallel test's `connect` once took
+/// one first (EADDRINUSE). Each process starts at its own place in the band and each pick
+/// moves on, so parallel tests and test processes rarely try the same port; one that is taken
+/// is skipped.
 pub fn free_port(ip: &str) -> u16 {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    if let Some(len) = ephemeral_from()
+        .checked_sub(TEST_PORTS_FROM)
+        .filter(|&l| l >= 1000)
+    {
+        let len = u32::from(len);
+        let start = std::process::id().wrapping_mul(2_654_435_761) % len;
+        for _ in 0..512 {
+            // 7919 is prime, so the picks of one process walk the whole band before any repeats.
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            let port = TEST_PORTS_FROM + ((start + n.wrapping_mul(7919) % len) % len) as u16;
+            if TcpListener::bind((ip, port)).is_ok() {
+                return port;
+            }
+        }
+    }
     TcpListener::bind((ip, 0))
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -62,6 +98,18 @@ pub fn tmp_dir(name: &str) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn free_ports_are_below_the_ephemeral_range_and_differ() {
+        let a = free_port("127.0.0.1");
+        let b = free_port("127.0.0.1");
+        assert_ne!(a, b);
+        let held = TcpListener::bind(("127.0.0.1", a)).expect("the picked port is free");
+        if ephemeral_from() >= TEST_PORTS_FROM + 1000 {
+            assert!((TEST_PORTS_FROM..ephemeral_from()).contains(&a), "{a}");
+        }
+        drop(held);
+    }
 
     #[test]
     fn patterns_are_deterministic_and_tell_places_apart() {
