@@ -339,7 +339,7 @@ impl TcpGroup {
     }
 }
 
-pub(super) fn blank_pdu() -> TxPdu {
+fn blank_pdu() -> TxPdu {
     TxPdu {
         head: [0u8; TX_HEADER_BYTES],
         head_len: 0,

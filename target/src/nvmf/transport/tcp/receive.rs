@@ -42,7 +42,7 @@ pub fn receive(q: &mut TcpConnection, ctx: &mut Ctx<'_>) {
 
 /// Reports a fatal error to the host (C2HTermReq quoting the offending header) and closes the
 /// queue.
-pub(super) fn fatal(q: &mut TcpConnection, e: TermError, shared: &Shared) {
+fn fatal(q: &mut TcpConnection, e: TermError, shared: &Shared) {
     tracing::warn!(peer = %q.peer, qid = q.qid, error = %e, "NVMe/TCP protocol error: terminating the connection");
     let quote = q.xport.conn.received();
     let quote = &quote[..quote.len().min(TERM_REQ_MAX_DATA)];
