@@ -300,9 +300,9 @@ pub struct TargetConfig {
     /// Identify; `None`: the well-known NQN only.
     pub discovery_nqn: Option<String>,
     /// Count every I/O command (ops, bytes, a latency histogram, errors by status) for
-    /// `rdmablk-ctl stats` and the Prometheus endpoint. `false` skips the counting (and the
-    /// clock readings it shares per pass of the worker); those views then show no I/O
-    /// (connections, arena and keep-alive figures stay).
+    /// `rdmablk-ctl stats` and the Prometheus endpoint. `false` skips the counting and its two
+    /// clock reads per command; those views then show no I/O (connections, arena and
+    /// keep-alive figures stay).
     pub io_statistics: bool,
     /// A directory for state that must outlive the process: reservations a host asked to
     /// persist through power loss (one file per namespace, written and synced before the

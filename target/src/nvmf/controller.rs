@@ -8,6 +8,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
 use rdmablk::nvme::admin::AsyncEvent;
 use rdmablk::nvme::identify::oaes;
@@ -450,4 +451,9 @@ impl ControllerTable {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// Milliseconds since `epoch`: the clock keep-alive uses.
+pub fn now_ms(epoch: Instant) -> u64 {
+    epoch.elapsed().as_millis() as u64
 }

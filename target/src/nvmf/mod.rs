@@ -28,7 +28,6 @@
 pub mod admin;
 pub mod ana;
 pub mod auth;
-pub mod clock;
 pub mod command;
 pub mod controller;
 pub mod data_phase;
@@ -54,6 +53,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use arc_swap::ArcSwap;
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use crate::arena::{Arena, ArenaError, ArenaStats};
 use crate::backend::BackendError;
@@ -145,8 +145,7 @@ pub struct Shared {
     pub arena: Arc<Arena>,
     /// The transports served, each with a poll group on every worker (in this order).
     pub transports: Vec<Arc<dyn Transport>>,
-    /// The coarse clock's milliseconds at the start (keep-alive counts from it).
-    pub epoch_ms: u64,
+    pub epoch: Instant,
     /// Set by [`Target::shutdown`]: stop accepting, drain, flush, exit.
     pub stop: AtomicBool,
     /// Queues (connections) alive.
@@ -173,10 +172,8 @@ pub struct Shared {
 }
 
 impl Shared {
-    /// Milliseconds since the start on the coarse clock ([`clock::coarse_ms`]): what
-    /// keep-alive stamps every command with and checks its timers against.
     pub fn now_ms(&self) -> u64 {
-        clock::coarse_ms().saturating_sub(self.epoch_ms)
+        controller::now_ms(self.epoch)
     }
 
     /// The subsystem a Connect names: an NVM subsystem, or the discovery subsystem by the
@@ -269,7 +266,7 @@ impl Target {
             controllers: ControllerTable::default(),
             arena,
             transports,
-            epoch_ms: clock::coarse_ms(),
+            epoch: Instant::now(),
             stop: AtomicBool::new(false),
             connections: AtomicUsize::new(0),
             final_flush_failures: Mutex::new(Vec::new()),

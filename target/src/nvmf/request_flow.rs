@@ -8,10 +8,10 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::Instant;
 
 use rdmablk::nvme::SQE_LEN;
 
-use super::clock::PassClock;
 use super::command;
 use super::data_phase::Next;
 use super::ns_queues::NsQueues;
@@ -31,8 +31,6 @@ pub struct Ctx<'a> {
     pub counters: &'a [Option<Arc<NsCounters>>],
     pub nsq: &'a mut NsQueues,
     pub backlog: &'a mut VecDeque<u64>,
-    /// The worker's clock reading for this phase of its pass (the latency statistics' stamps).
-    pub clock: &'a PassClock,
 }
 
 impl Ctx<'_> {
@@ -77,7 +75,7 @@ fn start_request<X: QueueTransport>(
     let r = &mut conn.reqs[slot as usize];
     r.reset(sqe, len, recv, data_slot);
     if ctx.shared.cfg.target.io_statistics {
-        r.received = Some(ctx.clock.now());
+        r.received = Some(Instant::now());
     }
     r.enter(ReqState::New, qid, slot);
     let next = match X::capsule_status(conn, recv).and_then(|()| X::claim_data_slot(conn, slot)) {
@@ -251,8 +249,7 @@ fn record(r: &Request, ctx: &Ctx<'_>) {
         return;
     };
     if let (Some(c), Some(t)) = (ctx.counter(ns), r.received) {
-        let latency = ctx.clock.now().saturating_duration_since(t);
-        c.done(op, r.data_len, r.status, latency, r.counted);
+        c.done(op, r.data_len, r.status, t.elapsed(), r.counted);
     }
 }
 

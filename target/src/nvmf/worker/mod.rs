@@ -23,7 +23,6 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use super::clock::PassClock;
 use super::ns_queues::{Ack, NsQueues};
 use super::request::Tag;
 use super::request_flow::Ctx;
@@ -151,7 +150,6 @@ pub(super) fn spawn(
                 backend_wake,
                 msg_wake,
                 idle_streak: 0,
-                clock: PassClock::default(),
                 backlog: VecDeque::with_capacity(1024),
                 released: Vec::new(),
                 comps: vec![Completion::EMPTY; 64],
@@ -226,8 +224,6 @@ struct Worker {
     msg_wake: Option<Arc<BackendWake>>,
     /// Idle waits in a row that found nothing: the next one sleeps longer.
     idle_streak: u32,
-    /// The clock reading of the pass's phase ([`PassClock`]).
-    clock: PassClock,
     /// Requests (as backend tags) waiting for backend room.
     backlog: VecDeque<u64>,
     /// Held commands the QoS limits just admitted (capacity kept).
@@ -256,14 +252,11 @@ impl Worker {
                 self.resume_backlog();
             }
             busy |= self.release_held();
-            // The end of the pass: the responses it sends get one stamp.
-            self.clock.invalidate();
             for g in 0..self.groups.len() {
                 busy |= self.with_group(g, |group, ctx| group.end_pass(ctx));
             }
-            let now = self.clock.now();
-            if now.saturating_duration_since(self.last_tick) >= TICK {
-                self.last_tick = now;
+            if self.last_tick.elapsed() >= TICK {
+                self.last_tick = Instant::now();
                 self.housekeeping();
             }
             if self.shared.stopping() && self.shutdown_step() {
@@ -271,17 +264,14 @@ impl Worker {
             }
             if busy {
                 self.idle_streak = 0;
-                self.clock.invalidate();
             } else {
-                // Only the waiting is timed (busy = lifetime - idle), from this pass's last
-                // reading to the one after the wait, which the next pass's commands share.
-                let t = self.clock.now();
+                // Only the waiting is timed (busy = lifetime - idle): no clock read per pass
+                // while work keeps coming.
+                let t = Instant::now();
                 self.idle();
-                let woke = self.clock.fresh();
-                counters.idle_ns.fetch_add(
-                    woke.saturating_duration_since(t).as_nanos() as u64,
-                    Ordering::Relaxed,
-                );
+                counters
+                    .idle_ns
+                    .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
             }
         }
         self.final_flush();
@@ -300,7 +290,6 @@ impl Worker {
             counters: &self.ns_counters,
             nsq: &mut self.nsq,
             backlog: &mut self.backlog,
-            clock: &self.clock,
         };
         f(self.groups[g].1.as_mut(), &mut ctx)
     }
