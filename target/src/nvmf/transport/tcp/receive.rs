@@ -142,21 +142,16 @@ fn on_pdu(q: &mut TcpConnection, l: &PduLayout, ctx: &mut Ctx<'_>) -> Result<(),
         }
         pdu_type::H2C_DATA => {
             let p = h2c_accept(q, l)?;
-            let ok = q.reqs[p.slot as usize].status.is_success();
-            if ok && data_ok {
+            if data_ok && q.reqs[p.slot as usize].status.is_success() {
                 let buf = q.xport.conn.received();
                 let data = &buf[l.pdo..l.pdo + l.data_len];
-                let region = q.window.data_slot(p.data_slot);
-                // SAFETY: `h2c_accept` checked `off + len` against the slot's length; the
-                // slot is this command's, nothing else touches it while its data comes; the
-                // source is our receive buffer.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        data.as_ptr(),
-                        region.as_ptr().add(p.off),
-                        data.len(),
-                    )
-                };
+                if q.write_data(p.data_slot, p.off, data).is_err() {
+                    return Err(TermError {
+                        fes: Fes::DataTransferOutOfRange,
+                        fei: 12,
+                        what: "H2CData outside the data slot",
+                    });
+                }
             }
             q.xport.conn.consume(l.plen);
             h2c_end(q, &p, data_ok, ctx)
@@ -212,17 +207,12 @@ fn h2c_accept(q: &TcpConnection, l: &PduLayout) -> Result<H2c, TermError> {
     if u64::from(h.datao) + u64::from(h.datal) > u64::from(r.data_len) {
         return Err(out_of_range(16, "H2CData beyond the command's data"));
     }
-    let off = h.datao as usize;
-    let len = h.datal as usize;
-    if off + len > q.window.data_slot(r.data_slot).len {
-        return Err(out_of_range(12, "H2CData outside the data slot"));
-    }
     Ok(H2c {
         slot,
         cid: h.cccid,
         data_slot: r.data_slot,
-        off,
-        len,
+        off: h.datao as usize,
+        len: h.datal as usize,
         last: l.flags & flags::DATA_LAST != 0,
     })
 }
