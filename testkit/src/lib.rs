@@ -73,7 +73,8 @@ pub fn free_port(ip: &str) -> u16 {
         let len = u32::from(len);
         let start = std::process::id().wrapping_mul(2_654_435_761) % len;
         for _ in 0..512 {
-            // 7919 is prime, so the picks of one process walk the whole band before any repeats.
+            // A prime step: the picks of one process walk the whole band before any repeats
+            // (unless the band's length is a multiple of it, which the default's is not).
             let n = NEXT.fetch_add(1, Ordering::Relaxed);
             let port = TEST_PORTS_FROM + ((start + n.wrapping_mul(7919) % len) % len) as u16;
             if TcpListener::bind((ip, port)).is_ok() {
