@@ -10,6 +10,7 @@
 
 mod auth;
 mod bytes;
+mod cpu_list;
 mod nqn;
 mod validate;
 
@@ -24,6 +25,7 @@ use rdmablk::fabric::ProviderKind;
 
 pub use auth::{warn_if_readable_by_others, HostAuth, HostConfig, HostEntry, SecretString};
 pub use bytes::ByteSize;
+pub use cpu_list::{allowed_cpus, pin_current_thread, CpuList};
 pub use nqn::{
     nqn_form_warning, parse_uuid, validate_nqn, validate_uuid, DISCOVERY_NQN, MAX_NQN_BYTES,
 };
@@ -279,6 +281,10 @@ impl From<Provider> for ProviderKind {
 pub struct TargetConfig {
     /// Worker threads; each owns its connections, its io_uring and its completion queues.
     pub worker_threads: u32,
+    /// The CPUs the workers run on, in Linux's list form (`"2-5,8"`): worker `i` is pinned to
+    /// the list's `i`-th CPU (wrapping around when there are more workers than CPUs).
+    /// `None`: the scheduler places them.
+    pub worker_cpus: Option<CpuList>,
     /// How workers wait for work.
     pub poll_mode: PollMode,
     /// Keep Alive granularity advertised in Identify Controller (KAS, in 100 ms units on the
@@ -315,6 +321,7 @@ impl Default for TargetConfig {
     fn default() -> Self {
         TargetConfig {
             worker_threads: 1,
+            worker_cpus: None,
             poll_mode: PollMode::Interrupt,
             keep_alive_granularity_ms: 1000,
             default_keep_alive_timeout_ms: 0,

@@ -1,5 +1,6 @@
 //! The `rdmablk-target` binary: starts from a config file, serves a host, exits 0 on SIGTERM
-//! after the host has gone, and refuses a bad configuration with the key named.
+//! after the host has gone, refuses a bad configuration with the key named, and pins its
+//! workers to the CPUs `target.worker_cpus` gives them.
 
 mod common;
 
@@ -162,4 +163,70 @@ fn a_worker_thread_killed_without_unwinding_makes_the_target_exit_70() {
         "stderr:\n{err}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn worker_cpus_pins_each_worker_to_its_cpu() {
+    use rdmablk_target::config::{allowed_cpus, CpuList};
+    let allowed = allowed_cpus().expect("sched_getaffinity");
+    // Two workers on the last two CPUs the test may use (one CPU: both on it).
+    let cpus: Vec<usize> = allowed.cpus().iter().rev().take(2).rev().copied().collect();
+    let list = cpus
+        .iter()
+        .map(usize::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let dir = std::env::temp_dir().join(format!("rdmablk-pin-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("target.toml");
+    let text = config_text(free_port(), "32MiB", &format!("worker_cpus = \"{list}\""))
+        .replace("worker_threads = 1", "worker_threads = 2");
+    std::fs::write(&cfg, text).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rdmablk-target"))
+        .arg("--config")
+        .arg(&cfg)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start rdmablk-target");
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while line != "ready\n" {
+        line.clear();
+        assert_ne!(out.read_line(&mut line).unwrap(), 0, "no readiness line");
+    }
+    // Each thread's affinity as the kernel reports it.
+    let mut seen = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{}/task", child.id())).unwrap() {
+        let task = task.unwrap().path();
+        let comm = std::fs::read_to_string(task.join("comm")).unwrap_or_default();
+        let status = std::fs::read_to_string(task.join("status")).unwrap_or_default();
+        let Some(mask) = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        else {
+            continue;
+        };
+        let mask = CpuList::parse(mask.trim()).unwrap();
+        seen.push((comm.trim().to_owned(), mask));
+    }
+    // SAFETY: kill has no memory-safety preconditions; the pid is our live child.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    for (w, want) in [
+        ("rdmablk-w0", cpus[0]),
+        ("rdmablk-w1", cpus[1 % cpus.len()]),
+    ] {
+        let mask = seen
+            .iter()
+            .find(|(c, _)| c == w)
+            .map(|(_, m)| m.cpus().to_vec());
+        assert_eq!(mask, Some(vec![want]), "{w}: threads {seen:?}");
+    }
+    // The other threads keep the process's affinity.
+    for (comm, mask) in seen.iter().filter(|(c, _)| !c.starts_with("rdmablk-w")) {
+        assert_eq!(mask, &allowed, "{comm} was pinned too: {seen:?}");
+    }
+    assert!(status.success(), "exit status {status:?}");
 }

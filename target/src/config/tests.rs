@@ -615,3 +615,36 @@ fn shared_reservations_must_be_an_absolute_path() {
         Some(std::path::Path::new("/var/lib/rdmablk/ns1"))
     );
 }
+
+#[test]
+fn worker_cpus_take_a_linux_cpu_list_this_process_may_use() {
+    let allowed = allowed_cpus().expect("sched_getaffinity");
+    let first = allowed.cpus()[0];
+    let cfg = Config::from_str(&with(&format!("[target]\nworker_cpus = \"{first}\""), "")).unwrap();
+    assert_eq!(
+        cfg.target.worker_cpus.as_ref().map(|l| l.for_worker(3)),
+        Some(Some(first))
+    );
+    // A malformed list: the parse error names the key and its line, and says why.
+    let msg = Config::from_str(&with("[target]\nworker_cpus = \"3-1\"", ""))
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("line 3: worker_cpus: "), "{msg}");
+    assert!(msg.contains("runs backwards"), "{msg}");
+    // A CPU the process may not run on: refused, naming the CPU and what it may use.
+    let last = cpu_list::MAX_CPUS - 1;
+    let p = problems(&with(
+        &format!("[target]\nworker_cpus = \"{first},{last}\""),
+        "",
+    ));
+    let p = p
+        .iter()
+        .find(|p| p.key == "target.worker_cpus")
+        .expect("{p:?}");
+    assert!(
+        p.message.contains(&format!("CPU {last} is not one")),
+        "{}",
+        p.message
+    );
+    assert!(p.message.contains(&allowed.to_string()), "{}", p.message);
+}

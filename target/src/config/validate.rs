@@ -205,6 +205,29 @@ fn check_target(cfg: &Config, c: &mut Checker) {
             ),
         );
     }
+    if let (Some(list), Some(allowed)) = (&t.worker_cpus, super::allowed_cpus()) {
+        let outside: Vec<usize> = list
+            .cpus()
+            .iter()
+            .copied()
+            .filter(|c| !allowed.cpus().contains(c))
+            .collect();
+        if !outside.is_empty() {
+            c.fail(
+                "target.worker_cpus",
+                format!(
+                    "CPU {} is not one this process may run on (it may run on {allowed}: \
+                     list only those, or widen its affinity: taskset, or the service's \
+                     CPUAffinity=)",
+                    outside
+                        .iter()
+                        .map(usize::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", CPU ")
+                ),
+            );
+        }
+    }
     let kas = t.keep_alive_granularity_ms;
     if kas == 0 || kas % 100 != 0 || kas / 100 > u16::MAX as u32 {
         c.fail(

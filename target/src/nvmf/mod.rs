@@ -118,6 +118,13 @@ pub enum TargetError {
         #[source]
         source: BackendError,
     },
+    #[error("worker {index}: cannot run on CPU {cpu} (target.worker_cpus): {source}")]
+    Pin {
+        index: usize,
+        cpu: usize,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("cannot start a thread: {0}")]
     Thread(#[source] std::io::Error),
     #[error(

@@ -129,6 +129,7 @@ fn restart_only_changes(old: &Config, new: &Config) -> Vec<String> {
             "target.worker_threads",
             a.worker_threads == b.worker_threads,
         ),
+        ("target.worker_cpus", a.worker_cpus == b.worker_cpus),
         ("target.poll_mode", a.poll_mode == b.poll_mode),
         (
             "target.keep_alive_granularity_ms",

@@ -103,6 +103,14 @@ pub(super) fn spawn(
     let handle = std::thread::Builder::new()
         .name(format!("rdmablk-w{index}"))
         .spawn(move || {
+            let cpu = shared.cfg.target.worker_cpus.as_ref();
+            if let Some(cpu) = cpu.and_then(|l| l.for_worker(index)) {
+                if let Err(source) = config::pin_current_thread(cpu) {
+                    let _ = ready_tx.send(Err(TargetError::Pin { index, cpu, source }));
+                    return;
+                }
+                tracing::debug!(worker = index, cpu, "worker pinned");
+            }
             let depth = (shared.cfg.limits.max_queue_depth * 2).min(BACKEND_DEPTH_MAX);
             // Room for the namespaces there are, and for some added later (beyond it, I/O
             // waits in the backlog for ring room).
