@@ -131,7 +131,12 @@ fn run(args: Args) -> anyhow::Result<()> {
                 );
                 eprintln!("rdmablk-target: worker thread rdmablk-w{index} {how}; exiting");
                 // No orderly shutdown: it would wait for the lost worker. Every write the
-                // hosts saw acknowledged is on the backend already (as at a SIGKILL).
+                // hosts saw acknowledged is on the backend already (as at a SIGKILL). The
+                // control socket's file goes, as at a clean exit (its server is not dropped:
+                // a request in flight may be waiting on the lost worker).
+                if _control.is_some() {
+                    let _ = std::fs::remove_file(&socket);
+                }
                 std::process::exit(EXIT_LOST_WORKER);
             }
             continue;

@@ -131,7 +131,10 @@ fn a_worker_thread_killed_without_unwinding_makes_the_target_exit_70() {
     let dir = std::env::temp_dir().join(format!("rdmablk-lostw-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let cfg = dir.join("target.toml");
-    std::fs::write(&cfg, config_text(free_port(), "32MiB", "")).unwrap();
+    let sock = dir.join("ctl.sock");
+    let text = config_text(free_port(), "32MiB", "")
+        .replace("socket = \"\"", &format!("socket = \"{}\"", sock.display()));
+    std::fs::write(&cfg, text).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_rdmablk-target"))
         .arg("--config")
         .arg(&cfg)
@@ -161,6 +164,11 @@ fn a_worker_thread_killed_without_unwinding_makes_the_target_exit_70() {
     assert!(
         err.contains("rdmablk-w0 was killed by the kernel without unwinding"),
         "stderr:\n{err}"
+    );
+    assert!(
+        !sock.exists(),
+        "the control socket's file outlived the exit: {}",
+        sock.display()
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
