@@ -640,7 +640,7 @@ fn worker_cpus_take_a_linux_cpu_list_this_process_may_use() {
     let p = p
         .iter()
         .find(|p| p.key == "target.worker_cpus")
-        .expect("{p:?}");
+        .unwrap_or_else(|| panic!("{p:?}"));
     assert!(
         p.message.contains(&format!("CPU {last} is not one")),
         "{}",

@@ -213,17 +213,18 @@ fn check_target(cfg: &Config, c: &mut Checker) {
             .filter(|c| !allowed.cpus().contains(c))
             .collect();
         if !outside.is_empty() {
+            let (which, verb) = match outside.len() {
+                1 => ("CPU", "is not one"),
+                _ => ("CPUs", "are not ones"),
+            };
+            let list: Vec<String> = outside.iter().map(usize::to_string).collect();
             c.fail(
                 "target.worker_cpus",
                 format!(
-                    "CPU {} is not one this process may run on (it may run on {allowed}: \
+                    "{which} {} {verb} this process may run on (it may run on {allowed}: \
                      list only those, or widen its affinity: taskset, or the service's \
                      CPUAffinity=)",
-                    outside
-                        .iter()
-                        .map(usize::to_string)
-                        .collect::<Vec<_>>()
-                        .join(", CPU ")
+                    list.join(", ")
                 ),
             );
         }
