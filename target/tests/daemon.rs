@@ -5,10 +5,35 @@
 mod common;
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
 use common::*;
+
+/// Starts `rdmablk-target --config CFG` and reads its stdout up to the readiness line: the
+/// child, its stdout (kept open, so that it can still print), and the lines before `ready`.
+fn start_until_ready(cfg: &Path) -> (Child, BufReader<ChildStdout>, Vec<String>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rdmablk-target"))
+        .arg("--config")
+        .arg(cfg)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start rdmablk-target");
+    let mut out = child.stdout.take().map(BufReader::new);
+    let mut lines = Vec::new();
+    while let Some(o) = out.as_mut() {
+        let mut line = String::new();
+        match o.read_line(&mut line) {
+            Ok(0) | Err(_) => break,
+            Ok(_) if line == "ready\n" => return (child, out.unwrap(), lines),
+            Ok(_) => lines.push(line),
+        }
+    }
+    let status = child.wait();
+    panic!("stdout ended before `ready`, after {lines:?}; the target: {status:?}");
+}
 
 #[test]
 fn serves_then_exits_zero_on_sigterm() {
@@ -17,16 +42,10 @@ fn serves_then_exits_zero_on_sigterm() {
     let port = free_port();
     let cfg = dir.join("target.toml");
     std::fs::write(&cfg, config_text(port, "32MiB", "")).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rdmablk-target"))
-        .arg("--config")
-        .arg(&cfg)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start rdmablk-target");
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
+    let (mut child, _out, lines) = start_until_ready(&cfg);
+    // The readiness line comes last (second), once the listener and the control socket accept.
+    assert_eq!(lines.len(), 1, "lines before `ready`: {lines:?}");
+    let line = &lines[0];
     assert!(
         line.starts_with("listening 127.0.0.1:"),
         "first line: {line:?}"
@@ -37,10 +56,6 @@ fn serves_then_exits_zero_on_sigterm() {
         .unwrap()
         .parse()
         .unwrap();
-    // The readiness line comes last, once the listener and the control socket accept.
-    let mut ready = String::new();
-    out.read_line(&mut ready).unwrap();
-    assert_eq!(ready, "ready\n", "second line");
 
     let (admin, cntlid) = admin_queue(addr, 0);
     let mut q = io_queue(addr, 1, cntlid);
@@ -195,19 +210,7 @@ fn worker_cpus_pins_each_worker_to_its_cpu() {
         .replace("worker_threads = 1", "worker_threads = 2");
     assert!(text.contains("worker_threads = 2"), "{text}");
     std::fs::write(&cfg, text).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rdmablk-target"))
-        .arg("--config")
-        .arg(&cfg)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start rdmablk-target");
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    while line != "ready\n" {
-        line.clear();
-        assert_ne!(out.read_line(&mut line).unwrap(), 0, "no readiness line");
-    }
+    let (mut child, _out, _) = start_until_ready(&cfg);
     // Each thread's affinity as the kernel reports it.
     let mut seen = Vec::new();
     for task in std::fs::read_dir(format!("/proc/{}/task", child.id())).unwrap() {
