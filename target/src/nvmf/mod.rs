@@ -152,6 +152,7 @@ pub struct Shared {
     pub arena: Arc<Arena>,
     /// The transports served, each with a poll group on every worker (in this order).
     pub transports: Vec<Arc<dyn Transport>>,
+    /// When the target started: keep-alive's clock ([`Shared::now_ms`]) counts from it.
     pub epoch: Instant,
     /// Set by [`Target::shutdown`]: stop accepting, drain, flush, exit.
     pub stop: AtomicBool,
@@ -179,6 +180,8 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// Milliseconds since the start: what keep-alive stamps commands with and checks its
+    /// timers against.
     pub fn now_ms(&self) -> u64 {
         controller::now_ms(self.epoch)
     }

@@ -103,8 +103,8 @@ pub(super) fn spawn(
     let handle = std::thread::Builder::new()
         .name(format!("rdmablk-w{index}"))
         .spawn(move || {
-            let cpu = shared.cfg.target.worker_cpus.as_ref();
-            if let Some(cpu) = cpu.and_then(|l| l.for_worker(index)) {
+            let pin = shared.cfg.target.worker_cpus.as_ref();
+            if let Some(cpu) = pin.and_then(|l| l.for_worker(index)) {
                 if let Err(source) = config::pin_current_thread(cpu) {
                     let _ = ready_tx.send(Err(TargetError::Pin { index, cpu, source }));
                     return;
