@@ -216,7 +216,11 @@ fn serve_case(kind: ProviderKind, listener: &Listener, req: ConnRequest, case: C
         Err(e) => return Outcome::Fail(format!("control connection setup: {e}")),
     };
     if let Err(e) = ctl.recv("hello") {
-        return Outcome::Fail(format!("control connection: {e}"));
+        // Tell the client why, if the channel still carries it, rather than leave it a flushed
+        // receive to report.
+        let outcome = Outcome::Fail(format!("control connection: {e}"));
+        let _ = ctl.finish(&outcome, FINISH_TIMEOUT);
+        return outcome;
     }
     let mut side = Side {
         kind,
