@@ -10,13 +10,17 @@
 #              pkg-config file are where Debian puts them
 #   unedited   the installed /etc/rdmablk/target.toml as shipped: the daemon refuses to start
 #              (no hang), naming subsystem[0].hosts; with the host NQN added, naming the
-#              listener's documentation address 192.0.2.1; then the address is set
+#              NVMe/TCP listener's documentation address 192.0.2.1; then the address is set;
+#              its commented-out RDMA listener, uncommented as its comment says (in a copy),
+#              passes --check
 #   serve      (the directories systemd's StateDirectory= and RuntimeDirectory= would make)
 #              /usr/sbin/rdmablk-target from the edited installed config; rdmablk-ctl status over the default socket; the Linux host
-#              connects (nvme connect), writes a pattern and reads it back through O_DIRECT
+#              connects (nvme connect -t tcp: the packaged listener is NVMe/TCP), writes a
+#              pattern and reads it back through O_DIRECT
 #   c-api      the C example, built against the installed librdmablk-c-dev with pkg-config
-#              only, runs its checks against the daemon
+#              only, runs its checks against the daemon (tcp://)
 #   fio        fio with the installed fio-rdmablk engine: crc32c-verified writes and reads
+#              (tcp://)
 #   purge      SIGTERM (exit 0), dpkg --purge of all five: every file they installed is gone,
 #              /etc/rdmablk too; the namespace's data in /var/lib/rdmablk is kept (policy)
 # Prints RESULT: PASS or FAIL.
@@ -28,7 +32,10 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 PKGDIR=${PKGDIR:-$ROOT/build/package}
 IP=${RXE_VM_IP:-10.0.2.15}
-source "$(dirname "${BASH_SOURCE[0]}")/nvme-host.sh" # TRTYPE, nvme_connect
+# The packaged configuration's listener is NVMe/TCP (its RDMA one is commented out, so that a
+# machine without an RDMA device starts): the Linux host, the C API and fio use it.
+TRTYPE=tcp
+source "$(dirname "${BASH_SOURCE[0]}")/nvme-host.sh" # nvme_connect
 PKGS=(rdmablk-target rdmablk-tools librdmablk-c0 librdmablk-c-dev fio-rdmablk)
 NQN=nqn.2026-11.io.rdmablk:disks # the packaged configuration's subsystem
 CONF=/etc/rdmablk/target.toml
@@ -123,6 +130,17 @@ refused "192.0.2.1"
 # ... then the address.
 sed -i "s/^address = \"192\.0\.2\.1\"/address = \"$IP\"/" "$CONF"
 grep -q "^address = \"$IP\"" "$CONF" || fail "editing the address in $CONF"
+# The commented-out RDMA listener, as an operator with an RDMA device uncomments it (its
+# comment: remove the "# " from its five lines, set the address), in a copy: a valid second
+# listener.
+sed -e '/^# \[\[listener\]\]$/,/^# port = /s/^# //' \
+  -e "s/^address = \"192\.0\.2\.1\"/address = \"$IP\"/" "$CONF" >"$WORK/with-rdma.toml"
+[ "$(grep -c '^\[\[listener\]\]$' "$WORK/with-rdma.toml")" = 2 ] &&
+  grep -q '^transport = "rdma"$' "$WORK/with-rdma.toml" ||
+  fail "uncommenting the RDMA listener of $CONF did not give a second listener"
+/usr/sbin/rdmablk-target --check --config "$WORK/with-rdma.toml" >"$WORK/check.out" 2>&1 ||
+  fail "the RDMA listener, uncommented, is refused: $(cat "$WORK/check.out")"
+say "the commented-out RDMA listener, uncommented: $(grep -F 'configuration is valid' "$WORK/check.out")"
 
 step serve
 modprobe "nvme-$TRTYPE" || fail "modprobe nvme-$TRTYPE"
@@ -153,7 +171,7 @@ cmp -s "$WORK/pattern" "$WORK/back" || fail "read back differs from what was wri
 nvme disconnect -n "$NQN" >/dev/null || fail "nvme disconnect"
 say "the Linux host wrote and read back 4 MiB on $dev"
 
-URL="rdma://$IP:4420/$NQN"
+URL="tcp://$IP:4420/$NQN"
 step c-api
 # shellcheck disable=SC2046 # pkg-config's flags are words
 gcc -Wall -o "$WORK/example" "$ROOT/initiator/examples/c/rdmablk_example.c" \
