@@ -1,5 +1,5 @@
 /*
- * rdmablk.h - C API of the rdmablk NVMe-oF/RDMA initiator (librdmablk_c).
+ * rdmablk.h - C API of the rdmablk NVMe-oF initiator, RDMA and NVMe/TCP (librdmablk_c).
  *
  * Build: cargo build -p rdmablk-initiator-c  ->  build/<profile>/librdmablk_c.{so,a}
  *   cc app.c -Iinitiator-c/include -Lbuild/release -lrdmablk_c
@@ -175,9 +175,10 @@ int rdmablk_opts_set(struct rdmablk_opts *opts, const char *name, const char *va
 // `opts` comes from [`rdmablk_opts_new`] and is not used afterwards.
 void rdmablk_opts_free(struct rdmablk_opts *opts);
 
-// Connects to `url` (`rdma://IP:PORT/SUBNQN` or `soft://HOST:PORT/SUBNQN`; query
-// parameters override `opts`, which may be NULL for the defaults). On success stores the
-// controller in `*out` and returns 0. Keep-alive and reconnects run in the background.
+// Connects to `url` (`rdma://IP:PORT/SUBNQN`, NVMe/TCP's `tcp://HOST:PORT/SUBNQN` or
+// `soft://HOST:PORT/SUBNQN`; query parameters override `opts`, which may be NULL for the
+// defaults). On success stores the controller in `*out` and returns 0. Keep-alive and
+// reconnects run in the background.
 //
 // # Safety
 // `url` is a NUL-terminated string, `opts` is NULL or from [`rdmablk_opts_new`], `out` is
@@ -406,9 +407,10 @@ int rdmablk_opts_set(struct rdmablk_opts *opts, const char *name, const char *va
 // `opts` comes from [`rdmablk_opts_new`] and is not used afterwards.
 void rdmablk_opts_free(struct rdmablk_opts *opts);
 
-// Connects to `url` (`rdma://IP:PORT/SUBNQN` or `soft://HOST:PORT/SUBNQN`; query
-// parameters override `opts`, which may be NULL for the defaults). On success stores the
-// controller in `*out` and returns 0. Keep-alive and reconnects run in the background.
+// Connects to `url` (`rdma://IP:PORT/SUBNQN`, NVMe/TCP's `tcp://HOST:PORT/SUBNQN` or
+// `soft://HOST:PORT/SUBNQN`; query parameters override `opts`, which may be NULL for the
+// defaults). On success stores the controller in `*out` and returns 0. Keep-alive and
+// reconnects run in the background.
 //
 // # Safety
 // `url` is a NUL-terminated string, `opts` is NULL or from [`rdmablk_opts_new`], `out` is

@@ -98,9 +98,10 @@ pub unsafe extern "C" fn rdmablk_opts_free(opts: *mut rdmablk_opts) {
     }
 }
 
-/// Connects to `url` (`rdma://IP:PORT/SUBNQN` or `soft://HOST:PORT/SUBNQN`; query
-/// parameters override `opts`, which may be NULL for the defaults). On success stores the
-/// controller in `*out` and returns 0. Keep-alive and reconnects run in the background.
+/// Connects to `url` (`rdma://IP:PORT/SUBNQN`, NVMe/TCP's `tcp://HOST:PORT/SUBNQN` or
+/// `soft://HOST:PORT/SUBNQN`; query parameters override `opts`, which may be NULL for the
+/// defaults). On success stores the controller in `*out` and returns 0. Keep-alive and
+/// reconnects run in the background.
 ///
 /// # Safety
 /// `url` is a NUL-terminated string, `opts` is NULL or from [`rdmablk_opts_new`], `out` is

@@ -1,5 +1,5 @@
-//! rdmablk-initiator: use a remote NVMe namespace over NVMe-oF/RDMA as if it were a local
-//! block device.
+//! rdmablk-initiator: use a remote NVMe namespace over NVMe-oF (RDMA or NVMe/TCP; loop for
+//! tests) as if it were a local block device.
 //!
 //! ```no_run
 //! use rdmablk_initiator::Controller;

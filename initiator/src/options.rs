@@ -21,7 +21,7 @@ use rdmablk::nvme::Nqn;
 
 use crate::error::{Error, Result};
 
-/// The NVMe-oF/RDMA well-known port.
+/// The NVMe-oF well-known port (IANA), which a URL without a port gets, whatever its scheme.
 pub const DEFAULT_PORT: u16 = 4420;
 
 /// Where to connect: transport, address and subsystem.

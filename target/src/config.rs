@@ -33,7 +33,8 @@ pub use validate::{ana_state_names, parse_ana_group, Problem};
 
 use crate::arena::WindowLayout;
 
-/// The NVMe-oF RDMA port (IANA).
+/// The NVMe-oF well-known port (IANA): the default port of every listener and referral,
+/// whatever its transport.
 pub const DEFAULT_PORT: u16 = 4420;
 /// Upper bound of `limits.max_queue_depth`.
 pub const MAX_QUEUE_DEPTH: u32 = 1024;

@@ -1,7 +1,7 @@
 //! `rdmablk-target --config FILE`: serve the configured namespaces to NVMe-oF hosts over RDMA
-//! until SIGINT or SIGTERM, then drain, flush and exit 0 (1 if a namespace's final flush
-//! failed: its data may not be durable). SIGHUP re-reads FILE and applies what changed (see
-//! `docs/operations.md`).
+//! and NVMe/TCP until SIGINT or SIGTERM, then drain, flush and exit 0 (1 if a namespace's
+//! final flush failed: its data may not be durable). SIGHUP re-reads FILE and applies what
+//! changed (see `docs/operations.md`).
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -13,16 +13,17 @@ use rdmablk_target::control::ControlServer;
 use rdmablk_target::metrics::MetricsServer;
 use rdmablk_target::{cli_docs, systemd, Target};
 
-/// rdmablk NVMe-oF/RDMA target daemon.
+/// rdmablk NVMe-oF target daemon (RDMA and NVMe/TCP).
 #[derive(Debug, Parser)]
 #[command(
     version,
     about,
-    long_about = "rdmablk NVMe-oF/RDMA target daemon: serves the namespaces of its \
-                  configuration file to NVMe-oF hosts until SIGINT or SIGTERM, then drains, \
-                  flushes and exits 0; SIGHUP re-reads the file and applies what changed. It \
-                  prints `listening ADDR` per listener and then `ready` on standard output once \
-                  every listener, the control socket and the metrics endpoint accept.",
+    long_about = "rdmablk NVMe-oF target daemon: serves the namespaces of its configuration \
+                  file to NVMe-oF hosts over RDMA and NVMe/TCP until SIGINT or SIGTERM, then \
+                  drains, flushes and exits 0; SIGHUP re-reads the file and applies what \
+                  changed. It prints `listening ADDR` per listener and then `ready` on standard \
+                  output once every listener, the control socket and the metrics endpoint \
+                  accept.",
     after_help = "rdmablk-target --generate man|bash|zsh|fish prints its manual page or a shell \
                   completion script."
 )]

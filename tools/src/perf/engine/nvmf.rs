@@ -1,8 +1,8 @@
 //! The NVMe-oF engine: I/O through the rdmablk-initiator library's asynchronous queue, to any
-//! NVMe-oF/RDMA target (`rdma://`), to rdmablk-target on the soft provider (`soft://`), or to
-//! an in-process target (`--embedded`), or to one subsystem through several paths (a
-//! `MultipathController`: the queue moves requests between paths, [`Engine::paths`] says
-//! how many each carried).
+//! NVMe-oF/RDMA target (`rdma://`) or NVMe/TCP target (`tcp://`), to rdmablk-target on the
+//! soft provider (`soft://`), or to an in-process target (`--embedded`, over soft, tcp or
+//! loop), or to one subsystem through several paths (a `MultipathController`: the queue moves
+//! requests between paths, [`Engine::paths`] says how many each carried).
 //!
 //! Zero copy: the job's buffers are the initiator's registered buffers. Each perf [`IoBuf`]
 //! handle is paired (by its index) with the initiator buffer over the same bytes; the worker
