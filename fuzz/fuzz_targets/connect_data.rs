@@ -29,7 +29,7 @@ fuzz_target!(|input: &[u8]| {
         Ok(d) => {
             assert_eq!(data.len(), CONNECT_DATA_LEN);
             assert_eq!(ConnectData::decode(&d.encode()).as_ref(), Ok(&d));
-            for n in [&d.subnqn, &d.hostnqn] {
+            for n in std::iter::once(&d.subnqn).chain(d.hostnqn.as_ref()) {
                 assert!(!n.as_str().is_empty() && n.as_str().len() <= NQN_MAX_LEN);
                 assert_eq!(n.as_str().parse::<Nqn>().as_ref(), Ok(n));
             }

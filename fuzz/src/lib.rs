@@ -80,8 +80,10 @@ pub fn linux_connect_data(cntlid: u16) -> [u8; CONNECT_DATA_LEN] {
         hostid: [0x5a; 16],
         cntlid,
         subnqn: Nqn::new("nqn.2024-01.io.rdmablk:ram0").expect("valid NQN"),
-        hostnqn: Nqn::new("nqn.2014-08.org.nvmexpress:uuid:5a5a5a5a-5a5a-5a5a-5a5a-5a5a5a5a5a5a")
-            .expect("valid NQN"),
+        hostnqn: Some(
+            Nqn::new("nqn.2014-08.org.nvmexpress:uuid:5a5a5a5a-5a5a-5a5a-5a5a-5a5a5a5a5a5a")
+                .expect("valid NQN"),
+        ),
     }
     .encode()
 }

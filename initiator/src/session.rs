@@ -320,7 +320,7 @@ impl Setup<'_> {
             hostid: self.opts.hostid,
             cntlid,
             subnqn,
-            hostnqn,
+            hostnqn: Some(hostnqn),
         }
         .encode();
         let cmd = Connect {

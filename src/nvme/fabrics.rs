@@ -173,6 +173,11 @@ impl ConnectFailure {
         self.invalid.map_or(0, InvalidParam::to_dw0)
     }
 
+    /// The offending field's name, `"-"` when the failure names none.
+    pub fn field_name(&self) -> &'static str {
+        self.invalid.map_or("-", InvalidParam::field_name)
+    }
+
     /// The response completion.
     pub fn to_cqe(&self, cid: u16, sq_id: u16, sq_head: u16) -> Cqe {
         Cqe {
@@ -261,8 +266,10 @@ pub struct ConnectData {
     pub cntlid: u16,
     /// Subsystem NQN.
     pub subnqn: Nqn,
-    /// Host NQN.
-    pub hostnqn: Nqn,
+    /// Host NQN; `None` when the field is empty, as SPDK's `spdk_nvme_perf` sends it without a
+    /// `hostnqn:` in its transport string. nvmet and SPDK's target take such a host on a
+    /// subsystem that allows any host; the field is decoded, the policy is the target's.
+    pub hostnqn: Option<Nqn>,
 }
 
 impl ConnectData {
@@ -276,8 +283,16 @@ impl ConnectData {
             hostid: array_at(b, 0),
             cntlid: u16_at(b, 16),
             subnqn: field(offset::SUBNQN)?,
-            hostnqn: field(offset::HOSTNQN)?,
+            hostnqn: match b[usize::from(offset::HOSTNQN)] {
+                0 => None,
+                _ => Some(field(offset::HOSTNQN)?),
+            },
         })
+    }
+
+    /// The host NQN, `""` when the field was empty.
+    pub fn hostnqn_str(&self) -> &str {
+        self.hostnqn.as_ref().map_or("", Nqn::as_str)
     }
 
     /// Decodes data of any length: anything but 1024 bytes fails with Data SGL Length Invalid.
@@ -294,7 +309,9 @@ impl ConnectData {
         b[..16].copy_from_slice(&self.hostid);
         put_u16(&mut b, 16, self.cntlid);
         b[256..512].copy_from_slice(&self.subnqn.to_field());
-        b[512..768].copy_from_slice(&self.hostnqn.to_field());
+        if let Some(h) = &self.hostnqn {
+            b[512..768].copy_from_slice(&h.to_field());
+        }
         b
     }
 
@@ -469,8 +486,7 @@ mod tests {
         assert_eq!(d.cntlid, CNTLID_DYNAMIC);
         assert_eq!(d.subnqn.as_str(), "nqn.2024-01.io.rdmablk:ram0");
         assert!(d
-            .hostnqn
-            .as_str()
+            .hostnqn_str()
             .starts_with("nqn.2014-08.org.nvmexpress:uuid:"));
         assert!(!d.hostid_is_null());
         assert_eq!(d.encode(), linux_connect_data());

@@ -494,7 +494,8 @@ fn io_traffic_alone_keeps_the_controller_alive() {
 /// Allow-list: a host not on `hosts` is refused with Connect Invalid Host and leaves nothing
 /// behind; an unknown subsystem NQN is Invalid Parameters pointing at SUBNQN; a subsystem
 /// with `allow_any_host` takes any host; an I/O queue cannot join a controller under another
-/// host NQN.
+/// host NQN. An empty host NQN (SPDK's `spdk_nvme_perf` sends one without `hostnqn:`) is a
+/// host like any other: refused by an allow-list, admitted by `allow_any_host`.
 #[test]
 fn allow_list_refuses_unlisted_hosts_and_allow_any_host_admits() {
     let _g = serial();
@@ -503,6 +504,9 @@ fn allow_list_refuses_unlisted_hosts_and_allow_any_host_admits() {
         let mut h = Host::connect(addr, cm_request(0, 32)).unwrap();
         let c = h.fabrics_connect(0, SUBNQN, OTHER_HOSTNQN, CNTLID_DYNAMIC, 0);
         assert_status(&c, Status::CONNECT_INVALID_HOST);
+        let c = h.fabrics_connect(0, SUBNQN, "", CNTLID_DYNAMIC, 0);
+        assert_status(&c, Status::CONNECT_INVALID_HOST);
+        assert_eq!(c.dw0, 0x0001_0200, "IATTR 1, IPO 512: the HOSTNQN field");
         assert_eq!(t.controllers(), 0, "no controller for a refused host");
         let c = h.fabrics_connect(0, "nqn.2026-11.io.rdmablk:nope", HOSTNQN, CNTLID_DYNAMIC, 0);
         assert_status(&c, Status::CONNECT_INVALID_PARAMETERS);
@@ -512,7 +516,7 @@ fn allow_list_refuses_unlisted_hosts_and_allow_any_host_admits() {
     }
 
     // allow_any_host: both host NQNs get a controller, and it serves I/O.
-    for hostnqn in [HOSTNQN, OTHER_HOSTNQN] {
+    for hostnqn in [HOSTNQN, OTHER_HOSTNQN, ""] {
         let mut a = Host::connect(addr, cm_request(0, 32)).unwrap();
         let c = a.fabrics_connect(0, OPEN_SUBNQN, hostnqn, CNTLID_DYNAMIC, 0);
         assert!(c.status.is_success(), "{hostnqn}: {}", c.status);

@@ -405,7 +405,7 @@ impl Conn {
             return ConnectFailure::invalid_data(conn_off::SUBNQN).to_cqe(sqe.cid, qid, 0);
         }
         if let Some(h) = &self.cfg.allowed_host {
-            if cd.hostnqn.as_str() != h {
+            if cd.hostnqn_str() != h {
                 return ConnectFailure::invalid_host().to_cqe(sqe.cid, qid, 0);
             }
         }

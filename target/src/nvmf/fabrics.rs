@@ -20,7 +20,18 @@ use super::{auth, discovery};
 /// CAP.TO: worst-case time to ready, in 500 ms units (as nvmet: 7.5 s).
 const CAP_TIMEOUT_500MS: u8 = 15;
 
-fn fail_connect<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, f: ConnectFailure) -> Next {
+/// Refuses a Connect, logged at warn with the field the status points at (and the NQNs, once
+/// the data has been read): a host that cannot connect is an operator's question.
+fn fail_connect<X: QueueTransport>(
+    conn: &mut Queue<X>,
+    slot: u32,
+    f: ConnectFailure,
+    data: Option<&ConnectData>,
+) -> Next {
+    tracing::warn!(peer = %conn.peer, qid = conn.qid,
+        subnqn = data.map_or("", |d| d.subnqn.as_str()),
+        hostnqn = data.map_or("", ConnectData::hostnqn_str),
+        status = %f.status, field = f.field_name(), "connect refused");
     let r = &mut conn.reqs[slot as usize];
     r.fail(f.status);
     r.dw0 = f.dw0();
@@ -117,13 +128,19 @@ fn prepare_connect<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, shared: &S
     }
     let c = match Connect::from_sqe(&sqe) {
         Ok(c) => c,
-        Err(f) => return fail_connect(conn, slot, f),
+        Err(f) => return fail_connect(conn, slot, f, None),
     };
     if c.qid != conn.qid {
-        return fail_connect(conn, slot, ConnectFailure::invalid_command(offset::QID));
+        return fail_connect(
+            conn,
+            slot,
+            ConnectFailure::invalid_command(offset::QID),
+            None,
+        );
     }
     if c.queue_entries() > conn.depth {
-        return fail_connect(conn, slot, ConnectFailure::invalid_command(offset::SQSIZE));
+        let f = ConnectFailure::invalid_command(offset::SQSIZE);
+        return fail_connect(conn, slot, f, None);
     }
     conn.reqs[slot as usize].action = Action::Connect;
     match data_phase(
@@ -148,7 +165,7 @@ pub fn execute_connect<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, shared
     let connect = match Connect::from_sqe(&r.sqe) {
         Ok(c) => c,
         Err(f) => {
-            fail_connect(conn, slot, f);
+            fail_connect(conn, slot, f, None);
             return;
         }
     };
@@ -160,7 +177,7 @@ pub fn execute_connect<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, shared
     let data = match ConnectData::decode(&bytes) {
         Ok(d) => d,
         Err(f) => {
-            fail_connect(conn, slot, f);
+            fail_connect(conn, slot, f, None);
             return;
         }
     };
@@ -173,9 +190,7 @@ pub fn execute_connect<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, shared
             conn.reqs[slot as usize].dw0 = u32::from(cntlid) | authreq;
         }
         Err(f) => {
-            tracing::info!(peer = %conn.peer, qid = conn.qid, subnqn = %data.subnqn,
-                hostnqn = %data.hostnqn, status = %f.status, "connect refused");
-            fail_connect(conn, slot, f);
+            fail_connect(conn, slot, f, Some(&data));
         }
     }
 }
@@ -189,11 +204,11 @@ fn connect_controller<X: QueueTransport>(
     let subsys = shared
         .subsystem(d.subnqn.as_str())
         .ok_or(ConnectFailure::invalid_data(offset::SUBNQN))?;
-    if !subsys.allows(d.hostnqn.as_str()) {
+    if !subsys.allows(d.hostnqn_str()) {
         return Err(ConnectFailure::invalid_host());
     }
     let host_auth = subsys
-        .host_auth(d.hostnqn.as_str())
+        .host_auth(d.hostnqn_str())
         .map_err(|_| ConnectFailure::invalid_host())?;
     let now = shared.now_ms();
     if subsys.is_discovery() && conn.qid != 0 {
@@ -223,7 +238,7 @@ fn connect_controller<X: QueueTransport>(
         let (ana, transport) = port.ok_or(ConnectFailure::from(Status::CONNECT_CONTROLLER_BUSY))?;
         let new = NewController {
             subsys: subsys.clone(),
-            hostnqn: d.hostnqn.as_str().to_owned(),
+            hostnqn: d.hostnqn_str().to_owned(),
             hostid: d.hostid,
             ana,
             path: HostPath {
@@ -241,10 +256,10 @@ fn connect_controller<X: QueueTransport>(
                 Status::CONNECT_CONTROLLER_BUSY.with_dnr(),
             ))?;
         tracing::info!(peer = %conn.peer, cntlid = ctrl.cntlid, subnqn = %d.subnqn,
-            hostnqn = %d.hostnqn, kato_ms = kato, "controller created");
+            hostnqn = %d.hostnqn_str(), kato_ms = kato, "controller created");
         let id = ctrl.cntlid;
         conn.ctrl = Some(ctrl);
-        let authreq = auth::on_connect(conn, host_auth, d.hostnqn.as_str(), &subsys.nqn);
+        let authreq = auth::on_connect(conn, host_auth, d.hostnqn_str(), &subsys.nqn);
         return Ok((id, authreq));
     }
     let ctrl = shared
@@ -253,7 +268,7 @@ fn connect_controller<X: QueueTransport>(
         .filter(|k| {
             !k.is_dead()
                 && k.subsys.nqn == subsys.nqn
-                && k.hostnqn == d.hostnqn.as_str()
+                && k.hostnqn == d.hostnqn_str()
                 && k.hostid == d.hostid
         })
         .ok_or(ConnectFailure::invalid_data(offset::CNTLID))?;
@@ -265,6 +280,6 @@ fn connect_controller<X: QueueTransport>(
         "I/O queue connected");
     let id = ctrl.cntlid;
     conn.ctrl = Some(ctrl);
-    let authreq = auth::on_connect(conn, host_auth, d.hostnqn.as_str(), &subsys.nqn);
+    let authreq = auth::on_connect(conn, host_auth, d.hostnqn_str(), &subsys.nqn);
     Ok((id, authreq))
 }

@@ -495,7 +495,7 @@ impl Host {
             hostid: host_id_of(hostnqn),
             cntlid,
             subnqn: Nqn::new(subnqn).unwrap(),
-            hostnqn: Nqn::new(hostnqn).unwrap(),
+            hostnqn: (!hostnqn.is_empty()).then(|| Nqn::new(hostnqn).unwrap()),
         }
         .encode();
         let c = Connect {

@@ -166,7 +166,7 @@ pub fn connect_data(subnqn: &str, cntlid: u16) -> [u8; CONNECT_DATA_LEN] {
         hostid: HOSTID,
         cntlid,
         subnqn: Nqn::new(subnqn).unwrap(),
-        hostnqn: Nqn::new(HOSTNQN).unwrap(),
+        hostnqn: Some(Nqn::new(HOSTNQN).unwrap()),
     }
     .encode()
 }

@@ -310,7 +310,7 @@ impl Host {
             hostid: [7; 16],
             cntlid,
             subnqn: Nqn::new(SUBNQN).unwrap(),
-            hostnqn: Nqn::new(HOSTNQN).unwrap(),
+            hostnqn: Some(Nqn::new(HOSTNQN).unwrap()),
         }
         .encode();
         let c = Connect {
