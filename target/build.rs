@@ -1,8 +1,8 @@
 //! With the `rbd` feature (on by default): generates the librbd / librados bindings with
 //! bindgen, like the root crate does for the verbs headers, and links librbd and librados.
 //!
-//! Needs the system packages librbd-dev, librados-dev and libclang-dev (`tools/quickstart` and
-//! `tools/test` install them). Without the feature nothing is generated and nothing linked: a
+//! Needs the system packages librbd-dev, librados-dev and libclang-dev (`tools/test` installs
+//! them; `tools/quickstart` builds without the feature unless they are there). Without the feature nothing is generated and nothing linked: a
 //! target without RBD support builds where librbd is not installed
 //! (`cargo build -p rdmablk-target --no-default-features`).
 

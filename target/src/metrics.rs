@@ -425,7 +425,7 @@ impl Collector for TargetCollector {
         gauge_family(
             &mut enc,
             "rdmablk_connections",
-            "Queues (RDMA connections) open",
+            "Queues open, on every transport (an RDMA connection or a TCP socket each)",
             &[(vec![], conns)],
         )?;
         let a = s.arena.stats();
