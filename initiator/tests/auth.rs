@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 use rdmablk::nvme::auth::key::DhchapKey;
 use rdmablk::nvme::auth::HashId;
 use rdmablk_initiator::{ConnectOptions, Controller, Error};
-use rdmablk_target::config::Config;
 use rdmablk_target::Target;
 
 const NQN: &str = "nqn.2026-11.io.rdmablk:auth";
@@ -36,13 +35,9 @@ fn start_target() -> Target {
         .with_test_writer()
         .try_init();
     let (provider, address) = e2e_fabric();
-    let port = std::net::TcpListener::bind((address.as_str(), 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let toml = format!(
-        r#"
+    let toml = |port: u16| {
+        format!(
+            r#"
 [[listener]]
 provider = "{provider}"
 address = "{address}"
@@ -74,11 +69,13 @@ nsid = 1
 block_size = 512
 backend = {{ kind = "ram", size = "1MiB" }}
 "#,
-        bidi = &*key(1, Some(HashId::Sha256)).to_dhhc1(),
-        ctrl = &*key(2, Some(HashId::Sha512)).to_dhhc1(),
-        uni = &*key(3, None).to_dhhc1(),
-    );
-    Target::start(Config::from_str(&toml).expect("config")).expect("target starts")
+            bidi = &*key(1, Some(HashId::Sha256)).to_dhhc1(),
+            ctrl = &*key(2, Some(HashId::Sha512)).to_dhhc1(),
+            uni = &*key(3, None).to_dhhc1(),
+        )
+    };
+    Target::start_on_picked_port(toml, || rdmablk_testkit::free_port(&address))
+        .expect("target starts")
 }
 
 fn url(t: &Target) -> String {

@@ -623,3 +623,35 @@ fn queue_without_fabrics_connect_is_dropped_after_connect_timeout() {
     wait_all_gone(&t);
     t.shutdown();
 }
+
+/// A listener whose port is taken fails the start with an error `is_addr_in_use` recognises
+/// (the callers that pick a port retry on it: testkit::on_free_port, rdmablk-perf
+/// --embedded), on each transport that binds a TCP port here; a missing backing file is not
+/// one.
+#[test]
+fn a_taken_port_is_told_apart_from_other_start_errors() {
+    let holder = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = holder.local_addr().unwrap().port();
+    let text = |listener: &str, port: u16, ns: &str| {
+        format!(
+            "[[listener]]\n{listener}\naddress = \"127.0.0.1\"\nport = {port}\n\
+             [control]\nsocket = \"\"\n[arena]\nbytes = \"32MiB\"\nlock = false\n\
+             [[subsystem]]\nnqn = \"{SUBNQN}\"\nallow_any_host = true\n{ns}"
+        )
+    };
+    for listener in ["provider = \"soft\"", "transport = \"tcp\""] {
+        let cfg = Config::from_str(&text(listener, port, "")).expect("config");
+        match Target::start(cfg) {
+            Ok(_) => panic!("{listener}: the target started on a taken port"),
+            Err(e) => assert!(e.is_addr_in_use(), "{listener}: {e} ({e:?})"),
+        }
+    }
+    let free = rdmablk_testkit::free_port("127.0.0.1");
+    let ns = "[[subsystem.namespace]]\nnsid = 1\n\
+              backend = { kind = \"file\", path = \"/nonexistent/rdmablk-test\" }\n";
+    let cfg = Config::from_str(&text("transport = \"tcp\"", free, ns)).expect("config");
+    match Target::start(cfg) {
+        Ok(_) => panic!("a namespace on a missing file started"),
+        Err(e) => assert!(!e.is_addr_in_use(), "{e}"),
+    }
+}

@@ -84,11 +84,7 @@ fn embedded_two_jobs_write_then_verify() {
 /// A target nobody serves is a setup error (exit 1) naming it, not a hang.
 #[test]
 fn unreachable_soft_target_is_a_clear_setup_error() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = rdmablk_testkit::free_port("127.0.0.1");
     let url = format!("soft://127.0.0.1:{port}/nqn.2026-11.io.rdmablk:nobody");
     let r = perf(&[&url, "--rw", "read", "--runtime", "1"]);
     assert_exit(&r, 1);
@@ -376,13 +372,9 @@ backend = {backend}
 
 /// An in-process soft target on a free port with `rest` (subsystems) after the common part.
 fn soft_target_toml(rest: &str) -> (rdmablk_target::nvmf::Target, u16) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let toml = format!(
-        r#"
+    let toml = |port: u16| {
+        format!(
+            r#"
 [[listener]]
 provider = "soft"
 address = "127.0.0.1"
@@ -393,9 +385,13 @@ bytes = "64MiB"
 lock = false
 
 {rest}"#
-    );
-    let cfg = rdmablk_target::config::Config::from_str(&toml).expect("config");
-    let target = rdmablk_target::nvmf::Target::start(cfg).expect("target starts");
+        )
+    };
+    let target = rdmablk_target::Target::start_on_picked_port(toml, || {
+        rdmablk_testkit::free_port("127.0.0.1")
+    })
+    .expect("target starts");
+    let port = target.local_addrs()[0].port();
     (target, port)
 }
 

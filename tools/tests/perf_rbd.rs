@@ -16,13 +16,10 @@ fn rdmablk_perf_verifies_crc32c_through_the_target_on_an_rbd_image() {
         return;
     }
     let img = ceph::CephImage::create("rdmablk-perf", "64M");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .unwrap()
-        .port();
     let nqn = "nqn.2026-11.io.rdmablk:perf-rbd";
-    let toml = format!(
-        r#"
+    let toml = |port: u16| {
+        format!(
+            r#"
 [[listener]]
 provider = "soft"
 address = "127.0.0.1"
@@ -43,11 +40,14 @@ allow_any_host = true
 nsid = 1
 backend = {}
 "#,
-        img.backend()
-    );
-    let cfg = rdmablk_target::config::Config::from_str(&toml).expect("config");
-    let target = rdmablk_target::nvmf::Target::start(cfg).expect("target starts");
-    let url = format!("soft://127.0.0.1:{port}/{nqn}");
+            img.backend()
+        )
+    };
+    let target = rdmablk_target::Target::start_on_picked_port(toml, || {
+        rdmablk_testkit::free_port("127.0.0.1")
+    })
+    .expect("target starts");
+    let url = format!("soft://{}/{nqn}", target.local_addrs()[0]);
     let out = Command::new(env!("CARGO_BIN_EXE_rdmablk-perf"))
         .args([
             &url,

@@ -6,7 +6,6 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use rdmablk_target::config::Config;
 use rdmablk_target::Target;
 
 pub const NQN: &str = "nqn.2026-11.io.rdmablk:c-api";
@@ -35,13 +34,9 @@ impl SoftTarget {
             "tcp" => "transport = \"tcp\"",
             _ => "provider = \"soft\"",
         };
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let toml = format!(
-            r#"
+        let toml = |port: u16| {
+            format!(
+                r#"
 [[listener]]
 {listener}
 address = "127.0.0.1"
@@ -64,12 +59,11 @@ nsid = 1
 block_size = {block_size}
 backend = {{ kind = "ram", size = "{ram_mib}MiB" }}
 "#
-        );
-        let cfg = Config::from_str(&toml).expect("target config");
-        SoftTarget(
-            Some(Target::start(cfg).expect("rdmablk-target starts")),
-            scheme,
-        )
+            )
+        };
+        let target = Target::start_on_picked_port(toml, || rdmablk_testkit::free_port("127.0.0.1"))
+            .expect("rdmablk-target starts");
+        SoftTarget(Some(target), scheme)
     }
 
     pub fn addr(&self) -> std::net::SocketAddr {

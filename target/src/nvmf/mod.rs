@@ -134,6 +134,26 @@ pub enum TargetError {
     FinalFlush { failed: Vec<String> },
 }
 
+impl TargetError {
+    /// True when a listener's port was taken (EADDRINUSE): a caller that picked the port
+    /// itself (a test, `rdmablk-perf --embedded`) may pick another and start again. The
+    /// transports wrap their bind errors in their own ways, some as text, so the whole chain
+    /// is looked at.
+    pub fn is_addr_in_use(&self) -> bool {
+        let mut e: Option<&(dyn std::error::Error + 'static)> = Some(self);
+        while let Some(x) = e {
+            if let Some(io) = x.downcast_ref::<std::io::Error>() {
+                if io.kind() == std::io::ErrorKind::AddrInUse {
+                    return true;
+                }
+            }
+            e = x.source();
+        }
+        let text = format!("{self} {self:?}");
+        text.contains("AddrInUse") || text.contains("Address already in use")
+    }
+}
+
 /// What every thread of a running target shares.
 #[derive(Debug)]
 pub struct Shared {
@@ -243,6 +263,25 @@ impl std::fmt::Debug for Target {
 }
 
 impl Target {
+    /// Starts a target from the configuration text `text(port)` on a port `pick` chooses, and
+    /// on another when that one was taken between the pick and the listener's bind (8 tries
+    /// in all): for a caller that owns no port of its own (`rdmablk-perf --embedded`, tests).
+    pub fn start_on_picked_port(
+        text: impl Fn(u16) -> String,
+        mut pick: impl FnMut() -> u16,
+    ) -> Result<Target, TargetError> {
+        let mut tries = 1;
+        loop {
+            match Config::from_str(&text(pick())).map_err(TargetError::from) {
+                Ok(cfg) => match Target::start(cfg) {
+                    Err(e) if e.is_addr_in_use() && tries < 8 => tries += 1,
+                    r => return r,
+                },
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     /// Starts a target for a validated configuration: opens the transports (for RDMA: the
     /// device, with the arena registered on it), opens the namespaces, starts the workers and
     /// the listeners.

@@ -23,7 +23,6 @@ use rdmablk::nvme::log_page::lid;
 use rdmablk::nvme::opcodes::{admin, fctype, io};
 use rdmablk::nvme::transport::rdma::{CmReject, CmRejectStatus};
 use rdmablk::nvme::{Cqe, GetLogPage, IdentifyCmd, ReadWrite, SetFeatures, Sgl, Sqe, Status};
-use rdmablk_target::config::Config;
 use rdmablk_target::Target;
 
 pub const SUBNQN: &str = "nqn.2026-11.io.rdmablk:test";
@@ -118,16 +117,7 @@ pub fn init_tracing() {
 /// [`free_port`] picked may be taken by a test running in parallel before the target binds
 /// it: then another port is tried (a few times), rather than failing the test.
 pub fn start_on_free_port(text: impl Fn(u16) -> String) -> Target {
-    let mut last = None;
-    for _ in 0..8 {
-        let cfg = Config::from_str(&text(free_port())).expect("config");
-        match Target::start(cfg) {
-            Ok(t) => return t,
-            Err(e) if format!("{e:?}").contains("AddrInUse") => last = Some(e),
-            Err(e) => panic!("target starts: {e:?}"),
-        }
-    }
-    panic!("target starts: every port tried was taken: {last:?}")
+    Target::start_on_picked_port(text, free_port).unwrap_or_else(|e| panic!("target starts: {e:?}"))
 }
 
 /// Starts an in-process target; returns it and its address.

@@ -9,7 +9,6 @@
 
 use std::sync::{Arc, Mutex, Weak};
 
-use rdmablk_target::config::Config;
 use rdmablk_target::Target;
 
 use super::{EngineError, OpenOptions};
@@ -114,11 +113,6 @@ impl EmbeddedTarget {
             target: "--embedded".into(),
             err,
         };
-        // A free port on loopback (the target's config wants a fixed one).
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map_err(|e| fail(Box::new(e)))?
-            .port();
         let ns_bytes = opts
             .min_file_len
             .unwrap_or(0)
@@ -134,8 +128,9 @@ impl EmbeddedTarget {
             EmbeddedNs::Ram => "ram",
             EmbeddedNs::Null => "null",
         };
-        let toml = format!(
-            r#"
+        let toml = |port: u16| {
+            format!(
+                r#"
 [[listener]]
 {listener}
 address = "127.0.0.1"
@@ -157,9 +152,16 @@ nsid = 1
 block_size = 512
 backend = {{ kind = "{kind}", size = {ns_bytes} }}
 "#
-        );
-        let cfg = Config::from_str(&toml).map_err(|e| fail(Box::new(e)))?;
-        let target = Target::start(cfg).map_err(|e| fail(Box::new(e)))?;
+            )
+        };
+        // A free port on loopback (the target's config wants a fixed one); another if a
+        // process binds it before the target does.
+        let pick = || {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .map_or(0, |a| a.port())
+        };
+        let target = Target::start_on_picked_port(toml, pick).map_err(|e| fail(Box::new(e)))?;
         let addr = target.local_addrs()[0];
         Ok(EmbeddedTarget {
             target: Mutex::new(Some(target)),
