@@ -34,6 +34,7 @@ IDLE=${IDLE_BIN:-$HERE/build/debug/examples/idle}
 PERF=${PERF_BIN:-$HERE/build/debug/rdmablk-perf}
 CFG=/sys/kernel/config/nvmet
 IMG=/tmp/rdmablk-nvmet-ns.img
+LOOP=  # set below; cleanup must not take a LOOP from the environment
 
 fail() { echo "FAIL: $*"; exit 1; }
 step() { echo "== $*"; }
