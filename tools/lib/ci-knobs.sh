@@ -35,7 +35,7 @@ CI                          allow     this check's own switch
 RDMABLK_SKIP_RXE            refuse    tools/test: skips tools/test-rxe, every real-verbs step
 RDMABLK_FUZZ_SECONDS        below=30  tools/test: seconds per fuzz target; fewer shortens the smoke
 # --- tools/soak (tools/test runs it once per transport)
-SOAK_TRANSPORT              allow     tools/soak: soft or tcp (tools/test picks one by the day unless it is set)
+SOAK_TRANSPORT              allow     tools/soak: soft or tcp; tools/test sets it for each of its two runs
 SOAK_FAULTS                 refuse    tools/soak: the fault kinds dealt; fewer kinds skip faults
 SOAK_MIN_IOS_PER_MIN        below=1000 tools/soak: the verified I/Os a connection must do per minute
 SOAK_BIN                    refuse    tools/soak: binaries from elsewhere, and no build
