@@ -168,10 +168,15 @@ if connect "$HOST1" "$HOSTID1" --dhchap-secret="$K1" --dhchap-ctrl-secret="$C1";
   before=$(dmesg | grep -c "qid 0: authenticated")
   if [ -w "/sys/class/nvme/$CTRL/dhchap_secret" ]; then
     echo "$K1" >"/sys/class/nvme/$CTRL/dhchap_secret"
-    sleep 3
-    after=$(dmesg | grep -c "qid 0: authenticated")
+    # The host re-authenticates in the background: wait for its new "qid 0: authenticated"
+    # (up to 30 s, as a loaded machine under TCG may need), not a fixed time.
+    for _ in $(seq 1 300); do
+      after=$(dmesg | grep -c "qid 0: authenticated")
+      [ "$after" -gt "$before" ] && break
+      sleep 0.1
+    done
     if [ "$after" -gt "$before" ] && io_check "$DEV"; then ok linux-reauth
-    else bad linux-reauth "no new 'qid 0: authenticated' or I/O failed after it"; fi
+    else bad linux-reauth "no new 'qid 0: authenticated' within 30 s, or I/O failed after it"; fi
   else
     bad linux-reauth "no /sys/class/nvme/$CTRL/dhchap_secret"
   fi
