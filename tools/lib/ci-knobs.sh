@@ -40,6 +40,9 @@ SOAK_FAULTS                 refuse    tools/soak: the fault kinds dealt; fewer k
 SOAK_MIN_IOS_PER_MIN        below=1000 tools/soak: the verified I/Os a connection must do per minute
 SOAK_BIN                    refuse    tools/soak: binaries from elsewhere, and no build
 RDMABLK_SKIP_BUILD          refuse    tools/soak, tools/check-monitoring: binaries as they are (stale)
+# --- tools/spdk-interop
+SPDK_DIR                    allow     tools/spdk-interop: a built SPDK tree (the peer, not rdmablk; its checks all run)
+SPDK_INTEROP_CPUS           allow     tools/spdk-interop: the CPUs the target and the SPDK host run on
 # --- tools/check-monitoring
 CHECK_MONITORING_STRICT     is=0      tools/check-monitoring: 0 turns a histogram that is not one into a warning
 CHECK_MONITORING_BIN        refuse    tools/check-monitoring: binaries from elsewhere, and no build
@@ -203,17 +206,32 @@ rdmablk_ci_refuse_knobs() {
   [ $refused = 0 ] || exit 2
 }
 
-# The files whose environment reads the audit checks: what tools/test runs (the scripts it and
-# they start, the VM scripts) and every Rust file that calls env::var (git's, or any outside
-# build/ when this is no git checkout).
+# The files whose environment reads the audit checks: tools/test and every script it names
+# (tools/...), and they name, and so on; the VM scripts (started by a path built at run time);
+# and every Rust file that calls env::var (git's, or any outside build/ when this is no git
+# checkout). A new step's script is found by its name in tools/test.
 rdmablk_ci_knob_files() {
   local root=$1
-  (cd "$root" && ls tools/test tools/test-rxe tools/soak tools/fuzz-smoke tools/check-monitoring \
-    tools/powercut tools/blktests tools/blktests-target-control tools/ceph-dev tools/package \
-    tools/lib/*.sh tools/rxe-vm/*.sh tests/vm/*.sh &&
-    { git grep -l -E 'env::var' -- '*.rs' 2>/dev/null ||
+  (
+    cd "$root" || exit 1
+    local -A seen=()
+    local queue=(tools/test) f next
+    while [ ${#queue[@]} -gt 0 ]; do
+      f=${queue[0]} queue=("${queue[@]:1}")
+      [ -z "${seen[$f]:-}" ] || continue
+      seen[$f]=1
+      echo "$f"
+      [ "$f" = tools/lib/ci-knobs.sh ] && continue  # its list names scripts in prose
+      for next in $(grep -v '^[[:space:]]*#' "$f" | grep -oE 'tools/[A-Za-z0-9_./-]*[A-Za-z0-9_-]' | sort -u); do
+        [ -f "$next" ] || continue
+        [[ $next == *.sh ]] || [ "$(head -c 2 "$next")" = '#!' ] && queue+=("$next")
+      done
+    done
+    ls tools/lib/*.sh tools/rxe-vm/*.sh tests/vm/*.sh
+    git grep -l -E 'env::var' -- '*.rs' 2>/dev/null ||
       find . -name '*.rs' -not -path './build/*' -not -path './fuzz/target/*' \
-        -exec grep -l -E 'env::var' {} + | sed 's|^\./||'; })
+        -exec grep -l -E 'env::var' {} + | sed 's|^\./||'
+  ) | sort -u
 }
 
 # rdmablk_ci_knobs_read ROOT: "NAME FILE" for every variable a file reads from the
