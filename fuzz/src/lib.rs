@@ -585,8 +585,8 @@ pub fn seeds_auth_messages() -> Seeds {
 /// digests, bits 4-7 PDA), then the stream of PDUs.
 pub fn seeds_tcp_pdu() -> Seeds {
     use rdmablk::nvme::transport::tcp::{
-        encode_capsule_cmd, encode_capsule_resp, flags, pdu_type, DataHeader, Fes, IcReq,
-        IcResp, Negotiated, R2t, TermReq, CAPSULE_CMD_HLEN, CAPSULE_RESP_HLEN, DATA_HLEN,
+        encode_capsule_cmd, encode_capsule_resp, flags, pdu_type, DataHeader, Fes, IcReq, IcResp,
+        Negotiated, R2t, TermReq, CAPSULE_CMD_HLEN, CAPSULE_RESP_HLEN, DATA_HLEN,
     };
     let req = IcReq {
         pfv: 0,
@@ -630,8 +630,14 @@ pub fn seeds_tcp_pdu() -> Seeds {
     }
     .encode(pdu_type::C2H_TERM_REQ, &cmd, &mut term);
     vec![
-        ("host-icreq-connect-h2c", cat(&[&[1], &req.encode(), &cmd, &[0u8; 1024], &h2c, &[0u8; 512]])),
-        ("ctrl-icresp-r2t-resp", cat(&[&[0], &resp.encode(), &r2t, &resp_pdu, &term[..n]])),
+        (
+            "host-icreq-connect-h2c",
+            cat(&[&[1], &req.encode(), &cmd, &[0u8; 1024], &h2c, &[0u8; 512]]),
+        ),
+        (
+            "ctrl-icresp-r2t-resp",
+            cat(&[&[0], &resp.encode(), &r2t, &resp_pdu, &term[..n]]),
+        ),
     ]
 }
 
@@ -725,6 +731,63 @@ pub fn seeds_tcp_host_rx() -> Seeds {
 pub type Seeds = Vec<(&'static str, Vec<u8>)>;
 
 /// Every target's seeds, by target name.
+/// `reservation_report` input: an extended Reservation Status structure as a target sends it
+/// (64-byte header, 64-byte entries), whole and cut inside an entry.
+pub fn seeds_reservation_report() -> Seeds {
+    use rdmablk::nvme::reservation::{encode_report, Registrant, REPORT_HEADER_LEN};
+    let regs = [
+        Registrant {
+            cntlid: 0xFFFF,
+            holds: true,
+            rkey: 0x1122_3344_5566_7788,
+            hostid: [0x5a; 16],
+        },
+        Registrant {
+            cntlid: 2,
+            holds: false,
+            rkey: 7,
+            hostid: [0xa5; 16],
+        },
+    ];
+    let whole = encode_report(3, 5, true, &regs, REPORT_HEADER_LEN + 2 * 64);
+    vec![
+        ("empty", encode_report(0, 0, false, &[], REPORT_HEADER_LEN)),
+        ("two-registrants", whole.clone()),
+        ("cut-in-an-entry", whole[..REPORT_HEADER_LEN + 80].to_vec()),
+    ]
+}
+
+/// `reservation_state` input: a state file and a shared document as the target writes them.
+pub fn seeds_reservation_state() -> Seeds {
+    let host = "5a".repeat(16);
+    let other = "a5".repeat(16);
+    let state = format!(
+        r#"{{"version":1,"ptpl":true,"generation":4,"holder":{{"host":"{host}","type":5}},"registrants":[{{"host":"{host}","key":1}},{{"host":"{other}","key":2}}]}}"#
+    );
+    let doc = format!(
+        r#"{{"version":1,"epoch":9,"state":{state},"log":[{{"epoch":9,"writer":"gw-a","notices":[["{other}",3]],"lost":["{other}"]}}]}}"#
+    );
+    vec![
+        ("state-file", state.into_bytes()),
+        ("shared-document", doc.into_bytes()),
+    ]
+}
+
+/// `control_request` input: request lines as `rdmablk-ctl` sends them.
+pub fn seeds_control_request() -> Seeds {
+    [
+        ("status", r#"{"cmd":"status"}"#),
+        ("subsystem-add", r#"{"cmd":"subsystem-add","nqn":"nqn.2026-12.io.rdmablk:b","allow_any_host":true}"#),
+        ("namespace-add", r#"{"cmd":"namespace-add","nqn":"nqn.2026-12.io.rdmablk:fuzz","nsid":2,"backend":{"kind":"null","size":"1MiB"}}"#),
+        ("namespace-host-add", r#"{"cmd":"namespace-host-add","nqn":"nqn.2026-12.io.rdmablk:fuzz","nsid":1,"host":"nqn.2014-08.x:h2"}"#),
+        ("namespace-qos", r#"{"cmd":"namespace-qos","nqn":"nqn.2026-12.io.rdmablk:fuzz","nsid":1,"iops":1000}"#),
+        ("drain", r#"{"cmd":"drain","listener":"127.0.0.1:4420"}"#),
+    ]
+    .into_iter()
+    .map(|(n, t)| (n, t.as_bytes().to_vec()))
+    .collect()
+}
+
 pub fn all_seeds() -> Vec<(&'static str, Seeds)> {
     vec![
         ("sqe_and_sgl", seeds_sqe_and_sgl()),
@@ -738,5 +801,8 @@ pub fn all_seeds() -> Vec<(&'static str, Seeds)> {
         ("discovery_log", seeds_discovery_log()),
         ("tcp_pdu", seeds_tcp_pdu()),
         ("tcp_host_rx", seeds_tcp_host_rx()),
+        ("reservation_report", seeds_reservation_report()),
+        ("reservation_state", seeds_reservation_state()),
+        ("control_request", seeds_control_request()),
     ]
 }

@@ -190,29 +190,69 @@ fn serve_client(server: &Server, stream: UnixStream) {
     }
 }
 
+/// One request, as read from its line.
+#[derive(Debug, PartialEq)]
+pub enum Request {
+    Status,
+    Io,
+    Reload,
+    Drain { listener: String },
+    Edit(Edit),
+}
+
+/// Reads one request line; what is wrong with it, in words for the client.
+pub fn parse_request(text: &str) -> Result<Request, String> {
+    let req: Value = serde_json::from_str(text).map_err(|e| format!("bad JSON: {e}"))?;
+    match req.get("cmd").and_then(Value::as_str) {
+        None => Err("missing \"cmd\"".to_string()),
+        Some("status") => Ok(Request::Status),
+        Some("io") => Ok(Request::Io),
+        Some("reload") => Ok(Request::Reload),
+        Some("drain") => match req.get("listener").and_then(Value::as_str) {
+            Some(l) => Ok(Request::Drain {
+                listener: l.to_string(),
+            }),
+            None => Err("drain needs \"listener\": \"ADDR:PORT\"".to_string()),
+        },
+        Some(_) => serde_json::from_value::<Edit>(req)
+            .map(Request::Edit)
+            .map_err(|e| format!("bad request: {e}")),
+    }
+}
+
+/// The fuzz target `control_request` (fuzz/fuzz_targets/): a request line as a client of the
+/// socket sends it, and an edit it names applied to `config` (a valid configuration text) as
+/// [`apply_edit`] does, up to the check of the new text. Panics where the result breaks what
+/// the socket relies on: an edit that applies gives a text that parses as TOML, and one that
+/// also checks as a configuration is applied again to its own result without a panic.
+#[doc(hidden)]
+pub fn fuzz_request(text: &str, config: &str) {
+    let Ok(Request::Edit(e)) = parse_request(text) else {
+        return;
+    };
+    if let Ok(new) = edit::apply(config, &e) {
+        assert!(new.parse::<toml_edit::DocumentMut>().is_ok(), "{new}");
+        if Config::from_str(&new).is_ok() {
+            let _ = edit::apply(&new, &e);
+        }
+    }
+}
+
 /// Answers one request line.
 fn handle(server: &Server, text: &str) -> Value {
-    let req: Value = match serde_json::from_str(text) {
-        Ok(v) => v,
-        Err(e) => return json!({"ok": false, "error": format!("bad JSON: {e}")}),
-    };
     let t = &server.target;
-    let result = match req.get("cmd").and_then(Value::as_str) {
-        None => Err("missing \"cmd\"".to_string()),
-        Some("status") => Ok(t.status()),
-        Some("io") => Ok(t.io()),
-        Some("reload") => t
+    let result = match parse_request(text) {
+        Err(e) => Err(e),
+        Ok(Request::Status) => Ok(t.status()),
+        Ok(Request::Io) => Ok(t.io()),
+        Ok(Request::Reload) => t
             .reload()
             .map(|changes| json!({ "changes": changes }))
             .map_err(|e| e.to_string()),
-        Some("drain") => match req.get("listener").and_then(Value::as_str) {
-            Some(l) => t.drain(l).map(|()| json!({ "drained": l })),
-            None => Err("drain needs \"listener\": \"ADDR:PORT\"".to_string()),
-        },
-        Some(_) => match serde_json::from_value::<Edit>(req.clone()) {
-            Ok(edit) => apply_edit(server, &edit),
-            Err(e) => Err(format!("bad request: {e}")),
-        },
+        Ok(Request::Drain { listener }) => {
+            t.drain(&listener).map(|()| json!({ "drained": listener }))
+        }
+        Ok(Request::Edit(edit)) => apply_edit(server, &edit),
     };
     match result {
         Ok(v) => json!({"ok": true, "result": v}),

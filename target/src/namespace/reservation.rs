@@ -680,6 +680,42 @@ pub fn state_file(state_dir: &Path, nqn: &str, nsid: u32) -> PathBuf {
         .join(format!("{name}-{nsid}.json"))
 }
 
+/// The fuzz target `reservation_state` (fuzz/fuzz_targets/): decodes `text` as a state file
+/// and as a shared document, as a restart and another gateway hand them in. Panics where a
+/// decoded one breaks what the rest of the code relies on: it re-encodes to a text that
+/// decodes to the same, a document's log stays within its bound, a host is registered once
+/// and the holder is a registrant.
+#[doc(hidden)]
+pub fn fuzz_persisted(text: &str) {
+    let check = |s: &State| {
+        assert_eq!(persist::decode(&persist::encode(s)).as_ref(), Ok(s));
+        for (i, r) in s.regs.iter().enumerate() {
+            assert!(s.regs[..i].iter().all(|o| o.host != r.host), "a host twice");
+        }
+        if let Some((h, _)) = s.holder {
+            assert!(
+                s.regs.iter().any(|r| r.host == h),
+                "a holder not registered"
+            );
+        }
+    };
+    if let Ok(s) = persist::decode(text) {
+        check(&s);
+    }
+    if let Ok(d) = persist::decode_doc(text) {
+        assert!(
+            d.log.len() <= 1024,
+            "a document of {} log entries",
+            d.log.len()
+        );
+        check(&d.state);
+        assert_eq!(
+            persist::decode_doc(&persist::encode_doc(&d)).as_ref(),
+            Ok(&d)
+        );
+    }
+}
+
 mod persist;
 pub mod shared;
 pub mod shared_dir;
