@@ -105,7 +105,10 @@ fuzz_target!(|input: &[u8]| {
                 let c = &mut cmds[usize::from(p.cid)];
                 c.got += p.len;
                 assert!(c.got <= buf_len(c.expect));
-                assert!(!p.success || c.got == buf_len(c.expect), "SUCCESS before all the data");
+                assert!(
+                    !p.success || c.got == buf_len(c.expect),
+                    "SUCCESS before all the data"
+                );
                 c.done = p.success;
                 placing = None;
                 continue;

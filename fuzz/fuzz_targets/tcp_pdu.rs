@@ -34,8 +34,11 @@ fuzz_target!(|input: &[u8]| {
             return;
         };
         assert!(l.hlen >= CH_LEN && l.plen >= l.hlen + l.hdgst);
-        assert!(l.data_len <= MAX_DATA as usize || l.pdu_type == pdu_type::H2C_TERM_REQ
-            || l.pdu_type == pdu_type::C2H_TERM_REQ);
+        assert!(
+            l.data_len <= MAX_DATA as usize
+                || l.pdu_type == pdu_type::H2C_TERM_REQ
+                || l.pdu_type == pdu_type::C2H_TERM_REQ
+        );
         if l.data_len > 0 {
             assert!(l.pdo >= l.hlen);
             assert_eq!(l.pdo + l.data_len + l.ddgst, l.plen);
