@@ -42,8 +42,16 @@ pub const EXIT_IO: i32 = 3;
 /// Runs the tool with parsed flags: prints the report (stdout), progress and errors (stderr),
 /// and returns the exit code.
 pub fn main(args: &Args) -> i32 {
-    let cfg = match args.validate() {
+    let mut cfg = match args.validate() {
         Ok(c) => c,
+        Err(e) => {
+            eprintln!("rdmablk-perf: {e}");
+            return EXIT_USAGE;
+        }
+    };
+    // A discovery URL names the subsystem it found, in the report too.
+    cfg.target = match engine::resolve_discovery(&cfg.target) {
+        Ok(t) => t,
         Err(e) => {
             eprintln!("rdmablk-perf: {e}");
             return EXIT_USAGE;

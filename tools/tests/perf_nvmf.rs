@@ -110,6 +110,8 @@ fn discovery_url_resolves_to_the_subsystem() {
         "1",
         "--size",
         "4m",
+        "--numjobs",
+        "2",
         "--verify",
         "crc32c",
     ]);
@@ -119,6 +121,14 @@ fn discovery_url_resolves_to_the_subsystem() {
         err.contains("discovered soft://127.0.0.1")
             && err.contains("nqn.2026-11.io.rdmablk:perf-discovery"),
         "{err}"
+    );
+    // Discovered once, for every job, and the report names what it found.
+    assert_eq!(err.matches("discovered").count(), 1, "{err}");
+    let out = String::from_utf8_lossy(&r.stdout);
+    assert!(
+        out.contains("target=soft://127.0.0.1")
+            && out.contains("/nqn.2026-11.io.rdmablk:perf-discovery "),
+        "{out}"
     );
     target.shutdown();
 }

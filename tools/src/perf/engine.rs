@@ -239,6 +239,23 @@ pub struct OpenOptions {
     pub min_file_len: Option<u64>,
 }
 
+/// `target` with a discovery URL replaced by the subsystem its discovery log lists (once, for
+/// every job and the report); any other target as it is.
+pub fn resolve_discovery(target: &Target) -> Result<Target, EngineError> {
+    let url = match target {
+        Target::Rdma { .. } | Target::Soft { .. } | Target::Tcp { .. } => target.to_string(),
+        _ => return Ok(target.clone()),
+    };
+    let found = nvmf::resolve(&url)?;
+    if found == url {
+        return Ok(target.clone());
+    }
+    crate::perf::args::parse_target(&found).map_err(|e| EngineError::Connect {
+        target: url,
+        err: format!("the discovery log's entry {found}: {e}").into(),
+    })
+}
+
 /// Opens the engine for `target`: one per job.
 pub fn open(target: &Target, opts: &OpenOptions) -> Result<Box<dyn Engine>, EngineError> {
     match target {
