@@ -291,3 +291,26 @@ fn h2c_data_trickling_in_lands_whole_and_its_digest_is_checked() {
     wait_held(&t, 0, 0);
     t.shutdown();
 }
+
+/// A queue the arena has no room for is refused with an answer, not a closed socket: its
+/// Connect completes with Controller Busy (without DNR: room comes back as queues go), then
+/// the connection closes; once another queue is gone, the same Connect succeeds.
+#[test]
+fn a_connect_the_arena_has_no_room_for_is_answered_controller_busy() {
+    // An admin queue and one 32-deep I/O queue fit (about 4.3 MiB each), a second does not.
+    let (t, addr) = start_with_arena("", 32, "12MiB");
+    let (_admin, cntlid) = admin(addr, false, false);
+    let q1 = io_queue(addr, false, 1, cntlid, 32);
+    let mut q2 = Host::connect(addr, false, false);
+    let c = q2.fabrics_connect(2, 31, cntlid);
+    assert_eq!(c.status, Status::CONNECT_CONTROLLER_BUSY, "{}", c.status);
+    assert!(!c.status.dnr);
+    q2.wait_closed();
+    drop(q1);
+    wait_held(&t, 1, 1);
+    let mut q2 = Host::connect(addr, false, false);
+    let c = q2.fabrics_connect(2, 31, cntlid);
+    assert!(c.status.is_success(), "{}", c.status);
+    drop(q2);
+    t.shutdown();
+}

@@ -41,6 +41,15 @@ pub fn start() -> (Target, SocketAddr) {
 /// [`start`] with `extra_target` lines in its `[target]` table and I/O queues up to
 /// `max_queue_depth` deep.
 pub fn start_with(extra_target: &str, max_queue_depth: u32) -> (Target, SocketAddr) {
+    start_with_arena(extra_target, max_queue_depth, "64MiB")
+}
+
+/// [`start_with`] with an arena of `arena` bytes (as the config writes them).
+pub fn start_with_arena(
+    extra_target: &str,
+    max_queue_depth: u32,
+    arena: &str,
+) -> (Target, SocketAddr) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -65,7 +74,7 @@ poll_mode = "interrupt"
 socket = ""
 
 [arena]
-bytes = "64MiB"
+bytes = "{arena}"
 lock = false
 
 [limits]

@@ -16,10 +16,10 @@ use rdmablk::nvme::transport::tcp::{
     pdu_type, CommonHeader, Direction, Fes, IcReq, IcResp, Negotiated, PduLayout, TermError,
     TermReq, CH_LEN, DATA_HLEN, IC_LEN, TERM_REQ_MAX_DATA,
 };
-use rdmablk::nvme::{Connect, Sqe, SQE_LEN};
+use rdmablk::nvme::{Connect, Cqe, Sqe, Status, SQE_LEN};
 
 use super::conn::{Conn, TxPdu, TX_HEADER_BYTES};
-use super::queue::TcpQueue;
+use super::queue::{capsule_resp, TcpQueue};
 use super::receive::receive;
 use super::{TcpPending, ADMIN_CAPSULE_DATA, MAXH2CDATA};
 use crate::arena::WindowLayout;
@@ -225,8 +225,12 @@ impl TcpGroup {
         let window = match shared.arena.carve(layout) {
             Ok(w) => w,
             Err(e) => {
-                tracing::warn!(error = %e, qid = c.qid, "no arena space for an NVMe/TCP queue");
-                return self.drop_pending(i, shared, "no arena space");
+                // The host is told why (Controller Busy, without DNR: space comes back as other
+                // queues go), not left with a closed socket.
+                tracing::warn!(error = %e, qid = c.qid,
+                    "no arena space for an NVMe/TCP queue: Connect answered Controller Busy");
+                let cqe = Cqe::error(sqe.cid, c.qid, 0, Status::CONNECT_CONTROLLER_BUSY);
+                return self.refuse_connect(i, &cqe, neg, shared, "no arena space");
             }
         };
         let Some(p) = self.pending[i].take() else {
@@ -255,6 +259,17 @@ impl TcpGroup {
         shared.log_arena("queue connected");
         self.queues.put(q);
         self.on_queue(key, ctx);
+    }
+
+    /// Answers pending connection `i`'s Connect with `cqe` (a failure), and closes it once the
+    /// answer is written: the host reads why its queue was not made.
+    fn refuse_connect(&mut self, i: usize, cqe: &Cqe, neg: Negotiated, shared: &Shared, why: &str) {
+        if let Some(p) = self.pending[i].as_mut() {
+            p.conn.queue(capsule_resp(cqe, neg.hdgst));
+            p.conn.flush(&mut |_| {});
+            let _ = p.conn.stream.shutdown(std::net::Shutdown::Write);
+        }
+        self.drop_pending(i, shared, why);
     }
 
     /// Sends a TermReq for what pending connection `i` sent, and closes it.

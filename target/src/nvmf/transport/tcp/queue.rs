@@ -100,6 +100,14 @@ fn head(len: usize, pdo: usize, hdgst: bool, fill: impl FnOnce(&mut [u8])) -> Tx
     pdu
 }
 
+/// A CapsuleResp PDU carrying `cqe`.
+pub(super) fn capsule_resp(cqe: &Cqe, hdgst: bool) -> TxPdu {
+    head(CAPSULE_RESP_HLEN, 0, hdgst, |b| {
+        let b: &mut [u8; CAPSULE_RESP_HLEN] = b.try_into().expect("24-byte header");
+        encode_capsule_resp(cqe, hdgst, b);
+    })
+}
+
 impl QueueTransport for TcpQueue {
     type Error = String;
     type Outstanding = usize;
@@ -228,10 +236,7 @@ impl QueueTransport for TcpQueue {
             let mut cqe = Cqe::error(r.sqe.cid, q.qid, q.sqhd(), r.status);
             cqe.dw0 = r.dw0;
             cqe.dw1 = r.dw1;
-            let mut pdu = head(CAPSULE_RESP_HLEN, 0, neg.hdgst, |b| {
-                let b: &mut [u8; CAPSULE_RESP_HLEN] = b.try_into().expect("24-byte header");
-                encode_capsule_resp(&cqe, neg.hdgst, b);
-            });
+            let mut pdu = capsule_resp(&cqe, neg.hdgst);
             pdu.completes = Some(slot);
             q.xport.conn.queue(pdu);
         }
