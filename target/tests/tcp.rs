@@ -314,3 +314,27 @@ fn a_connect_the_arena_has_no_room_for_is_answered_controller_busy() {
     drop(q2);
     t.shutdown();
 }
+
+/// At `limits.max_connections`, one more connection is answered, not closed: its Connect
+/// completes with Controller Busy and the connection closes; nothing of it counts as a queue,
+/// and once a queue goes the same Connect succeeds.
+#[test]
+fn a_connect_over_max_connections_is_answered_controller_busy() {
+    let (t, addr) = start_with_limits("", 32, "64MiB", "max_connections = 2");
+    let (_admin, cntlid) = admin(addr, false, false);
+    let q1 = io_queue(addr, false, 1, cntlid, 32);
+    for _ in 0..3 {
+        let mut q2 = Host::connect(addr, false, false);
+        let c = q2.fabrics_connect(2, 31, cntlid);
+        assert_eq!(c.status, Status::CONNECT_CONTROLLER_BUSY, "{}", c.status);
+        q2.wait_closed();
+    }
+    assert_eq!(t.connections(), 2);
+    drop(q1);
+    wait_held(&t, 1, 1);
+    let mut q2 = Host::connect(addr, false, false);
+    let c = q2.fabrics_connect(2, 31, cntlid);
+    assert!(c.status.is_success(), "{}", c.status);
+    drop(q2);
+    t.shutdown();
+}

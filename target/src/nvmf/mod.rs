@@ -178,6 +178,10 @@ pub struct Shared {
     pub stop: AtomicBool,
     /// Queues (connections) alive.
     pub connections: AtomicUsize,
+    /// Connections over `limits.max_connections` being answered rather than closed (NVMe/TCP:
+    /// their Connect completes with Controller Busy), at most
+    /// [`transport::handoff::MAX_REFUSING`].
+    pub refusing: AtomicUsize,
     /// Namespaces whose flush at shutdown failed or was refused, with why.
     pub final_flush_failures: Mutex<Vec<String>>,
     /// The discovery subsystem (the well-known NQN, or `target.discovery_nqn`).
@@ -318,6 +322,7 @@ impl Target {
             epoch: Instant::now(),
             stop: AtomicBool::new(false),
             connections: AtomicUsize::new(0),
+            refusing: AtomicUsize::new(0),
             final_flush_failures: Mutex::new(Vec::new()),
             discovery: Arc::new(Subsystem::discovery(
                 cfg.target.discovery_nqn.as_deref().unwrap_or(DISCOVERY_NQN),

@@ -50,6 +50,16 @@ pub fn start_with_arena(
     max_queue_depth: u32,
     arena: &str,
 ) -> (Target, SocketAddr) {
+    start_with_limits(extra_target, max_queue_depth, arena, "")
+}
+
+/// [`start_with_arena`] with `extra_limits` lines in its `[limits]` table.
+pub fn start_with_limits(
+    extra_target: &str,
+    max_queue_depth: u32,
+    arena: &str,
+    extra_limits: &str,
+) -> (Target, SocketAddr) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -82,6 +92,7 @@ max_queue_depth = {max_queue_depth}
 max_io_size = {MAX_IO}
 in_capsule_data_size = {ICD}
 max_queues_per_controller = 4
+{extra_limits}
 
 [[subsystem]]
 nqn = "{SUBNQN}"

@@ -11,6 +11,10 @@ use crate::config;
 use crate::nvmf::worker::{WorkerMsg, WorkerTx};
 use crate::nvmf::Shared;
 
+/// Connections over `limits.max_connections` answered at once (each holds a socket and a
+/// receive buffer until its Connect is answered); more are closed.
+pub const MAX_REFUSING: usize = 32;
+
 /// One listener's hand-over: the workers, whose turn is next, the limit.
 pub struct Handoff<'a> {
     shared: &'a Shared,
@@ -37,6 +41,42 @@ impl<'a> Handoff<'a> {
         !self.shared.stopping() && !stop.load(Ordering::Acquire) && !self.workers.is_empty()
     }
 
+    /// Whether `limits.max_connections` queues are alive: a transport that can answer a
+    /// refusal (NVMe/TCP) hands the next one over with [`Handoff::hand_over_refusal`].
+    pub fn full(&self) -> bool {
+        self.shared.connections.load(Ordering::Acquire) >= self.max
+    }
+
+    /// Hands over a connection the limit has no room for, to be answered with a refusal rather
+    /// than closed, counted in `Shared::refusing` (not `connections`); closed instead while
+    /// [`MAX_REFUSING`] are being answered. False if it was dropped.
+    pub fn hand_over_refusal(&mut self, peer: impl Display, conn: Box<dyn Any + Send>) -> bool {
+        let refusing = &self.shared.refusing;
+        if refusing.fetch_add(1, Ordering::AcqRel) >= MAX_REFUSING {
+            refusing.fetch_sub(1, Ordering::AcqRel);
+            tracing::warn!(%peer, transport = ?self.transport, limit = self.max,
+                "limits.max_connections reached and {MAX_REFUSING} refusals under way: connection closed");
+            return false;
+        }
+        if !self.send(conn) {
+            refusing.fetch_sub(1, Ordering::AcqRel);
+            tracing::warn!(%peer, "the worker is gone; connection dropped");
+            return false;
+        }
+        true
+    }
+
+    /// Sends `conn` to the next worker; false if that worker is gone.
+    fn send(&mut self, conn: Box<dyn Any + Send>) -> bool {
+        let w = self.next % self.workers.len();
+        self.next = self.next.wrapping_add(1);
+        let msg = WorkerMsg::Conn {
+            transport: self.transport,
+            conn,
+        };
+        self.workers[w].send(msg).is_ok()
+    }
+
     /// Hands `conn` (the transport's own hand-over type) to the next worker; false if it was
     /// dropped (over `limits.max_connections`, or the worker is gone), which is logged
     /// naming `peer`.
@@ -52,15 +92,9 @@ impl<'a> Handoff<'a> {
             );
             return false;
         }
-        let w = self.next % self.workers.len();
-        self.next = self.next.wrapping_add(1);
-        let msg = WorkerMsg::Conn {
-            transport: self.transport,
-            conn,
-        };
-        if self.workers[w].send(msg).is_err() {
+        if !self.send(conn) {
             connections.fetch_sub(1, Ordering::AcqRel);
-            tracing::warn!(%peer, "worker {w} is gone; connection dropped");
+            tracing::warn!(%peer, "the worker is gone; connection dropped");
             return false;
         }
         true

@@ -46,6 +46,19 @@ struct Pending {
     created: Instant,
     /// Set once the ICReq is answered.
     neg: Option<Negotiated>,
+    /// Over `limits.max_connections`: its Connect is answered Controller Busy.
+    over_limit: bool,
+}
+
+/// Gives back what a connection that is not (or no longer) pending counted: its place in
+/// `Shared::connections`, or in `Shared::refusing` if it came over the limit.
+fn uncount(shared: &Shared, over_limit: bool) {
+    let counter = if over_limit {
+        &shared.refusing
+    } else {
+        &shared.connections
+    };
+    counter.fetch_sub(1, Ordering::AcqRel);
 }
 
 /// A worker's NVMe/TCP connections.
@@ -115,7 +128,7 @@ impl TcpGroup {
     fn drop_pending(&mut self, i: usize, shared: &Shared, why: &str) {
         if let Some(p) = self.pending[i].take() {
             tracing::info!(peer = %p.peer, why, "NVMe/TCP connection closed before its Connect");
-            shared.connections.fetch_sub(1, Ordering::AcqRel);
+            uncount(shared, p.over_limit);
         }
     }
 
@@ -209,6 +222,15 @@ impl TcpGroup {
             return self.fatal_pending(i, e, shared);
         };
         let limits = &shared.cfg.limits;
+        if self.pending[i].as_ref().is_some_and(|p| p.over_limit) {
+            tracing::warn!(
+                qid = c.qid,
+                limit = limits.max_connections,
+                "limits.max_connections reached: Connect answered Controller Busy"
+            );
+            let cqe = Cqe::error(sqe.cid, c.qid, 0, Status::CONNECT_CONTROLLER_BUSY);
+            return self.refuse_connect(i, &cqe, neg, shared, "limits.max_connections reached");
+        }
         let max = if c.qid == 0 {
             ADMIN_QUEUE_DEPTH
         } else {
@@ -385,12 +407,13 @@ impl PollGroup for TcpGroup {
             stream,
             peer,
             listener,
+            over_limit,
         } = *p;
         let conn = match Conn::new(stream, self.tx_capacity) {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(%peer, error = %e, "cannot set up an NVMe/TCP connection");
-                ctx.shared.connections.fetch_sub(1, Ordering::AcqRel);
+                uncount(ctx.shared, over_limit);
                 return;
             }
         };
@@ -410,7 +433,7 @@ impl PollGroup for TcpGroup {
             PENDING | i as u64,
         ) {
             tracing::warn!(%peer, "epoll refused an NVMe/TCP connection");
-            ctx.shared.connections.fetch_sub(1, Ordering::AcqRel);
+            uncount(ctx.shared, over_limit);
             return;
         }
         self.pending[i] = Some(Pending {
@@ -419,11 +442,15 @@ impl PollGroup for TcpGroup {
             listener,
             created: Instant::now(),
             neg: None,
+            over_limit,
         });
     }
 
-    fn refuse(&mut self, _conn: Box<dyn Any + Send>, shared: &Shared) {
-        shared.connections.fetch_sub(1, Ordering::AcqRel);
+    fn refuse(&mut self, conn: Box<dyn Any + Send>, shared: &Shared) {
+        let over_limit = conn
+            .downcast_ref::<TcpPending>()
+            .is_some_and(|p| p.over_limit);
+        uncount(shared, over_limit);
     }
 
     fn begin_pass(&mut self) {}

@@ -54,6 +54,9 @@ pub struct TcpPending {
     pub peer: SocketAddr,
     /// The listener it came in through ([`crate::nvmf::port::Port::id`]).
     pub listener: u64,
+    /// Over `limits.max_connections`: its Connect is answered Controller Busy (it counts in
+    /// `Shared::refusing`, not `connections`).
+    pub over_limit: bool,
 }
 
 /// The NVMe/TCP transport of a target.
@@ -130,12 +133,18 @@ fn accept_loop(listener: &TcpListener, shared: &Shared, id: u64, stop: &AtomicBo
             if shared.stopping() {
                 break;
             }
-            let conn = TcpPending {
+            let over_limit = handoff.full();
+            let conn = Box::new(TcpPending {
                 stream,
                 peer,
                 listener: id,
-            };
-            handoff.hand_over(peer, Box::new(conn));
+                over_limit,
+            });
+            if over_limit {
+                handoff.hand_over_refusal(peer, conn);
+            } else {
+                handoff.hand_over(peer, conn);
+            }
         }
     }
     tracing::info!(addr = ?listener.local_addr().ok(), "listener stopped");
