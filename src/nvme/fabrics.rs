@@ -529,8 +529,13 @@ mod tests {
         let f = ConnectData::decode(&d).unwrap_err();
         assert_eq!(f.dw0(), 0x0001_0100, "IATTR 1, IPO 256");
         assert_eq!(InvalidParam::from_dw0(f.dw0()).field_name(), "subnqn");
+        // An empty host NQN is a field left empty (spdk_nvme_perf without hostnqn:), the
+        // target's to admit or refuse; one with no NUL is malformed.
         let mut d = linux_connect_data();
         d[512] = 0;
+        assert_eq!(ConnectData::decode(&d).unwrap().hostnqn, None);
+        assert_eq!(ConnectData::decode(&d).unwrap().hostnqn_str(), "");
+        d[512..768].fill(b'x');
         let f = ConnectData::decode(&d).unwrap_err();
         assert_eq!(
             f.invalid,
