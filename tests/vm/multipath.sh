@@ -4,6 +4,7 @@
 # shared file, with ANA. Run it INSIDE the rxe VM, from the repository root:
 #
 #   tools/rxe-vm/run-in-vm.sh bash tests/vm/multipath.sh
+#   TRTYPE=tcp ... tests/vm/multipath.sh     the same over NVMe/TCP (tools/test-rxe: on 6.12)
 #
 # Gateway A listens on $IP:4420 and reports ANA group 1 optimized; gateway B on $IP:4421
 # reports it non-optimized. Same subsystem NQN, same namespace UUID, disjoint cntlid ranges.
@@ -23,7 +24,7 @@
 # 2 x KATO or more fails the failover step).
 #
 # Env: RDMABLK_TARGET (binary; default build/debug/rdmablk-target), RXE_VM_IP (10.0.2.15),
-#      FIO_SIZE (48m).
+#      FIO_SIZE (48m), TRTYPE (rdma: the gateways listen on rxe0; tcp: NVMe/TCP listeners).
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -61,14 +62,19 @@ step() { STEP=$1; say "--- step $STEP"; }
 [ -x "$BIN" ] || fail "no target binary at $BIN (cargo build -p rdmablk-target)"
 command -v nvme >/dev/null || fail "nvme-cli is missing"
 command -v fio >/dev/null || fail "fio is missing"
-ibv_devinfo -d rxe0 >/dev/null 2>&1 || fail "no rxe0 device (run inside the rxe VM)"
+if [ "$TRTYPE" = rdma ]; then
+  ibv_devinfo -d rxe0 >/dev/null 2>&1 || fail "no rxe0 device (run inside the rxe VM)"
+  LISTENER='provider = "verbs"'
+else
+  LISTENER="transport = \"$TRTYPE\""
+fi
 truncate -s 128M "$WORK/shared.img" || fail "truncate the shared image"
 
 # config G PORT CNTLID_MIN CNTLID_MAX STATE: gateway G's configuration file.
 config() {
   cat >"$WORK/$1.toml" <<CFG
 [[listener]]
-provider = "verbs"
+$LISTENER
 address = "$IP"
 port = $2
 ana = { 1 = "$5" }
@@ -189,7 +195,7 @@ fio_verify() { # NAME [extra fio args]: crc32c write+verify of the head device
     --verify=crc32c --verify_fatal=1 --do_verify=1 "$@")
 }
 
-modprobe nvme-rdma || fail "modprobe nvme-rdma"
+modprobe "nvme-$TRTYPE" || fail "modprobe nvme-$TRTYPE"
 [ "$(cat /sys/module/nvme_core/parameters/multipath 2>/dev/null)" = Y ] ||
   fail "the host's native multipath is off (nvme_core.multipath=N)"
 config a 4420 1 999 optimized
