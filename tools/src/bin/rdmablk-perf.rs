@@ -1,5 +1,7 @@
 //! `rdmablk-perf`: parses the flags and runs [`rdmablk_tools::perf::main`].
 
+use std::io::IsTerminal;
+
 use clap::{CommandFactory, Parser};
 use rdmablk_target::cli_docs;
 use rdmablk_tools::perf::{self, args::Args};
@@ -16,6 +18,8 @@ fn main() -> std::process::ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(std::io::stderr)
+        // Colours only for a terminal: a log file or a pipe gets plain text.
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let args = match Args::try_parse() {
         Ok(a) => a,
