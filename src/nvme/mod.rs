@@ -22,6 +22,8 @@
 //! - [`discovery`]: the Discovery Log Page (header and entries).
 //! - [`admin`]: Abort, Asynchronous Event completions, Keep Alive.
 //! - [`io`]: Read, Write, Flush, Write Zeroes, Dataset Management.
+//! - [`tls`]: the NVMe parts of TLS for NVMe/TCP: the PSK interchange format, the retained and
+//!   TLS PSK derivations, the PSK identities.
 //! - [`transport`]: what belongs to one transport: [`transport::rdma`], the RDMA CM private
 //!   data (request, accept, reject) and rdmablk's push-write extension.
 
@@ -46,6 +48,7 @@ mod robustness;
 pub mod sgl;
 pub mod sqe;
 pub mod status;
+pub mod tls;
 pub mod transport;
 
 pub use cqe::{Cqe, CQE_LEN};
