@@ -2,7 +2,7 @@
 //! `rdmablk::nvme::transport::tcp`, as the Linux host sends them: CPDA 0 expected, Connect
 //! data in the capsule, the Transport SGL Data Block for other data), one command at a time
 //! with every byte under the test's control, and the target configuration its tests share.
-//! Used by `tcp.rs` and `tcp_stalled_peers.rs`.
+//! Used by `tcp.rs`, `tcp_malformed.rs` and `tcp_stalled_peers.rs`.
 
 #![allow(dead_code)]
 
@@ -155,6 +155,13 @@ impl Host {
 
     /// Sends a command capsule with `data` in the capsule.
     pub fn send_capsule(&mut self, sqe: &Sqe, data: &[u8]) {
+        let pdu = self.capsule_pdu(sqe, data);
+        self.s.write_all(&pdu).unwrap();
+    }
+
+    /// A command capsule PDU with `data` in the capsule: header, header digest, padding,
+    /// data, data digest.
+    pub fn capsule_pdu(&mut self, sqe: &Sqe, data: &[u8]) -> Vec<u8> {
         let mut h = [0u8; CAPSULE_CMD_HLEN];
         let l = encode_capsule_cmd(sqe, data.len(), &self.neg, &mut h);
         let mut pdu = h.to_vec();
@@ -167,7 +174,7 @@ impl Host {
             pdu.extend_from_slice(&self.data_digest(data).to_le_bytes());
         }
         assert_eq!(pdu.len(), l.plen);
-        self.s.write_all(&pdu).unwrap();
+        pdu
     }
 
     /// Reads one PDU: its header fields and data.
