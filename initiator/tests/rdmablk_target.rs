@@ -4,10 +4,14 @@
 //! on the same address): the sync and async APIs verified without and with digests,
 //! discovery over tcp://, a target restart.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use rdmablk_initiator::{discover_with, ConnectOptions, Controller, Op, Transport};
+use rdmablk_initiator::{
+    discover_with, Completion, ConnectOptions, Controller, IoQueue, Op, Transport,
+};
 use rdmablk_target::config::Config;
+use rdmablk_target::metrics::namespace_io;
+use rdmablk_target::nvmf::worker::queues::SHUTDOWN_GRACE;
 use rdmablk_target::Target;
 
 const NQN: &str = "nqn.2026-11.io.rdmablk:initiator-e2e";
@@ -244,12 +248,15 @@ fn reconnects_after_target_restart_and_io_resumes() {
     ns.flush().unwrap();
     t.shutdown();
     let img2 = img.clone();
+    let (reading, go) = std::sync::mpsc::channel();
     let h = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(500));
+        go.recv().expect("the test reads");
         start(port, 512, &img2)
     });
-    // Issued while the target is down: completes once the controller has reconnected.
+    // Issued while the target is down (it starts once the read is on its way, and starting
+    // takes far longer than that way): completes once the controller has reconnected.
     let mut back = vec![0u8; 256 << 10];
+    reading.send(()).unwrap();
     ns.read_at(0, &mut back).unwrap();
     assert!(back == data, "data after restart differs");
     let t2 = h.join().unwrap();
@@ -518,6 +525,49 @@ fn sync_async_discovery_and_restart_over_loop() {
 
 // ----------------------------------------------------------------- a cut connection
 
+/// Polls `q` (an NVMe/TCP queue sends what was submitted only when it is driven) until the
+/// target counts `n` commands of namespace 1 executing, within 10 s; none may complete first.
+fn until_executing(q: &mut IoQueue, done: &mut Vec<Completion>, t: &Target, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        q.poll(done).unwrap();
+        let tags: Vec<_> = done.iter().map(|c| (c.tag, &c.result)).collect();
+        assert!(
+            tags.is_empty(),
+            "completed before the target stopped: {tags:?}"
+        );
+        let in_flight = namespace_io(&t.handle())
+            .iter()
+            .find(|io| io.nsid == 1)
+            .map_or(0, |io| io.in_flight);
+        if in_flight == n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{in_flight} of {n} commands executing in the target after 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Shuts `t` down on a thread of its own (a target waits for its backend's operations, held
+/// here for seconds); joining gives the shutdown [`SHUTDOWN_LIMIT`].
+fn stop_in_background(t: Target) -> std::thread::JoinHandle<()> {
+    let addr = t.local_addrs()[0];
+    let h = std::thread::spawn(move || stop_within(t));
+    // The listener goes first: then the port is free, while the workers still wait.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpListener::bind(addr).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "{addr} still listened on 10 s into the shutdown"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    h
+}
+
 /// Writes in flight on an asynchronous queue when the target goes away are held and sent
 /// again once it is back: the application sees no error, and the data is there. With the
 /// target gone for good, they fail once `ctrl_loss_tmo_ms` has passed, with the controller's
@@ -527,10 +577,14 @@ fn a_cut_connection_costs_the_async_queue_nothing_until_ctrl_loss_tmo() {
     let dir = rdmablk_testkit::tmp_dir("requeue");
     let img = dir.join("ns.img");
     let port = free_port();
-    // Every completion waits 300 ms: the writes are still in the target when it stops, which
-    // drops them unanswered (the host resends after reconnecting).
+    // A stopping target answers what executes for SHUTDOWN_GRACE, then closes the queues
+    // unanswered. Every completion is held 3 s past that grace, so writes seen executing
+    // (in the namespace's in-flight count) before the shutdown are cut off unanswered, unless
+    // the machine stalls this test for those 3 s: then the target answers them and the test
+    // fails (nothing sent again in phase 1, no error in phase 2), it does not pass untested.
+    let hold_us = (SHUTDOWN_GRACE + Duration::from_secs(3)).as_micros();
     let slow = format!(
-        r#"{{ kind = "error", latency_us = 300000, inner = {{ kind = "file", path = "{}", create_size = "32MiB", direct = false }} }}"#,
+        r#"{{ kind = "error", latency_us = {hold_us}, inner = {{ kind = "file", path = "{}", create_size = "32MiB", direct = false }} }}"#,
         img.display()
     );
     let t = start_with("tcp", port, &slow);
@@ -548,10 +602,12 @@ fn a_cut_connection_costs_the_async_queue_nothing_until_ctrl_loss_tmo() {
             .copy_from_slice(&pattern(i * 4096, 4096, 5));
         q.submit(Op::Write, i * 4096, 4096, b, i).unwrap();
     }
-    std::thread::sleep(Duration::from_millis(100));
-    t.shutdown();
-    let t = start_on("tcp", port, &img);
     let mut done = Vec::new();
+    until_executing(&mut q, &mut done, &t, N);
+    // The old target waits out its held completions; the new one takes the port meanwhile, so
+    // the outage the host sees (from the close at the end of the grace) stays short.
+    let first = stop_in_background(t);
+    let t = start_on("tcp", port, &img);
     while (done.len() as u64) < N {
         q.wait(&mut done, 1).unwrap();
     }
@@ -560,7 +616,7 @@ fn a_cut_connection_costs_the_async_queue_nothing_until_ctrl_loss_tmo() {
     }
     let s = ctrl.stats();
     assert!(
-        s.reconnects >= 1 && s.retried_ios >= 1,
+        s.reconnects >= 1 && s.retried_ios >= N,
         "requests were sent again: {s:?}"
     );
     let ns = ctrl.namespace(1).unwrap();
@@ -575,18 +631,16 @@ fn a_cut_connection_costs_the_async_queue_nothing_until_ctrl_loss_tmo() {
     // Gone for good: what is in flight fails after ctrl_loss_tmo_ms, not before.
     drop(t);
     let t = start_with("tcp", port, &slow);
-    // The controller is back before the cut (a read through the new target), so that the
-    // loss the timeout counts from is the cut and not the restart before it.
-    let mut one = vec![0u8; 4096];
-    ns.read_at(0, &mut one).unwrap();
     let mut b = ctrl.alloc(4096).unwrap();
     b.as_mut_slice().fill(7);
     done.clear();
     q.submit(Op::Write, 0, 4096, b, 99).unwrap();
-    std::thread::sleep(Duration::from_millis(100));
+    // Executing in the new target: the controller is back before the cut, so the loss the
+    // timeout counts from is the cut and not the restart before it.
+    until_executing(&mut q, &mut done, &t, 1);
     // The connection cannot be lost before the shutdown starts.
-    let cut = std::time::Instant::now();
-    t.shutdown();
+    let cut = Instant::now();
+    let second = stop_in_background(t);
     while done.is_empty() {
         q.wait(&mut done, 1).unwrap();
     }
@@ -603,6 +657,8 @@ fn a_cut_connection_costs_the_async_queue_nothing_until_ctrl_loss_tmo() {
     drop(q);
     drop(ns);
     drop(ctrl);
+    first.join().expect("the first target shut down");
+    second.join().expect("the last target shut down");
 }
 
 /// One multipath controller over two transports of one target: an RDMA path (optimized) and
