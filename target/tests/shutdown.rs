@@ -18,6 +18,8 @@ use std::time::Duration;
 
 use process::*;
 use rdmablk_initiator::{Controller, Error, ErrorKind, IoBuf, IoQueue, Op, SubmitError};
+use rdmablk_target::metrics::namespace_io;
+use rdmablk_target::nvmf::worker::queues::SHUTDOWN_GRACE;
 
 const QD: usize = 16;
 const BLOCKS_PER_THREAD: u64 = 128;
@@ -243,10 +245,13 @@ fn sigterm_under_load_drains_flushes_exits_zero_and_the_host_reconnects() {
 
     let completions = Arc::new(AtomicU64::new(0));
     let sigterm = Arc::new(AtomicBool::new(false));
+    // Phase 2's threads that are about to issue their first request (to a target not there).
+    let issuing = Arc::new(AtomicU64::new(0));
     let spawn_load = |i: u64, load: Option<Load>, phase: u8| {
         let ctrl = ctrl.clone();
         let ctr = Arc::clone(&completions);
         let sigterm = Arc::clone(&sigterm);
+        let issuing = Arc::clone(&issuing);
         std::thread::spawn(move || {
             let mut load = load.unwrap_or_else(|| Load {
                 q: ctrl.io_queue(1).unwrap(),
@@ -258,6 +263,7 @@ fn sigterm_under_load_drains_flushes_exits_zero_and_the_host_reconnects() {
             let out = if phase == 0 {
                 load.run(None, true, &sigterm, &ctr)
             } else {
+                issuing.fetch_add(1, Ordering::SeqCst);
                 let resent = load.verify_region();
                 let out = load.run(Some(64), false, &sigterm, &ctr);
                 assert_eq!(
@@ -316,7 +322,11 @@ fn sigterm_under_load_drains_flushes_exits_zero_and_the_host_reconnects() {
         .enumerate()
         .map(|(i, l)| spawn_load(i as u64, Some(l), 1))
         .collect();
-    std::thread::sleep(Duration::from_millis(300));
+    // The target starts once both threads are issuing (a process start takes far longer than
+    // the step from there to their first submit).
+    wait_for("phase 2's threads issuing", || {
+        issuing.load(Ordering::SeqCst) == 2
+    });
     let mut target = TargetProc::spawn(&dir, &cfg, 1);
     for t in threads {
         let (_, out) = t.join().expect("load thread after restart");
@@ -340,12 +350,17 @@ fn sigterm_under_load_drains_flushes_exits_zero_and_the_host_reconnects() {
 #[test]
 fn shutdown_drains_io_in_flight_before_closing_the_admin_queue() {
     const WRITES: u64 = 8;
-    let backend =
-        r#"{ kind = "error", latency_us = 400000, inner = { kind = "ram", size = "4MiB" } }"#;
-    let cfg = rdmablk_target::config::Config::from_str(&config_text(free_port(), 1, backend))
+    // Held half the shutdown's grace: long enough to be executing once the target is stopping
+    // (checked below), short enough to be answered within the grace with as much to spare.
+    let hold_us = (SHUTDOWN_GRACE / 2).as_micros();
+    let backend = format!(
+        r#"{{ kind = "error", latency_us = {hold_us}, inner = {{ kind = "ram", size = "4MiB" }} }}"#
+    );
+    let cfg = rdmablk_target::config::Config::from_str(&config_text(free_port(), 1, &backend))
         .expect("config");
     let t = rdmablk_target::Target::start(cfg).expect("target starts");
-    let url = format!("soft://{}/{NQN}", t.local_addrs()[0]);
+    let addr = t.local_addrs()[0];
+    let url = format!("soft://{addr}/{NQN}");
     let ctrl = connect(&url, opts(1, 0));
     let mut q = ctrl.io_queue(1).unwrap();
     for i in 0..WRITES {
@@ -354,11 +369,30 @@ fn shutdown_drains_io_in_flight_before_closing_the_admin_queue() {
         submit_retrying(&mut q, Op::Write, i * BLOCK as u64, BLOCK as u32, b, i)
             .unwrap_or_else(|e| panic!("submit write {i}: {e}"));
     }
-    // The writes reach the target at once and sit in the backend for 400 ms; stop the
-    // target while they do.
-    std::thread::sleep(Duration::from_millis(100));
-    let stopper = std::thread::spawn(move || t.shutdown());
+    let handle = t.handle();
+    let executing = || {
+        namespace_io(&handle)
+            .iter()
+            .find(|io| io.nsid == 1)
+            .map_or(0, |io| io.in_flight)
+    };
     let mut done = Vec::new();
+    wait_for("the writes executing in the target", || {
+        q.poll(&mut done).unwrap();
+        assert!(done.is_empty(), "a write completed before the shutdown");
+        executing() == WRITES
+    });
+    let stopper = std::thread::spawn(move || t.shutdown());
+    // The target stops its listener once it is stopping: the writes must still be executing
+    // then, or this run tested nothing (the machine stalled for the whole hold).
+    wait_for("the listener gone", || {
+        std::net::TcpListener::bind(addr).is_ok()
+    });
+    assert_eq!(
+        executing(),
+        WRITES,
+        "the writes finished before the target began to stop"
+    );
     while q.in_flight() > 0 {
         q.wait(&mut done, 1).unwrap();
     }
@@ -379,6 +413,18 @@ fn shutdown_drains_io_in_flight_before_closing_the_admin_queue() {
     drop(q);
     drop(ctrl);
     stopper.join().unwrap();
+}
+
+/// Polls `cond` every millisecond until it holds, for 10 s at most.
+fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: not within 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 /// Regression: a namespace whose final flush failed (or was refused, the namespace being
