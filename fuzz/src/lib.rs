@@ -788,6 +788,30 @@ pub fn seeds_control_request() -> Seeds {
     .collect()
 }
 
+/// `tls_psk` input: byte 0 even, a configured PSK in the interchange format; odd, a PSK
+/// identity. nvme-cli's example key and identities of both versions.
+pub fn seeds_tls_psk() -> Seeds {
+    let with = |which: u8, text: &str| {
+        let mut v = vec![which];
+        v.extend_from_slice(text.as_bytes());
+        v
+    };
+    vec![
+        (
+            "key-sha256",
+            with(0, "NVMeTLSkey-1:01:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwNf9LrZ:"),
+        ),
+        (
+            "identity-v0",
+            with(1, "NVMe0R01 nqn.2014-08.org.nvmexpress:uuid:f81d4fae-7dec-11d0-a765-00a0c91e6bf6 nqn.2016-06.io.spdk:cnode1"),
+        ),
+        (
+            "identity-v1",
+            with(1, "NVMe1R01 nqn.2014-08.org.nvmexpress:uuid:f81d4fae-7dec-11d0-a765-00a0c91e6bf6 nqn.2016-06.io.spdk:cnode1 AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="),
+        ),
+    ]
+}
+
 pub fn all_seeds() -> Vec<(&'static str, Seeds)> {
     vec![
         ("sqe_and_sgl", seeds_sqe_and_sgl()),
@@ -804,5 +828,6 @@ pub fn all_seeds() -> Vec<(&'static str, Seeds)> {
         ("reservation_report", seeds_reservation_report()),
         ("reservation_state", seeds_reservation_state()),
         ("control_request", seeds_control_request()),
+        ("tls_psk", seeds_tls_psk()),
     ]
 }
