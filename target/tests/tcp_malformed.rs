@@ -67,19 +67,9 @@ struct Row {
     /// Builds the row's last PDU (sending what must come before it, if anything); the
     /// runner sends it.
     pdu: fn(&mut Stage) -> Vec<u8>,
+    /// What the target answers; a C2HTermReq quotes the offending PDU, from its common
+    /// header on.
     answer: Answer,
-    /// What a C2HTermReq quotes.
-    quote: Quote,
-}
-
-/// What a row's C2HTermReq quotes.
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Quote {
-    /// The offending PDU, from its common header on.
-    Offending,
-    /// Nothing: the defect listed under "Left open" in `docs/conformance.md` (the PDU was
-    /// consumed before the check that refused it). A fix makes the row fail: then it quotes.
-    Nothing,
 }
 
 fn row(name: &'static str, at: At, pdu: fn(&mut Stage) -> Vec<u8>, answer: Answer) -> Row {
@@ -90,7 +80,6 @@ fn row(name: &'static str, at: At, pdu: fn(&mut Stage) -> Vec<u8>, answer: Answe
         ddgst: false,
         pdu,
         answer,
-        quote: Quote::Offending,
     }
 }
 
@@ -100,14 +89,6 @@ impl Row {
         Row {
             hdgst,
             ddgst,
-            ..self
-        }
-    }
-
-    /// The row's C2HTermReq quotes nothing (see [`Quote::Nothing`]).
-    fn quoting_nothing(self) -> Row {
-        Row {
-            quote: Quote::Nothing,
             ..self
         }
     }
@@ -191,15 +172,12 @@ fn run(addr: SocketAddr, r: &Row) {
             let got = TermReq::decode(header[..DATA_HLEN].try_into().unwrap());
             assert_eq!(got, (Some(fes), fei), "FES and FEI");
             let n = pdu.len().min(CH_LEN);
-            match r.quote {
-                Quote::Offending => assert!(
-                    quote.len() >= n && quote[..n] == pdu[..n],
-                    "the TermReq quotes {:02x?}, not the offending header {:02x?}",
-                    &quote[..quote.len().min(CH_LEN)],
-                    &pdu[..n]
-                ),
-                Quote::Nothing => assert!(quote.is_empty(), "the TermReq quotes {quote:02x?}"),
-            }
+            assert!(
+                quote.len() >= n && quote[..n] == pdu[..n],
+                "the TermReq quotes {:02x?}, not the offending header {:02x?}",
+                &quote[..quote.len().min(CH_LEN)],
+                &pdu[..n]
+            );
             assert_closed(&mut st.host.s);
         }
         Answer::Closes => assert_closed(&mut st.host.s),
@@ -847,8 +825,7 @@ fn h2c_data_rows() {
             Data,
             |st| h2c(st, 0, R2T_BYTES as usize, false),
             Answer::TermReq(IB, FLAGS),
-        )
-        .quoting_nothing(),
+        ),
         row(
             "h2c_data_after_the_last",
             Data,

@@ -204,8 +204,17 @@ fn h2c_accept(q: &TcpConnection, l: &PduLayout) -> Result<H2c, TermError> {
             "H2CData offset is not where the data stands",
         ));
     }
-    if u64::from(h.datao) + u64::from(h.datal) > u64::from(r.data_len) {
+    let end = u64::from(h.datao) + u64::from(h.datal);
+    if end > u64::from(r.data_len) {
         return Err(out_of_range(16, "H2CData beyond the command's data"));
+    }
+    // Checked here, before the PDU is consumed, so that the C2HTermReq quotes it.
+    if end == u64::from(r.data_len) && l.flags & flags::DATA_LAST == 0 {
+        return Err(TermError {
+            fes: Fes::InvalidHeaderField,
+            fei: ch_offset::FLAGS,
+            what: "the last H2CData of a command without LAST",
+        });
     }
     Ok(H2c {
         slot,
@@ -213,7 +222,6 @@ fn h2c_accept(q: &TcpConnection, l: &PduLayout) -> Result<H2c, TermError> {
         data_slot: r.data_slot,
         off: h.datao as usize,
         len: h.datal as usize,
-        last: l.flags & flags::DATA_LAST != 0,
     })
 }
 
@@ -227,8 +235,6 @@ struct H2c {
     /// Where in the slot this PDU's data goes (its DATAO), and its length (DATAL).
     off: usize,
     len: usize,
-    /// The PDU carried LAST_PDU.
-    last: bool,
 }
 
 /// The H2CData `p` was taken (`data_ok`: its data digest matched, or there was none): the
@@ -249,13 +255,6 @@ fn h2c_end(
     }
     let got = (p.off + p.len) as u32;
     if got == q.reqs[slot].data_len {
-        if !p.last {
-            return Err(TermError {
-                fes: Fes::InvalidHeaderField,
-                fei: ch_offset::FLAGS,
-                what: "the last H2CData of a command without LAST",
-            });
-        }
         q.xport.h2c_got[slot] = NO_R2T;
         execute(q, p.slot, ctx);
     } else {
