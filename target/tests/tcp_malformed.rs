@@ -57,6 +57,9 @@ enum Answer {
     Status(Status),
     /// An ICResp: the value is accepted.
     IcResp,
+    /// The queue's first command completes with this status before any queue exists, and
+    /// the connection goes on (a Connect after it makes the queue).
+    RefusedFirst(Status),
 }
 
 struct Row {
@@ -188,6 +191,14 @@ fn run(addr: SocketAddr, r: &Row) {
             assert_eq!(cqe.status, want, "status {}", cqe.status);
             let (c, _) = st.host.exec(rw_sqe(false, 0, 1), &[], BLOCK, false);
             assert!(c.status.is_success(), "a read after it: {}", c.status);
+        }
+        Answer::RefusedFirst(want) => {
+            let (l, header, _) = st.host.recv().expect("a CapsuleResp");
+            assert_eq!(l.pdu_type, pdu_type::CAPSULE_RESP, "PDU type of the answer");
+            let cqe = Cqe::decode(header[CH_LEN..CH_LEN + CQE_LEN].try_into().unwrap());
+            assert_eq!(cqe.status, want, "status {}", cqe.status);
+            let c = st.host.fabrics_connect(0, 31, CNTLID_DYNAMIC);
+            assert!(c.status.is_success(), "a Connect after it: {}", c.status);
         }
         Answer::IcResp => {
             let mut b = [0u8; IC_LEN];
@@ -492,19 +503,19 @@ fn connection_setup_rows() {
                 sqe.set_sgl(&Sgl::Transport(TransportSgl { len: 4096 }));
                 st.host.capsule_pdu(&sqe, &[])
             },
-            Answer::TermReq(SEQ, 0),
+            Answer::RefusedFirst(Status::COMMAND_SEQUENCE_ERROR.with_dnr()),
         ),
         row(
             "connect_recfmt_nonzero",
             Initialized,
             |st| connect_capsule(st, |sqe| sqe.cdw10 |= 1),
-            Answer::TermReq(SEQ, 0),
+            Answer::RefusedFirst(Status::CONNECT_INCOMPATIBLE_FORMAT.with_dnr()),
         ),
         row(
             "connect_sqsize_zero",
             Initialized,
             |st| connect_capsule(st, |sqe| sqe.cdw11 &= !0xFFFF),
-            Answer::TermReq(SEQ, 0),
+            Answer::RefusedFirst(Status::CONNECT_INVALID_PARAMETERS.with_dnr()),
         ),
         row(
             "connect_header_digest",

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use rdmablk::nvme::opcodes::{self, fctype};
 use rdmablk::nvme::transport::tcp::{
-    pdu_type, CommonHeader, Direction, Fes, IcReq, IcResp, Negotiated, PduLayout, TermError,
-    TermReq, CH_LEN, DATA_HLEN, IC_LEN, TERM_REQ_MAX_DATA,
+    digest, pdu_type, CommonHeader, Direction, Fes, IcReq, IcResp, Negotiated, PduLayout,
+    TermError, TermReq, CH_LEN, DATA_HLEN, IC_LEN, TERM_REQ_MAX_DATA,
 };
 use rdmablk::nvme::{Connect, Cqe, Sqe, Status, SQE_LEN};
 
@@ -86,6 +86,21 @@ fn epoll_ctl(epoll: &OwnedFd, op: i32, fd: RawFd, events: u32, token: u64) -> bo
     let mut ev = libc::epoll_event { events, u64: token };
     // SAFETY: both descriptors are open; `ev` is a valid event for the call.
     unsafe { libc::epoll_ctl(epoll.as_raw_fd(), op, fd, &mut ev) == 0 }
+}
+
+/// The Fabrics Connect a queue's first command must be; otherwise the completion it gets
+/// instead: the Connect's own refusal (RECFMT, SQSIZE, ...), or Command Sequence Error for
+/// any other command (there is no controller yet), as the core answers over RDMA.
+fn first_command(sqe: &Sqe) -> Result<Connect, Cqe> {
+    if sqe.opcode == opcodes::FABRICS && sqe.fctype() == fctype::CONNECT {
+        return Connect::from_sqe(sqe).map_err(|f| f.to_cqe(sqe.cid, 0, 0));
+    }
+    Err(Cqe::error(
+        sqe.cid,
+        0,
+        0,
+        Status::COMMAND_SEQUENCE_ERROR.with_dnr(),
+    ))
 }
 
 const IN: u32 = (libc::EPOLLIN | libc::EPOLLRDHUP) as u32;
@@ -196,7 +211,36 @@ impl TcpGroup {
                     let sqe_at = CH_LEN;
                     let sqe =
                         Sqe::decode(buf[sqe_at..sqe_at + SQE_LEN].try_into().expect("64 bytes"));
-                    return self.connect_queue(i, sqe, neg, ctx);
+                    let c = match first_command(&sqe) {
+                        Ok(c) => c,
+                        Err(cqe) => {
+                            // A command the queue cannot start with is answered with its
+                            // status and the connection stays (nvmet, SPDK, and rdmablk over
+                            // RDMA do the same): the host may send its Connect next. What
+                            // the header digest guards is checked first.
+                            if layout.hdgst > 0 {
+                                let want = digest(&buf[..layout.hlen]);
+                                let at = layout.hlen..layout.hlen + 4;
+                                let got = u32::from_le_bytes(buf[at].try_into().expect("4"));
+                                if want != got {
+                                    let e = TermError {
+                                        fes: Fes::HeaderDigestError,
+                                        fei: 0,
+                                        what: "header digest mismatch",
+                                    };
+                                    return self.fatal_pending(i, e, ctx.shared);
+                                }
+                            }
+                            tracing::warn!(peer = %p.peer, opcode = sqe.opcode,
+                                status = %cqe.status,
+                                "NVMe/TCP: a queue's first command is not a valid Connect");
+                            p.conn.consume(layout.plen);
+                            p.conn.queue(capsule_resp(&cqe, neg.hdgst));
+                            p.conn.flush(&mut |_| {});
+                            continue;
+                        }
+                    };
+                    return self.connect_queue(i, sqe, c, neg, ctx);
                 }
             }
         }
@@ -206,21 +250,17 @@ impl TcpGroup {
         }
     }
 
-    /// Makes pending connection `i` the queue its first command (a Fabrics Connect) names,
-    /// then lets the core run that command.
-    fn connect_queue(&mut self, i: usize, sqe: Sqe, neg: Negotiated, ctx: &mut Ctx<'_>) {
+    /// Makes pending connection `i` the queue its first command, the Fabrics Connect `c`,
+    /// names, then lets the core run that command.
+    fn connect_queue(
+        &mut self,
+        i: usize,
+        sqe: Sqe,
+        c: Connect,
+        neg: Negotiated,
+        ctx: &mut Ctx<'_>,
+    ) {
         let shared = ctx.shared;
-        let connect = (sqe.opcode == opcodes::FABRICS && sqe.fctype() == fctype::CONNECT)
-            .then(|| Connect::from_sqe(&sqe).ok())
-            .flatten();
-        let Some(c) = connect else {
-            let e = TermError {
-                fes: Fes::PduSequenceError,
-                fei: 0,
-                what: "the first command is not a valid Fabrics Connect",
-            };
-            return self.fatal_pending(i, e, shared);
-        };
         let limits = &shared.cfg.limits;
         if self.pending[i].as_ref().is_some_and(|p| p.over_limit) {
             tracing::warn!(
