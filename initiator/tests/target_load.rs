@@ -317,7 +317,7 @@ fn many_connections_sustained_verified_io_without_growth() {
             }
         }
         assert_eq!(
-            t.connections(),
+            t.queues_open(),
             queues + CONTROLLERS,
             "every queue connected"
         );
@@ -372,13 +372,13 @@ fn many_connections_sustained_verified_io_without_growth() {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let s = t.arena_stats();
-        if s.bytes_in_use == 0 && s.windows == 0 && t.connections() == 0 && t.controllers() == 0 {
+        if s.bytes_in_use == 0 && s.windows == 0 && t.queues_open() == 0 && t.controllers() == 0 {
             break;
         }
         assert!(
             Instant::now() < deadline,
             "not idle: {s:?}, {} connections, {} controllers",
-            t.connections(),
+            t.queues_open(),
             t.controllers()
         );
         std::thread::sleep(Duration::from_millis(20));
@@ -434,7 +434,7 @@ fn allow_list_refusals_say_why() {
     drop(listed);
     drop(any);
     let deadline = Instant::now() + Duration::from_secs(10);
-    while t.connections() != 0 || t.arena_stats().windows != 0 {
+    while t.queues_open() != 0 || t.arena_stats().windows != 0 {
         assert!(Instant::now() < deadline, "not idle: {:?}", t.arena_stats());
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -421,7 +421,7 @@ impl Collector for TargetCollector {
             "ANA state of each group in use through each listener (1 for its state, 0 others)",
             &ana,
         )?;
-        let conns = s.connections.load(Ordering::Relaxed) as i64;
+        let conns = s.queues_open.load(Ordering::Relaxed) as i64;
         gauge_family(
             &mut enc,
             "rdmablk_connections",

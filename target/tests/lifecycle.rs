@@ -302,13 +302,13 @@ fn wait_back_to(t: &Target, conns: usize, usage: rdmablk_target::arena::ArenaSta
     loop {
         let s = t.arena_stats();
         let ok = s.bytes_in_use == usage.bytes_in_use && s.windows == usage.windows;
-        if ok && t.connections() == conns && t.controllers() == 1 {
+        if ok && t.queues_open() == conns && t.controllers() == 1 {
             return;
         }
         assert!(
             Instant::now() < deadline,
             "not back to the bystander's usage {usage:?}: {s:?}, {} connections, {} controllers",
-            t.connections(),
+            t.queues_open(),
             t.controllers()
         );
         std::thread::sleep(Duration::from_millis(20));
@@ -472,7 +472,7 @@ fn io_traffic_alone_keeps_the_controller_alive() {
             Ok(())
         });
         if talk.lived(kato) {
-            let (controllers, connections) = (t.controllers(), t.connections());
+            let (controllers, connections) = (t.controllers(), t.queues_open());
             if talk.last_sent.elapsed() < kato {
                 assert_eq!(controllers, 1, "the controller was torn down");
                 assert_eq!(connections, 2, "a queue was dropped");
@@ -573,10 +573,10 @@ fn max_connections_refuses_with_no_resources() {
         windows,
         "nothing carved for the refused queue"
     );
-    assert_eq!(t.connections(), 2);
+    assert_eq!(t.queues_open(), 2);
     drop(q);
     let deadline = Instant::now() + HANG_GUARD;
-    while t.connections() != 1 {
+    while t.queues_open() != 1 {
         assert!(Instant::now() < deadline, "the I/O queue did not go");
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -603,7 +603,7 @@ fn queue_without_fabrics_connect_is_dropped_after_connect_timeout() {
     let before_connect = Instant::now();
     let admin = Host::connect(addr, cm_request(0, 32)).expect("CM connect");
     let io = Host::connect(addr, cm_request(1, DEPTH as u16)).expect("CM connect");
-    assert_eq!(t.connections(), 2);
+    assert_eq!(t.queues_open(), 2);
     assert!(admin.wait_disconnected(HANG_GUARD), "admin queue kept");
     assert!(io.wait_disconnected(HANG_GUARD), "I/O queue kept");
     assert!(

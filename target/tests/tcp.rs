@@ -329,7 +329,7 @@ fn a_connect_over_max_connections_is_answered_controller_busy() {
         assert_eq!(c.status, Status::CONNECT_CONTROLLER_BUSY, "{}", c.status);
         q2.wait_closed();
     }
-    assert_eq!(t.connections(), 2);
+    assert_eq!(t.queues_open(), 2);
     drop(q1);
     wait_held(&t, 1, 1);
     let mut q2 = Host::connect(addr, false, false);

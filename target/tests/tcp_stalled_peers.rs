@@ -87,7 +87,7 @@ fn silent_and_half_sent_connections_cost_a_host_nothing_and_end_at_the_connect_t
     // silent ones to be dropped: they are all still there when it is done.
     let (a, mut q) = good_host(addr);
     assert_eq!(
-        t.connections(),
+        t.queues_open(),
         SILENT_PEERS + 4,
         "the silent connections ended before the host was done: it waited for them (or took \
          longer than connect_timeout_ms)"

@@ -96,7 +96,7 @@ impl TargetHandle {
             "listeners": listeners,
             "subsystems": subsystems,
             "controllers": controllers,
-            "connections": s.connections.load(std::sync::atomic::Ordering::Relaxed),
+            "connections": s.queues_open.load(std::sync::atomic::Ordering::Relaxed),
             "arena": {
                 "bytes": a.total_bytes,
                 "bytes_in_use": a.bytes_in_use,

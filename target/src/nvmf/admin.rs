@@ -32,40 +32,40 @@ use crate::namespace::reservation::ResvError;
 
 /// Checks and runs an admin command on the admin queue of `ctrl`.
 pub fn prepare<X: QueueTransport>(
-    conn: &mut Queue<X>,
+    q: &mut Queue<X>,
     slot: u32,
     shared: &Shared,
     ctrl: &Arc<Controller>,
 ) -> Next {
-    let sqe = conn.reqs[slot as usize].sqe;
+    let sqe = q.reqs[slot as usize].sqe;
     if !ctrl.is_ready() {
         // Every admin command (Fabrics commands are not admin commands) waits for CC.EN and
         // CSTS.RDY, Identify and Keep Alive included, as nvmet (`nvmet_check_ctrl_status`) and
         // SPDK answer them. Hosts enable the controller right after Connect and before their
         // first Identify; keep-alive starts after that.
-        conn.reqs[slot as usize].fail(Status::COMMAND_SEQUENCE_ERROR.with_dnr());
+        q.reqs[slot as usize].fail(Status::COMMAND_SEQUENCE_ERROR.with_dnr());
         return Next::Respond;
     }
     if ctrl.subsys.is_discovery() && !discovery::serves(sqe.opcode) {
-        conn.reqs[slot as usize].fail(Status::INVALID_OPCODE.with_dnr());
+        q.reqs[slot as usize].fail(Status::INVALID_OPCODE.with_dnr());
         return Next::Respond;
     }
     let result = match sqe.opcode {
-        op::IDENTIFY => identify(conn, slot, shared, ctrl),
-        op::GET_LOG_PAGE => get_log_page(conn, slot, shared, ctrl),
-        op::SET_FEATURES => set_features(conn, slot, shared, ctrl),
-        op::GET_FEATURES => get_features(conn, slot, shared, ctrl),
+        op::IDENTIFY => identify(q, slot, shared, ctrl),
+        op::GET_LOG_PAGE => get_log_page(q, slot, shared, ctrl),
+        op::SET_FEATURES => set_features(q, slot, shared, ctrl),
+        op::GET_FEATURES => get_features(q, slot, shared, ctrl),
         op::KEEP_ALIVE => Ok(Next::Respond),
         op::ASYNC_EVENT_REQUEST => {
-            if conn.aers.len() >= MAX_HELD_AERS {
+            if q.aers.len() >= MAX_HELD_AERS {
                 Err(Status::ASYNC_EVENT_LIMIT_EXCEEDED.with_dnr())
             } else {
-                conn.aers.push(slot);
+                q.aers.push(slot);
                 Ok(Next::Hold)
             }
         }
         op::ABORT => {
-            conn.reqs[slot as usize].dw0 = ABORT_NOT_ABORTED;
+            q.reqs[slot as usize].dw0 = ABORT_NOT_ABORTED;
             Ok(Next::Respond)
         }
         _ => Err(Status::INVALID_OPCODE.with_dnr()),
@@ -73,7 +73,7 @@ pub fn prepare<X: QueueTransport>(
     match result {
         Ok(n) => n,
         Err(st) => {
-            conn.reqs[slot as usize].fail(st);
+            q.reqs[slot as usize].fail(st);
             Next::Respond
         }
     }
@@ -81,7 +81,7 @@ pub fn prepare<X: QueueTransport>(
 
 /// Sets up a controller-to-host transfer of `page` (zero-filled to `len`) into the data slot.
 fn send_page<X: QueueTransport>(
-    conn: &mut Queue<X>,
+    q: &mut Queue<X>,
     slot: u32,
     shared: &Shared,
     len: u32,
@@ -91,16 +91,16 @@ fn send_page<X: QueueTransport>(
         return Err(Status::INVALID_FIELD.with_dnr());
     }
     let next = data_phase(
-        conn,
+        q,
         slot,
         DataDir::ControllerToHost,
         len,
         SglFit::Exact,
         shared,
     )?;
-    let ds = conn.reqs[slot as usize].data_slot;
+    let ds = q.reqs[slot as usize].data_slot;
     let n = page.len().min(len as usize);
-    let write = |off: usize, b: &[u8]| conn.write_data(ds, off, b);
+    let write = |off: usize, b: &[u8]| q.write_data(ds, off, b);
     write(0, &page[..n]).map_err(|_| Status::INTERNAL)?;
     let zeros = [0u8; 512];
     let mut off = n;
@@ -113,12 +113,12 @@ fn send_page<X: QueueTransport>(
 }
 
 fn identify<X: QueueTransport>(
-    conn: &mut Queue<X>,
+    q: &mut Queue<X>,
     slot: u32,
     shared: &Shared,
     ctrl: &Arc<Controller>,
 ) -> Result<Next, Status> {
-    let sqe = conn.reqs[slot as usize].sqe;
+    let sqe = q.reqs[slot as usize].sqe;
     let id = IdentifyCmd::from_sqe(&sqe);
     let subsys = &ctrl.subsys;
     if subsys.is_discovery() {
@@ -127,7 +127,7 @@ fn identify<X: QueueTransport>(
             return Err(Status::INVALID_FIELD.with_dnr());
         }
         let page = discovery::identify_controller::<X>(ctrl, shared).encode();
-        return send_page(conn, slot, shared, IDENTIFY_LEN as u32, &page);
+        return send_page(q, slot, shared, IDENTIFY_LEN as u32, &page);
     }
     let page: [u8; IDENTIFY_LEN] = match id.cns {
         cns::CONTROLLER => identify_controller::<X>(ctrl, shared).encode(),
@@ -183,7 +183,7 @@ fn identify<X: QueueTransport>(
         // CSI-specific and other CNS values: hosts probe them and skip on this status.
         _ => return Err(Status::INVALID_FIELD.with_dnr()),
     };
-    send_page(conn, slot, shared, IDENTIFY_LEN as u32, &page)
+    send_page(q, slot, shared, IDENTIFY_LEN as u32, &page)
 }
 
 /// The namespace's UUID: configured, or derived from the subsystem NQN and NSID.
@@ -239,13 +239,13 @@ fn identify_controller<X: QueueTransport>(
 }
 
 fn set_features<X: QueueTransport>(
-    conn: &mut Queue<X>,
+    q: &mut Queue<X>,
     slot: u32,
     shared: &Shared,
     ctrl: &Controller,
 ) -> Result<Next, Status> {
-    let sf = SetFeatures::from_sqe(&conn.reqs[slot as usize].sqe);
-    let r = &mut conn.reqs[slot as usize];
+    let sf = SetFeatures::from_sqe(&q.reqs[slot as usize].sqe);
+    let r = &mut q.reqs[slot as usize];
     if ctrl.subsys.is_discovery() && !discovery_feature(sf.fid) {
         return Err(Status::INVALID_FIELD.with_dnr());
     }
@@ -302,12 +302,12 @@ fn set_features<X: QueueTransport>(
 }
 
 fn get_features<X: QueueTransport>(
-    conn: &mut Queue<X>,
+    q: &mut Queue<X>,
     slot: u32,
     shared: &Shared,
     ctrl: &Controller,
 ) -> Result<Next, Status> {
-    let gf = GetFeatures::from_sqe(&conn.reqs[slot as usize].sqe)?;
+    let gf = GetFeatures::from_sqe(&q.reqs[slot as usize].sqe)?;
     if ctrl.subsys.is_discovery() && !discovery_feature(gf.fid) {
         return Err(Status::INVALID_FIELD.with_dnr());
     }
@@ -317,7 +317,7 @@ fn get_features<X: QueueTransport>(
         if gf.cdw11 & 1 == 0 {
             return Err(Status::INVALID_FIELD.with_dnr());
         }
-        return send_page(conn, slot, shared, 16, &ctrl.hostid);
+        return send_page(q, slot, shared, 16, &ctrl.hostid);
     }
     let st = ctrl.state();
     let v = match gf.fid {
@@ -341,7 +341,7 @@ fn get_features<X: QueueTransport>(
         _ => return Err(Status::INVALID_FIELD.with_dnr()),
     };
     drop(st);
-    conn.reqs[slot as usize].dw0 = v;
+    q.reqs[slot as usize].dw0 = v;
     Ok(Next::Respond)
 }
 
@@ -351,21 +351,21 @@ fn discovery_feature(f: u8) -> bool {
 }
 
 fn get_log_page<X: QueueTransport>(
-    conn: &mut Queue<X>,
+    q: &mut Queue<X>,
     slot: u32,
     shared: &Shared,
     ctrl: &Controller,
 ) -> Result<Next, Status> {
-    let glp = GetLogPage::from_sqe(&conn.reqs[slot as usize].sqe)?;
+    let glp = GetLogPage::from_sqe(&q.reqs[slot as usize].sqe)?;
     let len = u32::try_from(glp.len_bytes()).map_err(|_| Status::INVALID_FIELD.with_dnr())?;
     if ctrl.subsys.is_discovery() {
         if glp.lid != lid::DISCOVERY {
             return Err(Status::INVALID_FIELD.with_dnr());
         }
-        let log = discovery::log_page(shared, ctrl, conn.provider);
+        let log = discovery::log_page(shared, ctrl, q.provider);
         ctrl.discovery_log_read(glp.rae);
         let window = glp.window(&log)?.to_vec();
-        return send_page(conn, slot, shared, len, &window);
+        return send_page(q, slot, shared, len, &window);
     }
     if glp.lid == lid::ANA {
         // The log's size is its largest (what the host computes from NANAGRPID and MNAN):
@@ -380,7 +380,7 @@ fn get_log_page<X: QueueTransport>(
         log.resize(log.len().max(max), 0);
         ctrl.ana_log_read(glp.rae);
         let window = glp.window(&log)?.to_vec();
-        return send_page(conn, slot, shared, len, &window);
+        return send_page(q, slot, shared, len, &window);
     }
     let mut page = [0u8; PAGE_4K_LEN];
     let page_len = match glp.lid {
@@ -431,7 +431,7 @@ fn get_log_page<X: QueueTransport>(
     let window_len = window.len();
     let mut tmp = [0u8; PAGE_4K_LEN];
     tmp[..window_len].copy_from_slice(window);
-    send_page(conn, slot, shared, len, &tmp[..window_len])
+    send_page(q, slot, shared, len, &tmp[..window_len])
 }
 
 fn command_effects() -> CommandEffects {

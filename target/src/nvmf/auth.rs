@@ -335,14 +335,14 @@ impl QueueAuth {
 /// Connect of a queue whose host must authenticate: sets the queue's state up and returns
 /// the AUTHREQ bits for the Connect response.
 pub fn on_connect<X: QueueTransport>(
-    conn: &mut Queue<X>,
+    q: &mut Queue<X>,
     host: Option<Arc<HostAuth>>,
     hostnqn: &str,
     subnqn: &str,
 ) -> u32 {
     match host {
         Some(h) => {
-            conn.auth = Some(Box::new(QueueAuth::new(h, hostnqn, subnqn)));
+            q.auth = Some(Box::new(QueueAuth::new(h, hostnqn, subnqn)));
             AUTHREQ_ATR
         }
         None => 0,
@@ -355,9 +355,9 @@ pub fn admitted(auth: &Option<Box<QueueAuth>>) -> bool {
 }
 
 /// Checks an Authentication Send / Receive and sets up its data phase.
-pub fn prepare<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, shared: &Shared) -> Next {
-    let r = &mut conn.reqs[slot as usize];
-    if conn.auth.is_none() {
+pub fn prepare<X: QueueTransport>(q: &mut Queue<X>, slot: u32, shared: &Shared) -> Next {
+    let r = &mut q.reqs[slot as usize];
+    if q.auth.is_none() {
         // Nothing to authenticate on this queue (the host is not listed with a key).
         r.fail(Status::INVALID_OPCODE.with_dnr());
         return Next::Respond;
@@ -366,57 +366,57 @@ pub fn prepare<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, shared: &Share
     let (dir, len) = if sqe.fctype() == fctype::AUTH_SEND {
         match AuthSend::from_sqe(&sqe) {
             Ok(s) => (DataDir::HostToController, s.tl),
-            Err(st) => return fail(conn, slot, st),
+            Err(st) => return fail(q, slot, st),
         }
     } else {
         match AuthReceive::from_sqe(&sqe) {
             Ok(s) => (DataDir::ControllerToHost, s.al),
-            Err(st) => return fail(conn, slot, st),
+            Err(st) => return fail(q, slot, st),
         }
     };
     if len as usize > MAX_MESSAGE_BYTES {
-        return fail(conn, slot, Status::INVALID_FIELD.with_dnr());
+        return fail(q, slot, Status::INVALID_FIELD.with_dnr());
     }
-    conn.reqs[slot as usize].action = Action::Auth;
-    match data_phase(conn, slot, dir, len, SglFit::Exact, shared) {
+    q.reqs[slot as usize].action = Action::Auth;
+    match data_phase(q, slot, dir, len, SglFit::Exact, shared) {
         Ok(next) => next,
-        Err(st) => fail(conn, slot, st),
+        Err(st) => fail(q, slot, st),
     }
 }
 
-fn fail<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, st: Status) -> Next {
-    conn.reqs[slot as usize].fail(st);
+fn fail<X: QueueTransport>(q: &mut Queue<X>, slot: u32, st: Status) -> Next {
+    q.reqs[slot as usize].fail(st);
     Next::Respond
 }
 
 /// Runs an Authentication Send / Receive whose data is in place.
-pub fn execute<X: QueueTransport>(conn: &mut Queue<X>, slot: u32) {
-    let r = conn.reqs[slot as usize];
-    let qid = conn.qid;
-    if conn.auth.is_none() {
-        conn.reqs[slot as usize].fail(Status::INTERNAL);
+pub fn execute<X: QueueTransport>(q: &mut Queue<X>, slot: u32) {
+    let r = q.reqs[slot as usize];
+    let qid = q.qid;
+    if q.auth.is_none() {
+        q.reqs[slot as usize].fail(Status::INTERNAL);
         return;
     }
     if r.dir == DataDir::HostToController {
         let mut buf = Zeroizing::new(vec![0u8; r.data_len as usize]);
-        if conn.read_data(r.data_slot, 0, &mut buf).is_err() {
-            conn.reqs[slot as usize].fail(Status::INTERNAL);
+        if q.read_data(r.data_slot, 0, &mut buf).is_err() {
+            q.reqs[slot as usize].fail(Status::INTERNAL);
             return;
         }
-        let auth = conn.auth.as_mut().expect("checked above");
+        let auth = q.auth.as_mut().expect("checked above");
         if let SendOutcome::Close(why) = auth.on_send(&buf, qid) {
-            conn.reqs[slot as usize].close_after = Some(why);
+            q.reqs[slot as usize].close_after = Some(why);
         }
         return;
     }
-    let auth = conn.auth.as_mut().expect("checked above");
+    let auth = q.auth.as_mut().expect("checked above");
     let (msg, close) = auth.on_receive(qid);
     let n = msg.len().min(r.data_len as usize);
-    if conn.write_data(r.data_slot, 0, &msg[..n]).is_err() {
-        conn.reqs[slot as usize].fail(Status::INTERNAL);
+    if q.write_data(r.data_slot, 0, &msg[..n]).is_err() {
+        q.reqs[slot as usize].fail(Status::INTERNAL);
         return;
     }
-    let req = &mut conn.reqs[slot as usize];
+    let req = &mut q.reqs[slot as usize];
     // Only the message moves: the rest of the host's buffer is left alone (never stale bytes
     // of the data slot).
     req.data_len = n as u32;

@@ -18,23 +18,23 @@ use super::transport::QueueTransport;
 use super::{admin, auth, fabrics, io_commands, Shared};
 
 /// Checks the command in request `slot` and decides its course. Fills `status` on failure.
-pub fn prepare<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, shared: &Shared) -> Next {
-    let r = &mut conn.reqs[slot as usize];
+pub fn prepare<X: QueueTransport>(q: &mut Queue<X>, slot: u32, shared: &Shared) -> Next {
+    let r = &mut q.reqs[slot as usize];
     let sqe = r.sqe;
     if let Err(st) = sqe.check_fabrics_flags() {
         r.fail(st);
         return Next::Respond;
     }
     if sqe.opcode == opcodes::FABRICS {
-        return fabrics::prepare(conn, slot, shared);
+        return fabrics::prepare(q, slot, shared);
     }
-    let Some(ctrl) = conn.ctrl.clone() else {
+    let Some(ctrl) = q.ctrl.clone() else {
         // Nothing but Connect is valid on a queue that is not connected yet.
         r.fail(Status::COMMAND_SEQUENCE_ERROR.with_dnr());
         return Next::Respond;
     };
     ctrl.touch(shared.now_ms());
-    if !auth::admitted(&conn.auth) {
+    if !auth::admitted(&q.auth) {
         r.fail(Status::AUTH_REQUIRED.with_dnr());
         return Next::Respond;
     }
@@ -42,15 +42,15 @@ pub fn prepare<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, shared: &Share
     // removed its subsystem or its host's access): drop the command so the host retries it
     // after reconnecting, rather than answer Invalid Namespace with DNR, which the host would
     // hand to the application (blktests found it on subsystem removal).
-    if conn.qid != 0 && (shared.stopping() || ctrl.is_dead()) {
+    if q.qid != 0 && (shared.stopping() || ctrl.is_dead()) {
         return Next::Abandon;
     }
-    if conn.qid == 0 {
-        admin::prepare(conn, slot, shared, &ctrl)
+    if q.qid == 0 {
+        admin::prepare(q, slot, shared, &ctrl)
     } else if !ctrl.is_ready() {
         r.fail(Status::COMMAND_SEQUENCE_ERROR.with_dnr());
         Next::Respond
     } else {
-        io_commands::prepare(conn, slot, shared, &ctrl)
+        io_commands::prepare(q, slot, shared, &ctrl)
     }
 }

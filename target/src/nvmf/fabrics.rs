@@ -23,44 +23,44 @@ const CAP_TIMEOUT_500MS: u8 = 15;
 /// Refuses a Connect, logged at warn with the field the status points at (and the NQNs, once
 /// the data has been read): a host that cannot connect is an operator's question.
 fn fail_connect<X: QueueTransport>(
-    conn: &mut Queue<X>,
+    q: &mut Queue<X>,
     slot: u32,
     f: ConnectFailure,
     data: Option<&ConnectData>,
 ) -> Next {
-    tracing::warn!(peer = %conn.peer, qid = conn.qid,
+    tracing::warn!(peer = %q.peer, qid = q.qid,
         subnqn = data.map_or("", |d| d.subnqn.as_str()),
         hostnqn = data.map_or("", ConnectData::hostnqn_str),
         status = %f.status, field = f.field_name(), "connect refused");
-    let r = &mut conn.reqs[slot as usize];
+    let r = &mut q.reqs[slot as usize];
     r.fail(f.status);
     r.dw0 = f.dw0();
     Next::Respond
 }
 
 /// Checks a Fabrics command (opcode 0x7F) and runs those that need no data.
-pub fn prepare<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, shared: &Shared) -> Next {
-    let sqe = conn.reqs[slot as usize].sqe;
+pub fn prepare<X: QueueTransport>(q: &mut Queue<X>, slot: u32, shared: &Shared) -> Next {
+    let sqe = q.reqs[slot as usize].sqe;
     let ft = sqe.fctype();
     if ft == fctype::CONNECT {
-        return prepare_connect(conn, slot, shared);
+        return prepare_connect(q, slot, shared);
     }
-    let r = &mut conn.reqs[slot as usize];
-    let Some(ctrl) = conn.ctrl.clone() else {
+    let r = &mut q.reqs[slot as usize];
+    let Some(ctrl) = q.ctrl.clone() else {
         r.fail(Status::COMMAND_SEQUENCE_ERROR.with_dnr());
         return Next::Respond;
     };
     ctrl.touch(shared.now_ms());
     if ft == fctype::AUTH_SEND || ft == fctype::AUTH_RECEIVE {
-        return auth::prepare(conn, slot, shared);
+        return auth::prepare(q, slot, shared);
     }
-    if ft != fctype::DISCONNECT && !auth::admitted(&conn.auth) {
-        conn.reqs[slot as usize].fail(Status::AUTH_REQUIRED.with_dnr());
+    if ft != fctype::DISCONNECT && !auth::admitted(&q.auth) {
+        q.reqs[slot as usize].fail(Status::AUTH_REQUIRED.with_dnr());
         return Next::Respond;
     }
-    let r = &mut conn.reqs[slot as usize];
+    let r = &mut q.reqs[slot as usize];
     match ft {
-        fctype::PROPERTY_GET if conn.qid == 0 => match PropertyGet::from_sqe(&sqe) {
+        fctype::PROPERTY_GET if q.qid == 0 => match PropertyGet::from_sqe(&sqe) {
             Ok(g) => match property_value(&ctrl, g.offset, shared) {
                 // Read at its own size only (nvmet, SPDK): 8 bytes of a 4-byte property
                 // would read the next register too, and CAP's halves are not offered.
@@ -72,7 +72,7 @@ pub fn prepare<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, shared: &Share
             },
             Err(st) => r.fail(st),
         },
-        fctype::PROPERTY_SET if conn.qid == 0 => match PropertySet::from_sqe(&sqe) {
+        fctype::PROPERTY_SET if q.qid == 0 => match PropertySet::from_sqe(&sqe) {
             // CC is the one writable property, and it has 4 bytes (nvmet, SPDK).
             Ok(s) if s.offset == properties::CC && s.size == PropertySize::Four => {
                 let csts = ctrl.write_cc(s.value as u32);
@@ -120,31 +120,26 @@ fn property_value(
     })
 }
 
-fn prepare_connect<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, shared: &Shared) -> Next {
-    let sqe = conn.reqs[slot as usize].sqe;
-    if conn.ctrl.is_some() {
-        conn.reqs[slot as usize].fail(Status::COMMAND_SEQUENCE_ERROR.with_dnr());
+fn prepare_connect<X: QueueTransport>(q: &mut Queue<X>, slot: u32, shared: &Shared) -> Next {
+    let sqe = q.reqs[slot as usize].sqe;
+    if q.ctrl.is_some() {
+        q.reqs[slot as usize].fail(Status::COMMAND_SEQUENCE_ERROR.with_dnr());
         return Next::Respond;
     }
     let c = match Connect::from_sqe(&sqe) {
         Ok(c) => c,
-        Err(f) => return fail_connect(conn, slot, f, None),
+        Err(f) => return fail_connect(q, slot, f, None),
     };
-    if c.qid != conn.qid {
-        return fail_connect(
-            conn,
-            slot,
-            ConnectFailure::invalid_command(offset::QID),
-            None,
-        );
+    if c.qid != q.qid {
+        return fail_connect(q, slot, ConnectFailure::invalid_command(offset::QID), None);
     }
-    if c.queue_entries() > conn.depth {
+    if c.queue_entries() > q.depth {
         let f = ConnectFailure::invalid_command(offset::SQSIZE);
-        return fail_connect(conn, slot, f, None);
+        return fail_connect(q, slot, f, None);
     }
-    conn.reqs[slot as usize].action = Action::Connect;
+    q.reqs[slot as usize].action = Action::Connect;
     match data_phase(
-        conn,
+        q,
         slot,
         DataDir::HostToController,
         CONNECT_DATA_LEN as u32,
@@ -153,50 +148,50 @@ fn prepare_connect<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, shared: &S
     ) {
         Ok(next) => next,
         Err(st) => {
-            conn.reqs[slot as usize].fail(st);
+            q.reqs[slot as usize].fail(st);
             Next::Respond
         }
     }
 }
 
 /// Executes a Connect whose 1024 data bytes are in the request's data slot.
-pub fn execute_connect<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, shared: &Shared) {
-    let r = conn.reqs[slot as usize];
+pub fn execute_connect<X: QueueTransport>(q: &mut Queue<X>, slot: u32, shared: &Shared) {
+    let r = q.reqs[slot as usize];
     let connect = match Connect::from_sqe(&r.sqe) {
         Ok(c) => c,
         Err(f) => {
-            fail_connect(conn, slot, f, None);
+            fail_connect(q, slot, f, None);
             return;
         }
     };
     let mut bytes = [0u8; CONNECT_DATA_LEN];
-    if conn.read_data(r.data_slot, 0, &mut bytes).is_err() {
-        conn.reqs[slot as usize].fail(Status::INTERNAL);
+    if q.read_data(r.data_slot, 0, &mut bytes).is_err() {
+        q.reqs[slot as usize].fail(Status::INTERNAL);
         return;
     }
     let data = match ConnectData::decode(&bytes) {
         Ok(d) => d,
         Err(f) => {
-            fail_connect(conn, slot, f, None);
+            fail_connect(q, slot, f, None);
             return;
         }
     };
-    match connect_controller(conn, &connect, &data, shared) {
+    match connect_controller(q, &connect, &data, shared) {
         Ok((cntlid, authreq)) => {
             // CATTR bit 2: the host does not use SQHD on this queue; from this response on it
             // reads 0xFFFF (nvmet `nvmet_install_queue`, SPDK). Other CATTR bits are reserved
             // and ignored, as both peers do.
-            conn.sqhd_disabled = connect.cattr & CATTR_DISABLE_SQ_FLOW != 0;
-            conn.reqs[slot as usize].dw0 = u32::from(cntlid) | authreq;
+            q.sqhd_disabled = connect.cattr & CATTR_DISABLE_SQ_FLOW != 0;
+            q.reqs[slot as usize].dw0 = u32::from(cntlid) | authreq;
         }
         Err(f) => {
-            fail_connect(conn, slot, f, Some(&data));
+            fail_connect(q, slot, f, Some(&data));
         }
     }
 }
 
 fn connect_controller<X: QueueTransport>(
-    conn: &mut Queue<X>,
+    q: &mut Queue<X>,
     c: &Connect,
     d: &ConnectData,
     shared: &Shared,
@@ -211,11 +206,11 @@ fn connect_controller<X: QueueTransport>(
         .host_auth(d.hostnqn_str())
         .map_err(|_| ConnectFailure::invalid_host())?;
     let now = shared.now_ms();
-    if subsys.is_discovery() && conn.qid != 0 {
+    if subsys.is_discovery() && q.qid != 0 {
         // A discovery controller has no I/O queues.
         return Err(ConnectFailure::invalid_command(offset::QID));
     }
-    if conn.qid == 0 {
+    if q.qid == 0 {
         if d.cntlid != CNTLID_DYNAMIC {
             return Err(ConnectFailure::invalid_data(offset::CNTLID));
         }
@@ -232,7 +227,7 @@ fn connect_controller<X: QueueTransport>(
         let port = shared
             .lock_ports()
             .iter()
-            .find(|l| l.id == conn.listener)
+            .find(|l| l.id == q.listener)
             .map(|l| (Arc::clone(&l.ana), l.cfg.transport));
         // The listener was removed since this queue connected: its connections are closing.
         let (ana, transport) = port.ok_or(ConnectFailure::from(Status::CONNECT_CONTROLLER_BUSY))?;
@@ -243,8 +238,8 @@ fn connect_controller<X: QueueTransport>(
             ana,
             path: HostPath {
                 transport,
-                provider: conn.provider.map_or("", |p| p.as_str()),
-                peer: conn.peer,
+                provider: q.provider.map_or("", |p| p.as_str()),
+                peer: q.peer,
             },
             kato_ms: kato,
             max_queues,
@@ -255,11 +250,11 @@ fn connect_controller<X: QueueTransport>(
             .ok_or(ConnectFailure::from(
                 Status::CONNECT_CONTROLLER_BUSY.with_dnr(),
             ))?;
-        tracing::info!(peer = %conn.peer, cntlid = ctrl.cntlid, subnqn = %d.subnqn,
+        tracing::info!(peer = %q.peer, cntlid = ctrl.cntlid, subnqn = %d.subnqn,
             hostnqn = %d.hostnqn_str(), kato_ms = kato, "controller created");
         let id = ctrl.cntlid;
-        conn.ctrl = Some(ctrl);
-        let authreq = auth::on_connect(conn, host_auth, d.hostnqn_str(), &subsys.nqn);
+        q.ctrl = Some(ctrl);
+        let authreq = auth::on_connect(q, host_auth, d.hostnqn_str(), &subsys.nqn);
         return Ok((id, authreq));
     }
     let ctrl = shared
@@ -272,14 +267,14 @@ fn connect_controller<X: QueueTransport>(
                 && k.hostid == d.hostid
         })
         .ok_or(ConnectFailure::invalid_data(offset::CNTLID))?;
-    if conn.qid > ctrl.state().io_queues || !ctrl.attach_queue(conn.qid) {
+    if q.qid > ctrl.state().io_queues || !ctrl.attach_queue(q.qid) {
         return Err(ConnectFailure::invalid_command(offset::QID));
     }
     ctrl.touch(now);
-    tracing::info!(peer = %conn.peer, cntlid = ctrl.cntlid, qid = conn.qid, depth = conn.depth,
+    tracing::info!(peer = %q.peer, cntlid = ctrl.cntlid, qid = q.qid, depth = q.depth,
         "I/O queue connected");
     let id = ctrl.cntlid;
-    conn.ctrl = Some(ctrl);
-    let authreq = auth::on_connect(conn, host_auth, d.hostnqn_str(), &subsys.nqn);
+    q.ctrl = Some(ctrl);
+    let authreq = auth::on_connect(q, host_auth, d.hostnqn_str(), &subsys.nqn);
     Ok((id, authreq))
 }

@@ -29,27 +29,27 @@ const NSID_ALL: u32 = 0xFFFF_FFFF;
 
 /// Checks an I/O command; sets the request's action and data phase.
 pub fn prepare<X: QueueTransport>(
-    conn: &mut Queue<X>,
+    q: &mut Queue<X>,
     slot: u32,
     shared: &Shared,
     ctrl: &Arc<Controller>,
 ) -> Next {
-    match check(conn, slot, shared, ctrl) {
+    match check(q, slot, shared, ctrl) {
         Ok(n) => n,
         Err(st) => {
-            conn.reqs[slot as usize].fail(st);
+            q.reqs[slot as usize].fail(st);
             Next::Respond
         }
     }
 }
 
 fn check<X: QueueTransport>(
-    conn: &mut Queue<X>,
+    q: &mut Queue<X>,
     slot: u32,
     shared: &Shared,
     ctrl: &Arc<Controller>,
 ) -> Result<Next, Status> {
-    let sqe = conn.reqs[slot as usize].sqe;
+    let sqe = q.reqs[slot as usize].sqe;
     // The namespace, if it is active (and visible to the host) and its ANA group is accessible through this
     // controller's listener (else the path status, without DNR: the host tries another path).
     let namespace = |nsid: u32| {
@@ -94,8 +94,8 @@ fn check<X: QueueTransport>(
                 DataDir::ControllerToHost
             };
             // The data pointer first (MDTS, type), then the range, as nvmet orders them.
-            conn.reqs[slot as usize].action = action;
-            let next = data_phase(conn, slot, dir, len, SglFit::Exact, shared)?;
+            q.reqs[slot as usize].action = action;
+            let next = data_phase(q, slot, dir, len, SglFit::Exact, shared)?;
             rw.check_range(ns.num_blocks())?;
             if write && ns.read_only() {
                 return Err(Status::NS_WRITE_PROTECTED.with_dnr());
@@ -171,54 +171,53 @@ fn check<X: QueueTransport>(
             }
             let (generation, rtype, ptpls, regs) = ns.reservations().report();
             let page = encode_report(generation, rtype, ptpls, &regs, len as usize);
-            conn.reqs[slot as usize].action = Action::Respond;
+            q.reqs[slot as usize].action = Action::Respond;
             let next = data_phase(
-                conn,
+                q,
                 slot,
                 DataDir::ControllerToHost,
                 len as u32,
                 SglFit::Exact,
                 shared,
             )?;
-            let ds = conn.reqs[slot as usize].data_slot;
-            conn.write_data(ds, 0, &page)
-                .map_err(|_| Status::INTERNAL)?;
+            let ds = q.reqs[slot as usize].data_slot;
+            q.write_data(ds, 0, &page).map_err(|_| Status::INTERNAL)?;
             return Ok(next);
         }
         _ => return Err(Status::INVALID_OPCODE.with_dnr()),
     };
-    conn.reqs[slot as usize].action = action;
-    data_phase(conn, slot, dir, len, fit, shared)
+    q.reqs[slot as usize].action = action;
+    data_phase(q, slot, dir, len, fit, shared)
 }
 
 /// Runs a Reservation Register, Acquire or Release whose keys are in the data slot; a failure
 /// is the request's status. A preempt and abort that preempted hosts returns its fence: the
 /// command completes once the fence is done ([`super::fence`]).
 pub fn reservation<X: QueueTransport>(
-    conn: &mut Queue<X>,
+    q: &mut Queue<X>,
     slot: u32,
     shared: &Shared,
 ) -> Option<Arc<Fence>> {
-    let r = conn.reqs[slot as usize];
+    let r = q.reqs[slot as usize];
     let Action::Reservation { ns } = r.action else {
         return None;
     };
-    match reservation_status(conn, &r, ns, shared) {
+    match reservation_status(q, &r, ns, shared) {
         Ok(fence) => fence,
         Err(st) => {
-            conn.reqs[slot as usize].fail(st);
+            q.reqs[slot as usize].fail(st);
             None
         }
     }
 }
 
 fn reservation_status<X: QueueTransport>(
-    conn: &Queue<X>,
+    q: &Queue<X>,
     r: &crate::nvmf::request::Request,
     ns: usize,
     shared: &Shared,
 ) -> Result<Option<Arc<Fence>>, Status> {
-    let ctrl = conn.ctrl.as_ref().ok_or(Status::INTERNAL)?;
+    let ctrl = q.ctrl.as_ref().ok_or(Status::INTERNAL)?;
     let ns = shared
         .namespaces
         .get(ns)
@@ -226,7 +225,7 @@ fn reservation_status<X: QueueTransport>(
     let release = r.sqe.opcode == resv::RELEASE;
     let mut data = [0u8; TWO_KEYS as usize];
     let n = if release { ONE_KEY } else { TWO_KEYS } as usize;
-    conn.read_data(r.data_slot, 0, &mut data[..n])
+    q.read_data(r.data_slot, 0, &mut data[..n])
         .map_err(|_| Status::INTERNAL)?;
     let (k1, k2) = keys(&data[..n]);
     let c = ResvCdw10::from_sqe(&r.sqe);
@@ -283,29 +282,29 @@ fn reservation_status<X: QueueTransport>(
 
 /// Prepares the backend operations of request `slot` once its data is in place: validates
 /// DSM ranges, counts operations. Returns false if nothing needs the backend.
-pub fn plan<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, shared: &Shared) -> bool {
-    let r = conn.reqs[slot as usize];
+pub fn plan<X: QueueTransport>(q: &mut Queue<X>, slot: u32, shared: &Shared) -> bool {
+    let r = q.reqs[slot as usize];
     let total = match r.action {
         Action::ReadWrite { .. } | Action::WriteZeroes { .. } => 1,
         Action::Flush { ns: Some(_) } => 1,
-        Action::Flush { ns: None } => match &conn.ctrl {
+        Action::Flush { ns: None } => match &q.ctrl {
             Some(c) => c.visible_namespaces().count() as u32,
             None => 0,
         },
         Action::Deallocate { ns, ranges } => {
             let Some(nsze) = shared.namespaces.get(ns).map(|n| n.num_blocks()) else {
-                conn.reqs[slot as usize].fail(Status::INVALID_NAMESPACE.with_dnr());
+                q.reqs[slot as usize].fail(Status::INVALID_NAMESPACE.with_dnr());
                 return false;
             };
             for i in 0..ranges {
-                match dsm_range(conn, slot, i) {
+                match dsm_range(q, slot, i) {
                     Some(rg) if rg.check_range(nsze).is_ok() => {}
                     Some(_) => {
-                        conn.reqs[slot as usize].fail(Status::LBA_OUT_OF_RANGE.with_dnr());
+                        q.reqs[slot as usize].fail(Status::LBA_OUT_OF_RANGE.with_dnr());
                         return false;
                     }
                     None => {
-                        conn.reqs[slot as usize].fail(Status::INTERNAL);
+                        q.reqs[slot as usize].fail(Status::INTERNAL);
                         return false;
                     }
                 }
@@ -314,66 +313,65 @@ pub fn plan<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, shared: &Shared) 
         }
         Action::Respond | Action::Connect | Action::Auth | Action::Reservation { .. } => 0,
     };
-    let r = &mut conn.reqs[slot as usize];
+    let r = &mut q.reqs[slot as usize];
     r.ops_total = total;
     r.ops_next = 0;
     total > 0
 }
 
-fn dsm_range<X: QueueTransport>(conn: &Queue<X>, slot: u32, i: u32) -> Option<DsmRange> {
-    let ds = conn.reqs[slot as usize].data_slot;
+fn dsm_range<X: QueueTransport>(q: &Queue<X>, slot: u32, i: u32) -> Option<DsmRange> {
+    let ds = q.reqs[slot as usize].data_slot;
     let mut b = [0u8; DSM_RANGE_LEN];
-    conn.read_data(ds, i as usize * DSM_RANGE_LEN, &mut b)
-        .ok()?;
+    q.read_data(ds, i as usize * DSM_RANGE_LEN, &mut b).ok()?;
     Some(DsmRange::decode(&b))
 }
 
 /// Submits the request's remaining backend operations. On `Busy` the request is queued on
 /// `backlog` to be resumed when the backend has room.
 pub fn submit<X: QueueTransport>(
-    conn: &mut Queue<X>,
+    q: &mut Queue<X>,
     slot: u32,
     group: u8,
     nsq: &mut NsQueues,
     backlog: &mut VecDeque<u64>,
 ) {
-    let key = conn.key;
-    while conn.reqs[slot as usize].ops_next < conn.reqs[slot as usize].ops_total {
-        let r = conn.reqs[slot as usize];
+    let key = q.key;
+    while q.reqs[slot as usize].ops_next < q.reqs[slot as usize].ops_total {
+        let r = q.reqs[slot as usize];
         let i = r.ops_next;
-        let (ns, op) = match backend_op(conn, slot, i) {
+        let (ns, op) = match backend_op(q, slot, i) {
             Ok(Some(x)) => x,
             Ok(None) => {
-                conn.reqs[slot as usize].ops_next += 1;
+                q.reqs[slot as usize].ops_next += 1;
                 continue;
             }
             Err(()) => {
-                conn.reqs[slot as usize].fail(Status::INTERNAL);
-                conn.reqs[slot as usize].ops_next += 1;
+                q.reqs[slot as usize].fail(Status::INTERNAL);
+                q.reqs[slot as usize].ops_next += 1;
                 continue;
             }
         };
         let tag = Tag::new(group, key, slot).encode();
-        let Some(q) = nsq.get(ns) else {
+        let Some(nq) = nsq.get(ns) else {
             // Removed while the request waited: it fails, the namespace's other I/O is done.
-            let r = &mut conn.reqs[slot as usize];
+            let r = &mut q.reqs[slot as usize];
             r.fail(Status::INVALID_NAMESPACE.with_dnr());
             r.ops_next += 1;
             continue;
         };
-        match q.submit(IoRequest { tag, op }) {
+        match nq.submit(IoRequest { tag, op }) {
             Ok(()) => {
-                let r = &mut conn.reqs[slot as usize];
+                let r = &mut q.reqs[slot as usize];
                 r.ops_in_flight += 1;
                 r.ops_next += 1;
-                conn.backend_ops += 1;
+                q.backend_ops += 1;
             }
             Err(SubmitError::Busy) => {
                 backlog.push_back(tag);
                 return;
             }
             Err(SubmitError::Rejected(e)) => {
-                let r = &mut conn.reqs[slot as usize];
+                let r = &mut q.reqs[slot as usize];
                 r.fail(status_of(e));
                 r.ops_next += 1;
             }
@@ -383,11 +381,11 @@ pub fn submit<X: QueueTransport>(
 
 /// Operation `i` of the request: `Ok(None)` when there is nothing to do (an empty DSM range).
 fn backend_op<X: QueueTransport>(
-    conn: &Queue<X>,
+    q: &Queue<X>,
     slot: u32,
     i: u32,
 ) -> Result<Option<(usize, IoOp)>, ()> {
-    let r = &conn.reqs[slot as usize];
+    let r = &q.reqs[slot as usize];
     Ok(Some(match r.action {
         Action::ReadWrite {
             ns,
@@ -396,7 +394,7 @@ fn backend_op<X: QueueTransport>(
             write,
             fua,
         } => {
-            let region = conn.window.data_slot(r.data_slot);
+            let region = q.window.data_slot(r.data_slot);
             debug_assert!(r.data_len as usize <= region.len);
             let ptr = NonNull::new(region.as_ptr()).ok_or(())?;
             // SAFETY: the data slot belongs to this request until it is free again, which
@@ -425,14 +423,14 @@ fn backend_op<X: QueueTransport>(
         } => (ns, IoOp::WriteZeroes { lba, blocks }),
         Action::Flush { ns: Some(ns) } => (ns, IoOp::Flush),
         Action::Flush { ns: None } => {
-            let ctrl = conn.ctrl.as_ref().ok_or(())?;
+            let ctrl = q.ctrl.as_ref().ok_or(())?;
             match ctrl.visible_namespaces().nth(i as usize) {
                 Some(n) => (n.slot(), IoOp::Flush),
                 None => return Ok(None),
             }
         }
         Action::Deallocate { ns, .. } => {
-            let rg = dsm_range(conn, slot, i).ok_or(())?;
+            let rg = dsm_range(q, slot, i).ok_or(())?;
             if rg.nlb == 0 {
                 return Ok(None);
             }

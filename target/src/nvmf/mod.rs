@@ -176,8 +176,9 @@ pub struct Shared {
     pub epoch: Instant,
     /// Set by [`Target::shutdown`]: stop accepting, drain, flush, exit.
     pub stop: AtomicBool,
-    /// Queues (connections) alive.
-    pub connections: AtomicUsize,
+    /// Queues alive (each an RDMA connection, a TCP socket or a loop channel), counted against
+    /// `limits.max_connections`.
+    pub queues_open: AtomicUsize,
     /// Connections over `limits.max_connections` being answered rather than closed (NVMe/TCP:
     /// their Connect completes with Controller Busy), at most
     /// [`transport::handoff::MAX_REFUSING`].
@@ -244,7 +245,7 @@ impl Shared {
             arena_bytes_in_use = s.bytes_in_use,
             arena_windows = s.windows,
             arena_bytes = s.total_bytes,
-            connections = self.connections.load(Ordering::Relaxed),
+            connections = self.queues_open.load(Ordering::Relaxed),
             "arena usage"
         );
     }
@@ -321,7 +322,7 @@ impl Target {
             transports,
             epoch: Instant::now(),
             stop: AtomicBool::new(false),
-            connections: AtomicUsize::new(0),
+            queues_open: AtomicUsize::new(0),
             refusing: AtomicUsize::new(0),
             final_flush_failures: Mutex::new(Vec::new()),
             discovery: Arc::new(Subsystem::discovery(
@@ -415,8 +416,8 @@ impl Target {
     }
 
     /// Queues connected right now.
-    pub fn connections(&self) -> usize {
-        self.shared.connections.load(Ordering::Acquire)
+    pub fn queues_open(&self) -> usize {
+        self.shared.queues_open.load(Ordering::Acquire)
     }
 
     /// Controllers alive right now.

@@ -221,27 +221,28 @@ impl Default for Request {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Tag {
     pub group: u8,
-    pub conn: u32,
+    /// The queue's key in its poll group's `Queues`.
+    pub queue: u32,
     pub slot: u32,
 }
 
 impl Tag {
-    pub fn new(group: u8, conn: u32, slot: u32) -> Tag {
+    pub fn new(group: u8, queue: u32, slot: u32) -> Tag {
         debug_assert!(
             slot < 1 << 24,
             "request slots are fewer than a queue's 65536 entries"
         );
-        Tag { group, conn, slot }
+        Tag { group, queue, slot }
     }
 
     pub fn encode(self) -> u64 {
-        u64::from(self.conn) << 32 | u64::from(self.group) << 24 | u64::from(self.slot & 0xFF_FFFF)
+        u64::from(self.queue) << 32 | u64::from(self.group) << 24 | u64::from(self.slot & 0xFF_FFFF)
     }
 
     pub fn decode(v: u64) -> Tag {
         Tag {
             group: (v >> 24) as u8,
-            conn: (v >> 32) as u32,
+            queue: (v >> 32) as u32,
             slot: (v & 0xFF_FFFF) as u32,
         }
     }

@@ -40,148 +40,146 @@ impl Ctx<'_> {
 }
 
 /// A command capsule of `len` bytes arrived in receive slot `recv`.
-pub fn on_capsule<X: QueueTransport>(conn: &mut Queue<X>, recv: u32, len: u32, ctx: &mut Ctx<'_>) {
+pub fn on_capsule<X: QueueTransport>(q: &mut Queue<X>, recv: u32, len: u32, ctx: &mut Ctx<'_>) {
     if (len as usize) < SQE_LEN {
-        tracing::warn!(peer = %conn.peer, qid = conn.qid, len,
+        tracing::warn!(peer = %q.peer, qid = q.qid, len,
             "command capsule shorter than an SQE: fatal for the queue");
-        begin_close(conn, "short command capsule", ctx.shared);
+        begin_close(q, "short command capsule", ctx.shared);
         return;
     }
-    match conn.free_reqs.pop() {
-        Some(slot) => start_request(conn, slot, recv, len, ctx),
+    match q.free_reqs.pop() {
+        Some(slot) => start_request(q, slot, recv, len, ctx),
         // Every context waits for its response SEND's completion (the host already has those
         // responses): the capsule waits in its receive buffer for the next one to free up.
-        None => conn.pending_capsules.push_back((recv, len)),
+        None => q.pending_capsules.push_back((recv, len)),
     }
 }
 
 /// Starts request context `slot` on the capsule in receive slot `recv`, and gives the receive
 /// back as soon as the capsule is consumed.
 fn start_request<X: QueueTransport>(
-    conn: &mut Queue<X>,
+    q: &mut Queue<X>,
     slot: u32,
     recv: u32,
     len: u32,
     ctx: &mut Ctx<'_>,
 ) {
-    debug_assert_eq!(conn.reqs[slot as usize].state, ReqState::Free);
-    let Some(sqe) = X::read_capsule(conn, recv, len) else {
-        begin_close(conn, "receive slot unreadable", ctx.shared);
+    debug_assert_eq!(q.reqs[slot as usize].state, ReqState::Free);
+    let Some(sqe) = X::read_capsule(q, recv, len) else {
+        begin_close(q, "receive slot unreadable", ctx.shared);
         return;
     };
-    conn.sq_head = ((u32::from(conn.sq_head) + 1) % conn.depth) as u16;
-    let data_slot = X::data_slot(conn, slot, sqe.cid);
-    let qid = conn.qid;
-    let r = &mut conn.reqs[slot as usize];
+    q.sq_head = ((u32::from(q.sq_head) + 1) % q.depth) as u16;
+    let data_slot = X::data_slot(q, slot, sqe.cid);
+    let qid = q.qid;
+    let r = &mut q.reqs[slot as usize];
     r.reset(sqe, len, recv, data_slot);
     if ctx.shared.cfg.target.io_statistics {
         r.received = Some(Instant::now());
     }
     r.enter(ReqState::New, qid, slot);
-    let next = match X::capsule_status(conn, recv).and_then(|()| X::claim_data_slot(conn, slot)) {
+    let next = match X::capsule_status(q, recv).and_then(|()| X::claim_data_slot(q, slot)) {
         Err(st) => {
-            conn.reqs[slot as usize].fail(st);
+            q.reqs[slot as usize].fail(st);
             Next::Respond
         }
-        Ok(()) => command::prepare(conn, slot, ctx.shared),
+        Ok(()) => command::prepare(q, slot, ctx.shared),
     };
     // The capsule is consumed (SQE decoded, in-capsule data copied): give its buffer back
     // (repost its receive) before any response can reach the host.
-    if conn.is_live() {
-        if let Err(e) = X::release_capsule(conn, recv) {
-            tracing::warn!(peer = %conn.peer, error = %e, "receive not reposted");
-            begin_close(conn, "receive not reposted", ctx.shared);
+    if q.is_live() {
+        if let Err(e) = X::release_capsule(q, recv) {
+            tracing::warn!(peer = %q.peer, error = %e, "receive not reposted");
+            begin_close(q, "receive not reposted", ctx.shared);
         }
     }
-    proceed(conn, slot, next, ctx);
+    proceed(q, slot, next, ctx);
 }
 
-fn proceed<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, next: Next, ctx: &mut Ctx<'_>) {
-    let qid = conn.qid;
+fn proceed<X: QueueTransport>(q: &mut Queue<X>, slot: u32, next: Next, ctx: &mut Ctx<'_>) {
+    let qid = q.qid;
     match next {
-        Next::Respond => respond(conn, slot, ctx),
-        Next::Execute => execute(conn, slot, ctx),
-        Next::Hold => conn.reqs[slot as usize].enter(ReqState::Held, qid, slot),
+        Next::Respond => respond(q, slot, ctx),
+        Next::Execute => execute(q, slot, ctx),
+        Next::Hold => q.reqs[slot as usize].enter(ReqState::Held, qid, slot),
         Next::Abandon => {
             tracing::debug!(
                 qid,
-                cid = conn.reqs[slot as usize].sqe.cid,
+                cid = q.reqs[slot as usize].sqe.cid,
                 "command dropped at shutdown: the host retries it after reconnecting"
             );
-            conn.reqs[slot as usize].enter(ReqState::Responding, qid, slot);
-            free(conn, slot);
+            q.reqs[slot as usize].enter(ReqState::Responding, qid, slot);
+            free(q, slot);
         }
         Next::Fetch => {
-            conn.reqs[slot as usize].enter(ReqState::AwaitingData, qid, slot);
-            X::fetch(conn, slot, ctx.shared);
+            q.reqs[slot as usize].enter(ReqState::AwaitingData, qid, slot);
+            X::fetch(q, slot, ctx.shared);
         }
     }
 }
 
 /// The request's data is in place: run it. A request that failed on the way (its data
 /// arrived damaged) completes with its status instead, and nothing of it runs.
-pub fn execute<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, ctx: &mut Ctx<'_>) {
-    let r = conn.reqs[slot as usize];
+pub fn execute<X: QueueTransport>(q: &mut Queue<X>, slot: u32, ctx: &mut Ctx<'_>) {
+    let r = q.reqs[slot as usize];
     if !r.status.is_success() {
-        respond(conn, slot, ctx);
+        respond(q, slot, ctx);
         return;
     }
     match r.action {
         Action::Connect => {
-            fabrics::execute_connect(conn, slot, ctx.shared);
-            respond(conn, slot, ctx);
+            fabrics::execute_connect(q, slot, ctx.shared);
+            respond(q, slot, ctx);
         }
-        Action::Respond => respond(conn, slot, ctx),
+        Action::Respond => respond(q, slot, ctx),
         Action::Reservation { .. } => {
-            if conn.is_live() {
-                if let Some(fence) = io_commands::reservation(conn, slot, ctx.shared) {
+            if q.is_live() {
+                if let Some(fence) = io_commands::reservation(q, slot, ctx.shared) {
                     // Preempt and abort: held until the preempted hosts' commands are done.
-                    let qid = conn.qid;
-                    conn.reqs[slot as usize].enter(ReqState::Held, qid, slot);
-                    conn.fenced.push((slot, fence));
+                    let qid = q.qid;
+                    q.reqs[slot as usize].enter(ReqState::Held, qid, slot);
+                    q.fenced.push((slot, fence));
                     return;
                 }
             }
-            respond(conn, slot, ctx);
+            respond(q, slot, ctx);
         }
         Action::Auth => {
-            if conn.is_live() {
-                auth::execute(conn, slot);
+            if q.is_live() {
+                auth::execute(q, slot);
                 // FFDHE takes this thread seconds in a debug build under TCG (ffdhe8192):
                 // time the controller spends on its own side is not the host's silence.
-                if let Some(ctrl) = &conn.ctrl {
+                if let Some(ctrl) = &q.ctrl {
                     ctrl.touch(ctx.shared.now_ms());
                 }
             }
-            respond(conn, slot, ctx);
+            respond(q, slot, ctx);
         }
-        _ if !conn.is_live() => respond(conn, slot, ctx),
+        _ if !q.is_live() => respond(q, slot, ctx),
         _ => {
-            if !io_commands::plan(conn, slot, ctx.shared) {
-                respond(conn, slot, ctx);
+            if !io_commands::plan(q, slot, ctx.shared) {
+                respond(q, slot, ctx);
                 return;
             }
-            let qid = conn.qid;
-            if let Some(c) =
-                io_metric(&conn.reqs[slot as usize]).and_then(|(ns, _)| ctx.counter(ns))
-            {
+            let qid = q.qid;
+            if let Some(c) = io_metric(&q.reqs[slot as usize]).and_then(|(ns, _)| ctx.counter(ns)) {
                 c.started();
-                conn.reqs[slot as usize].counted = true;
+                q.reqs[slot as usize].counted = true;
             }
-            conn.reqs[slot as usize].enter(ReqState::Executing, qid, slot);
+            q.reqs[slot as usize].enter(ReqState::Executing, qid, slot);
             // Over its namespace's QoS limits: held (Executing, no backend operation yet)
             // until the worker resumes it.
-            if let Some((ns, cost)) = qos_cost(&conn.reqs[slot as usize]) {
-                let tag = Tag::new(ctx.group, conn.key, slot).encode();
-                let host = conn.ctrl.as_ref().map_or("", |c| c.hostnqn.as_str());
+            if let Some((ns, cost)) = qos_cost(&q.reqs[slot as usize]) {
+                let tag = Tag::new(ctx.group, q.key, slot).encode();
+                let host = q.ctrl.as_ref().map_or("", |c| c.hostnqn.as_str());
                 if !ctx.nsq.admit(ns, tag, cost, host) {
                     return;
                 }
             }
-            io_commands::submit(conn, slot, ctx.group, ctx.nsq, ctx.backlog);
-            let r = &conn.reqs[slot as usize];
+            io_commands::submit(q, slot, ctx.group, ctx.nsq, ctx.backlog);
+            let r = &q.reqs[slot as usize];
             if r.ops_in_flight == 0 && r.ops_next >= r.ops_total {
-                respond(conn, slot, ctx);
+                respond(q, slot, ctx);
             }
         }
     }
@@ -189,30 +187,30 @@ pub fn execute<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, ctx: &mut Ctx<
 
 /// Completes request `slot`: posts its response (and data), or on a closing queue just frees
 /// it.
-pub fn respond<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, ctx: &mut Ctx<'_>) {
-    let qid = conn.qid;
-    conn.reqs[slot as usize].enter(ReqState::Responding, qid, slot);
+pub fn respond<X: QueueTransport>(q: &mut Queue<X>, slot: u32, ctx: &mut Ctx<'_>) {
+    let qid = q.qid;
+    q.reqs[slot as usize].enter(ReqState::Responding, qid, slot);
     if qid != 0 {
-        record(&conn.reqs[slot as usize], ctx);
+        record(&q.reqs[slot as usize], ctx);
     }
-    if !conn.is_live() {
-        free(conn, slot);
+    if !q.is_live() {
+        free(q, slot);
         return;
     }
-    let r = &conn.reqs[slot as usize];
+    let r = &q.reqs[slot as usize];
     if !r.status.is_success() {
         tracing::debug!(qid, cid = r.sqe.cid, opcode = r.sqe.opcode, status = %r.status, "command failed");
     }
-    if let Err(e) = X::post_response(conn, slot) {
-        tracing::warn!(peer = %conn.peer, error = %e, "response not posted");
-        begin_close(conn, "response not posted", ctx.shared);
+    if let Err(e) = X::post_response(q, slot) {
+        tracing::warn!(peer = %q.peer, error = %e, "response not posted");
+        begin_close(q, "response not posted", ctx.shared);
         return;
     }
     // The data phase is over once the response is posted: the transport delivers any data
     // before the response (RDMA: RC ordering of the WRITE before the SEND), so a host that has
     // seen the response may reuse the command ID, and push into its slot, before we learn the
     // response was sent.
-    X::release_data_slot(conn, slot);
+    X::release_data_slot(q, slot);
 }
 
 /// The namespace slot of an I/O request and what it costs against the namespace's QoS limits.
@@ -253,29 +251,26 @@ fn record(r: &Request, ctx: &Ctx<'_>) {
     }
 }
 
-fn free<X: QueueTransport>(conn: &mut Queue<X>, slot: u32) {
-    let qid = conn.qid;
-    conn.reqs[slot as usize].enter(ReqState::Free, qid, slot);
-    X::release_data_slot(conn, slot);
-    debug_assert!(
-        !conn.free_reqs.contains(&slot),
-        "request {slot} freed twice"
-    );
-    conn.free_reqs.push(slot);
+fn free<X: QueueTransport>(q: &mut Queue<X>, slot: u32) {
+    let qid = q.qid;
+    q.reqs[slot as usize].enter(ReqState::Free, qid, slot);
+    X::release_data_slot(q, slot);
+    debug_assert!(!q.free_reqs.contains(&slot), "request {slot} freed twice");
+    q.free_reqs.push(slot);
 }
 
 /// The response was sent: the request is free, and serves a waiting capsule if any.
-pub fn on_sent<X: QueueTransport>(conn: &mut Queue<X>, slot: u32, ctx: &mut Ctx<'_>) {
-    let close = conn.reqs[slot as usize].close_after;
-    free(conn, slot);
+pub fn on_sent<X: QueueTransport>(q: &mut Queue<X>, slot: u32, ctx: &mut Ctx<'_>) {
+    let close = q.reqs[slot as usize].close_after;
+    free(q, slot);
     if let Some(why) = close {
-        begin_close(conn, why, ctx.shared);
+        begin_close(q, why, ctx.shared);
         return;
     }
-    if conn.is_live() {
-        if let Some((recv, len)) = conn.pending_capsules.pop_front() {
-            let slot = conn.free_reqs.pop().expect("a request was just freed");
-            start_request(conn, slot, recv, len, ctx);
+    if q.is_live() {
+        if let Some((recv, len)) = q.pending_capsules.pop_front() {
+            let slot = q.free_reqs.pop().expect("a request was just freed");
+            start_request(q, slot, recv, len, ctx);
         }
     }
 }

@@ -133,13 +133,13 @@ pub fn wait_idle(t: &Target) {
     let deadline = Instant::now() + HANG_GUARD;
     loop {
         let s = t.arena_stats();
-        if s.bytes_in_use == 0 && s.windows == 0 && t.connections() == 0 {
+        if s.bytes_in_use == 0 && s.windows == 0 && t.queues_open() == 0 {
             return;
         }
         assert!(
             Instant::now() < deadline,
             "arena not idle: {s:?}, {} connections",
-            t.connections()
+            t.queues_open()
         );
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -450,13 +450,13 @@ pub fn wait_held(t: &Target, connections: usize, windows: usize) {
     let deadline = Instant::now() + HANG_GUARD;
     loop {
         let s = t.arena_stats();
-        if t.connections() == connections && s.windows == windows {
+        if t.queues_open() == connections && s.windows == windows {
             return;
         }
         assert!(
             Instant::now() < deadline,
             "the target holds {} connections and {s:?}, not {connections} and {windows} windows",
-            t.connections()
+            t.queues_open()
         );
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -1,6 +1,6 @@
 //! Handing accepted connections to the workers: what the listener threads of NVMe/TCP and
 //! loop share. Each connection goes to the next worker in turn and counts against
-//! `limits.max_connections` until its poll group lets it go (`Shared::connections`). RDMA's
+//! `limits.max_connections` until its poll group lets it go (`Shared::queues_open`). RDMA's
 //! listener keeps its own, because it answers a refusal with a CM reject that names the cause.
 
 use std::any::Any;
@@ -44,11 +44,11 @@ impl<'a> Handoff<'a> {
     /// Whether `limits.max_connections` queues are alive: a transport that can answer a
     /// refusal (NVMe/TCP) hands the next one over with [`Handoff::hand_over_refusal`].
     pub fn full(&self) -> bool {
-        self.shared.connections.load(Ordering::Acquire) >= self.max
+        self.shared.queues_open.load(Ordering::Acquire) >= self.max
     }
 
     /// Hands over a connection the limit has no room for, to be answered with a refusal rather
-    /// than closed, counted in `Shared::refusing` (not `connections`); closed instead while
+    /// than closed, counted in `Shared::refusing` (not `queues_open`); closed instead while
     /// [`MAX_REFUSING`] are being answered. False if it was dropped.
     pub fn hand_over_refusal(&mut self, peer: impl Display, conn: Box<dyn Any + Send>) -> bool {
         let refusing = &self.shared.refusing;
@@ -70,9 +70,9 @@ impl<'a> Handoff<'a> {
     fn send(&mut self, conn: Box<dyn Any + Send>) -> bool {
         let w = self.next % self.workers.len();
         self.next = self.next.wrapping_add(1);
-        let msg = WorkerMsg::Conn {
+        let msg = WorkerMsg::Handover {
             transport: self.transport,
-            conn,
+            handover: conn,
         };
         self.workers[w].send(msg).is_ok()
     }
@@ -81,9 +81,9 @@ impl<'a> Handoff<'a> {
     /// dropped (over `limits.max_connections`, or the worker is gone), which is logged
     /// naming `peer`.
     pub fn hand_over(&mut self, peer: impl Display, conn: Box<dyn Any + Send>) -> bool {
-        let connections = &self.shared.connections;
-        if connections.fetch_add(1, Ordering::AcqRel) >= self.max {
-            connections.fetch_sub(1, Ordering::AcqRel);
+        let queues_open = &self.shared.queues_open;
+        if queues_open.fetch_add(1, Ordering::AcqRel) >= self.max {
+            queues_open.fetch_sub(1, Ordering::AcqRel);
             tracing::warn!(
                 %peer,
                 transport = ?self.transport,
@@ -93,7 +93,7 @@ impl<'a> Handoff<'a> {
             return false;
         }
         if !self.send(conn) {
-            connections.fetch_sub(1, Ordering::AcqRel);
+            queues_open.fetch_sub(1, Ordering::AcqRel);
             tracing::warn!(%peer, "the worker is gone; connection dropped");
             return false;
         }

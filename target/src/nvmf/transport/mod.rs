@@ -167,7 +167,7 @@ pub trait Transport: Send + Sync + std::fmt::Debug {
 
     /// Starts accepting connections for listener `cfg` (number `index` in the configuration;
     /// `id` for the target's life); its connections go to the workers' poll groups of this
-    /// transport as [`super::worker::WorkerMsg::Conn`]. Accepting ends when `stop` is set or
+    /// transport as [`super::worker::WorkerMsg::Handover`]. Accepting ends when `stop` is set or
     /// the target stops. Returns the bound address and the accepting thread.
     fn listen(
         &self,
@@ -195,11 +195,12 @@ pub struct Ready {
 /// One transport's queues on one worker, and the worker's way into them. Implemented by a
 /// transport with a [`super::worker::queues::Queues`] for what every transport shares.
 pub trait PollGroup {
-    /// Takes a connection this transport's listener handed to the worker.
-    fn add(&mut self, conn: Box<dyn Any + Send>, ctx: &mut Ctx<'_>);
+    /// Takes a queue on its way in (the transport's hand-over type: a socket, a connection
+    /// request) that this transport's listener sent the worker.
+    fn add(&mut self, handover: Box<dyn Any + Send>, ctx: &mut Ctx<'_>);
 
-    /// Refuses a connection handed over while the target stops (frees what it holds).
-    fn refuse(&mut self, conn: Box<dyn Any + Send>, shared: &Shared);
+    /// Refuses a hand-over that arrives while the target stops (frees what it holds).
+    fn refuse(&mut self, handover: Box<dyn Any + Send>, shared: &Shared);
 
     /// A pass of the worker's loop begins: what the group sends until
     /// [`PollGroup::end_pass`] may leave together then (one write for many responses).

@@ -73,11 +73,12 @@ impl WorkerTx {
 
 /// What a worker is sent.
 pub enum WorkerMsg {
-    /// A new connection for the worker's poll group of `transport` (the transport's own
-    /// hand-over type, which its poll group takes back).
-    Conn {
+    /// A queue on its way in, for the worker's poll group of `transport`: the transport's
+    /// own hand-over type (a TCP socket, an RDMA connection request), which its poll group
+    /// makes a queue of.
+    Handover {
         transport: config::Transport,
-        conn: Box<dyn Any + Send>,
+        handover: Box<dyn Any + Send>,
     },
     /// A namespace was added: open a queue to it, then answer.
     OpenNamespace(Arc<crate::namespace::Namespace>, Ack),
@@ -309,19 +310,22 @@ impl Worker {
         while let Ok(msg) = self.rx.try_recv() {
             any = true;
             match msg {
-                WorkerMsg::Conn { transport, conn } => {
+                WorkerMsg::Handover {
+                    transport,
+                    handover,
+                } => {
                     let Some(g) = self.groups.iter().position(|(k, _)| *k == transport) else {
                         tracing::error!(
                             transport = transport.as_str(),
-                            "no poll group for a connection"
+                            "no poll group for a queue's hand-over"
                         );
                         continue;
                     };
                     if self.shared.stopping() {
                         let shared = Arc::clone(&self.shared);
-                        self.groups[g].1.refuse(conn, &shared);
+                        self.groups[g].1.refuse(handover, &shared);
                     } else {
-                        self.with_group(g, |group, ctx| group.add(conn, ctx));
+                        self.with_group(g, |group, ctx| group.add(handover, ctx));
                     }
                 }
                 WorkerMsg::OpenNamespace(ns, ack) => {

@@ -82,43 +82,43 @@ impl<X: QueueTransport> Queues<X> {
 
     /// A backend operation of request `tag.slot` finished.
     pub fn on_backend(&mut self, tag: Tag, c: &Completion, ctx: &mut Ctx<'_>) {
-        let Some(conn) = self.get(tag.conn) else {
+        let Some(q) = self.get(tag.queue) else {
             tracing::error!(?tag, "backend completion of a queue that is gone");
             return;
         };
-        conn.backend_ops -= 1;
-        let r = &mut conn.reqs[tag.slot as usize];
+        q.backend_ops -= 1;
+        let r = &mut q.reqs[tag.slot as usize];
         r.ops_in_flight -= 1;
         if let Err(e) = c.result {
-            tracing::debug!(qid = conn.qid, cid = r.sqe.cid, error = %e, "backend operation failed");
+            tracing::debug!(qid = q.qid, cid = r.sqe.cid, error = %e, "backend operation failed");
             r.fail(io_commands::status_of(e));
         }
         if r.ops_in_flight == 0 && r.ops_next >= r.ops_total {
-            respond(conn, tag.slot, ctx);
+            respond(q, tag.slot, ctx);
         }
     }
 
     /// Submits what request `tag.slot` still has for the backend (it waited for room).
     pub fn resume(&mut self, tag: Tag, ctx: &mut Ctx<'_>) {
-        let Some(conn) = self.get(tag.conn) else {
+        let Some(q) = self.get(tag.queue) else {
             return;
         };
         let slot = tag.slot;
-        if conn.reqs[slot as usize].state != ReqState::Executing {
+        if q.reqs[slot as usize].state != ReqState::Executing {
             return;
         }
-        if conn.is_closing() {
-            let r = &mut conn.reqs[slot as usize];
+        if q.is_closing() {
+            let r = &mut q.reqs[slot as usize];
             r.ops_next = r.ops_total;
             if r.ops_in_flight == 0 {
-                respond(conn, slot, ctx);
+                respond(q, slot, ctx);
             }
             return;
         }
-        io_commands::submit(conn, slot, ctx.group, ctx.nsq, ctx.backlog);
-        let r = &conn.reqs[slot as usize];
+        io_commands::submit(q, slot, ctx.group, ctx.nsq, ctx.backlog);
+        let r = &q.reqs[slot as usize];
         if r.ops_in_flight == 0 && r.ops_next >= r.ops_total {
-            respond(conn, slot, ctx);
+            respond(q, slot, ctx);
         }
     }
 
@@ -141,18 +141,18 @@ impl<X: QueueTransport> Queues<X> {
                 f.mark_clear(me);
             }
         }
-        for conn in self.slab.iter_mut().flatten() {
-            if conn.fenced.is_empty() {
+        for q in self.slab.iter_mut().flatten() {
+            if q.fenced.is_empty() {
                 continue;
             }
             let mut i = 0;
-            while i < conn.fenced.len() {
-                if conn.fenced[i].1.is_done() || !conn.is_live() {
-                    let (slot, f) = conn.fenced.remove(i);
+            while i < q.fenced.len() {
+                if q.fenced[i].1.is_done() || !q.is_live() {
+                    let (slot, f) = q.fenced.remove(i);
                     if f.failed() {
-                        conn.reqs[slot as usize].fail(Status::INTERNAL);
+                        q.reqs[slot as usize].fail(Status::INTERNAL);
                     }
-                    respond(conn, slot, ctx);
+                    respond(q, slot, ctx);
                 } else {
                     i += 1;
                 }
@@ -164,25 +164,25 @@ impl<X: QueueTransport> Queues<X> {
     /// the Reservation Acquires their fences held).
     pub fn deliver_events(&mut self, ctx: &mut Ctx<'_>) {
         self.fences(ctx);
-        for conn in self.slab.iter_mut().flatten() {
-            if conn.qid != 0 || !conn.is_live() || conn.aers.is_empty() {
+        for q in self.slab.iter_mut().flatten() {
+            if q.qid != 0 || !q.is_live() || q.aers.is_empty() {
                 continue;
             }
-            let Some(ctrl) = conn.ctrl.clone() else {
+            let Some(ctrl) = q.ctrl.clone() else {
                 continue;
             };
-            while !conn.aers.is_empty() {
+            while !q.aers.is_empty() {
                 let Some(event) = ctrl.take_event() else {
                     break;
                 };
-                let slot = conn.aers.remove(0);
-                conn.reqs[slot as usize].dw0 = event;
+                let slot = q.aers.remove(0);
+                q.reqs[slot as usize].dw0 = event;
                 tracing::debug!(
                     cntlid = ctrl.cntlid,
                     event = format_args!("{event:#010x}"),
                     "asynchronous event"
                 );
-                respond(conn, slot, ctx);
+                respond(q, slot, ctx);
             }
         }
     }
@@ -197,22 +197,22 @@ impl<X: QueueTransport> Queues<X> {
     ) {
         let now = shared.now_ms();
         for i in 0..self.slab.len() {
-            let Some(conn) = self.slab[i].as_mut() else {
+            let Some(q) = self.slab[i].as_mut() else {
                 continue;
             };
-            events(conn, shared);
-            match conn.phase {
-                Phase::Live | Phase::Binding => timers(conn, shared, now),
+            events(q, shared);
+            match q.phase {
+                Phase::Live | Phase::Binding => timers(q, shared, now),
                 Phase::Invalidating { since } if since.elapsed() > X::REVOKE_TIMEOUT => {
-                    disconnect(conn)
+                    disconnect(q)
                 }
                 Phase::Invalidating { .. } => {}
                 Phase::Draining { since } => {
-                    let timed_out = since.elapsed() > X::DRAIN_TIMEOUT && conn.backend_ops == 0;
-                    let drained = X::drained(conn) && conn.backend_ops == 0;
+                    let timed_out = since.elapsed() > X::DRAIN_TIMEOUT && q.backend_ops == 0;
+                    let drained = X::drained(q) && q.backend_ops == 0;
                     if timed_out && !drained {
-                        tracing::warn!(peer = %conn.peer, qid = conn.qid,
-                            outstanding = %X::outstanding(conn),
+                        tracing::warn!(peer = %q.peer, qid = q.qid,
+                            outstanding = %X::outstanding(q),
                             "the transport's operations did not all finish; dropping the queue anyway");
                     }
                     if drained || timed_out {
@@ -225,30 +225,30 @@ impl<X: QueueTransport> Queues<X> {
 
     /// Drops a drained queue: its transport state, then its window.
     fn finish(&mut self, i: usize, shared: &Shared, finished: &mut impl FnMut(&Queue<X>)) {
-        let Some(conn) = self.slab[i].take() else {
+        let Some(q) = self.slab[i].take() else {
             return;
         };
         self.gens[i] = self.gens[i].wrapping_add(1);
-        if let Some(ctrl) = &conn.ctrl {
-            if conn.qid == 0 {
+        if let Some(ctrl) = &q.ctrl {
+            if q.qid == 0 {
                 shared.controllers.remove(ctrl.cntlid);
             } else {
-                ctrl.detach_queue(conn.qid);
+                ctrl.detach_queue(q.qid);
             }
         }
-        finished(&conn);
-        let (peer, qid, reason) = (conn.peer, conn.qid, conn.close_reason);
-        drop(conn);
-        shared.connections.fetch_sub(1, Ordering::AcqRel);
+        finished(&q);
+        let (peer, qid, reason) = (q.peer, q.qid, q.close_reason);
+        drop(q);
+        shared.queues_open.fetch_sub(1, Ordering::AcqRel);
         tracing::info!(%peer, qid, reason, "queue closed");
         shared.log_arena("queue closed");
     }
 
     /// Closes the queues that came in through listener `id` (it was removed).
     pub fn close_listener(&mut self, id: u64, shared: &Shared) {
-        for conn in self.slab.iter_mut().flatten() {
-            if conn.listener == id && !conn.is_closing() {
-                begin_close(conn, "listener removed", shared);
+        for q in self.slab.iter_mut().flatten() {
+            if q.listener == id && !q.is_closing() {
+                begin_close(q, "listener removed", shared);
             }
         }
     }
@@ -256,23 +256,20 @@ impl<X: QueueTransport> Queues<X> {
     /// One step of the shutdown: held events answered (the first time), and every queue
     /// that is idle, or all of them once `grace_over`, closed.
     pub fn shutdown_step(&mut self, first: bool, grace_over: bool, ctx: &mut Ctx<'_>) {
-        for conn in self.slab.iter_mut().flatten() {
-            if first && conn.is_live() {
-                for slot in std::mem::take(&mut conn.aers) {
-                    conn.reqs[slot as usize].fail(Status::ABORT_SQ_DELETED);
-                    respond(conn, slot, ctx);
+        for q in self.slab.iter_mut().flatten() {
+            if first && q.is_live() {
+                for slot in std::mem::take(&mut q.aers) {
+                    q.reqs[slot as usize].fail(Status::ABORT_SQ_DELETED);
+                    respond(q, slot, ctx);
                 }
             }
             // The admin queue goes last: closing it tears its controller down, and with it
             // every I/O queue, whatever they are still executing.
-            let io_queues_open = conn.qid == 0
-                && conn
-                    .ctrl
-                    .as_ref()
-                    .is_some_and(|c| c.io_queues_connected() > 0);
-            let idle = conn.busy_requests() == 0 && !io_queues_open;
-            if !conn.is_closing() && (idle || grace_over) {
-                begin_close(conn, "target shutting down", ctx.shared);
+            let io_queues_open =
+                q.qid == 0 && q.ctrl.as_ref().is_some_and(|c| c.io_queues_connected() > 0);
+            let idle = q.busy_requests() == 0 && !io_queues_open;
+            if !q.is_closing() && (idle || grace_over) {
+                begin_close(q, "target shutting down", ctx.shared);
             }
         }
     }
@@ -280,40 +277,40 @@ impl<X: QueueTransport> Queues<X> {
 
 /// The timers of a queue that is being set up or live: the Fabrics Connect deadline, the
 /// host taking no responses, a controller torn down, authentication and keep-alive.
-fn timers<X: QueueTransport>(conn: &mut Queue<X>, shared: &Shared, now: u64) {
+fn timers<X: QueueTransport>(q: &mut Queue<X>, shared: &Shared, now: u64) {
     let connect_ms = u128::from(shared.cfg.target.connect_timeout_ms);
-    if conn.ctrl.is_none() && connect_ms != 0 && conn.created.elapsed().as_millis() > connect_ms {
-        tracing::warn!(peer = %conn.peer, qid = conn.qid,
+    if q.ctrl.is_none() && connect_ms != 0 && q.created.elapsed().as_millis() > connect_ms {
+        tracing::warn!(peer = %q.peer, qid = q.qid,
             connect_timeout_ms = connect_ms as u64,
             "no Fabrics Connect in time: dropping the queue");
-        begin_close(conn, "no Fabrics Connect in time", shared);
-    } else if X::send_stalled(conn, shared.cfg.target.response_timeout_ms) {
-        tracing::warn!(peer = %conn.peer, qid = conn.qid, outstanding = %X::outstanding(conn),
+        begin_close(q, "no Fabrics Connect in time", shared);
+    } else if X::send_stalled(q, shared.cfg.target.response_timeout_ms) {
+        tracing::warn!(peer = %q.peer, qid = q.qid, outstanding = %X::outstanding(q),
             response_timeout_ms = shared.cfg.target.response_timeout_ms,
             "the host takes no responses (it stopped posting receives, or \
              stopped): tearing the queue down");
-        begin_close(conn, "the host takes no responses", shared);
-    } else if let Some(ctrl) = conn.ctrl.clone() {
+        begin_close(q, "the host takes no responses", shared);
+    } else if let Some(ctrl) = q.ctrl.clone() {
         if ctrl.is_dead() {
-            begin_close(conn, "controller torn down", shared);
-        } else if let Some(why) = conn.auth.as_mut().and_then(|a| a.expired(Instant::now())) {
-            tracing::warn!(peer = %conn.peer, qid = conn.qid, cntlid = ctrl.cntlid,
+            begin_close(q, "controller torn down", shared);
+        } else if let Some(why) = q.auth.as_mut().and_then(|a| a.expired(Instant::now())) {
+            tracing::warn!(peer = %q.peer, qid = q.qid, cntlid = ctrl.cntlid,
                 "{why}: tearing the queue down");
-            begin_close(conn, why, shared);
-        } else if conn.qid == 0
+            begin_close(q, why, shared);
+        } else if q.qid == 0
             // Until the admin queue has authenticated the host sends no Keep Alive (Linux
             // starts it once the controller is live); AUTH_TIMEOUT bounds that time instead.
             // With KATO 5 s the large FFDHE groups outlasted it under TCG (docs/auth.md).
-            && auth::admitted(&conn.auth)
+            && auth::admitted(&q.auth)
             && ctrl.keep_alive_expired(now)
         {
-            tracing::warn!(peer = %conn.peer, cntlid = ctrl.cntlid,
+            tracing::warn!(peer = %q.peer, cntlid = ctrl.cntlid,
                 kato_ms = ctrl.kato_ms(), "keep-alive timeout: tearing the controller down");
             shared
                 .counters
                 .keep_alive_expirations
                 .fetch_add(1, Ordering::Relaxed);
-            begin_close(conn, "keep-alive timeout", shared);
+            begin_close(q, "keep-alive timeout", shared);
         }
     }
 }

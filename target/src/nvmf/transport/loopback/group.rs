@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use rdmablk::nvme::transport::loopback::{LoopError, Side, ToHost, Wake, CAPSULE_DATA};
 
-use super::queue::{LoopConnection, LoopQueue};
+use super::queue::{LoopQueue, LoopXport};
 use super::LoopPending;
 use crate::arena::WindowLayout;
 use crate::backend::Completion;
@@ -27,7 +27,7 @@ use crate::nvmf::{Shared, ADMIN_QUEUE_DEPTH};
 /// A worker's loop channels.
 pub struct LoopGroup {
     wake: Arc<Wake>,
-    queues: Queues<LoopQueue>,
+    queues: Queues<LoopXport>,
     taken: Vec<(u32, u32)>,
 }
 
@@ -61,7 +61,7 @@ impl LoopGroup {
             Ok(w) => w,
             Err(e) => {
                 tracing::warn!(error = %e, qid, "no arena space for a loop queue");
-                shared.connections.fetch_sub(1, Ordering::AcqRel);
+                shared.queues_open.fetch_sub(1, Ordering::AcqRel);
                 return;
             }
         };
@@ -76,7 +76,7 @@ impl LoopGroup {
             provider: None,
         };
         let icd = limits.in_capsule_data_size;
-        let xport = LoopQueue::new(p.end, depth);
+        let xport = LoopXport::new(p.end, depth);
         let q = Queue::new(xport, window, id, Phase::Live, icd, Instant::now());
         tracing::info!(peer = %q.peer, qid, depth, window_bytes = q.window.len(),
             "queue connected (loop)");
@@ -92,7 +92,7 @@ impl LoopGroup {
 
 /// Copies the capsules `taken` (slot, length) from the channel into free receive slots,
 /// hands the channel's slots back, and lets the core run them.
-fn on_taken(q: &mut LoopConnection, taken: &[(u32, u32)], ctx: &mut Ctx<'_>) {
+fn on_taken(q: &mut LoopQueue, taken: &[(u32, u32)], ctx: &mut Ctx<'_>) {
     for &(slot, len) in taken {
         if q.is_closing() {
             return;
@@ -120,7 +120,7 @@ fn on_taken(q: &mut LoopConnection, taken: &[(u32, u32)], ctx: &mut Ctx<'_>) {
 
 /// What queue `q`'s channel brought: executions whose data was copied in, new capsules, a
 /// close by the host.
-fn poll_queue(q: &mut LoopConnection, taken: &mut Vec<(u32, u32)>, ctx: &mut Ctx<'_>) -> bool {
+fn poll_queue(q: &mut LoopQueue, taken: &mut Vec<(u32, u32)>, ctx: &mut Ctx<'_>) -> bool {
     let mut any = false;
     while let Some(slot) = q.xport.fetched.pop() {
         any = true;
@@ -150,8 +150,8 @@ fn poll_queue(q: &mut LoopConnection, taken: &mut Vec<(u32, u32)>, ctx: &mut Ctx
 }
 
 impl PollGroup for LoopGroup {
-    fn add(&mut self, conn: Box<dyn Any + Send>, ctx: &mut Ctx<'_>) {
-        let Ok(p) = conn.downcast::<LoopPending>() else {
+    fn add(&mut self, handover: Box<dyn Any + Send>, ctx: &mut Ctx<'_>) {
+        let Ok(p) = handover.downcast::<LoopPending>() else {
             tracing::error!("the loop poll group was handed another transport's connection");
             return;
         };
@@ -159,7 +159,7 @@ impl PollGroup for LoopGroup {
     }
 
     fn refuse(&mut self, _conn: Box<dyn Any + Send>, shared: &Shared) {
-        shared.connections.fetch_sub(1, Ordering::AcqRel);
+        shared.queues_open.fetch_sub(1, Ordering::AcqRel);
     }
 
     fn begin_pass(&mut self) {}

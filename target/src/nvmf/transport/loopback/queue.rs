@@ -20,10 +20,10 @@ use crate::nvmf::transport::QueueTransport;
 use crate::nvmf::Shared;
 
 /// A queue served over the loop transport.
-pub type LoopConnection = Queue<LoopQueue>;
+pub type LoopQueue = Queue<LoopXport>;
 
 /// The loop state of one queue.
-pub struct LoopQueue {
+pub struct LoopXport {
     pub end: TargetEnd,
     /// Receive slots free for the next capsule.
     pub free_recv: Vec<u32>,
@@ -36,10 +36,10 @@ pub struct LoopQueue {
     pub responded: Vec<u32>,
 }
 
-impl LoopQueue {
-    pub fn new(end: TargetEnd, depth: u32) -> LoopQueue {
+impl LoopXport {
+    pub fn new(end: TargetEnd, depth: u32) -> LoopXport {
         let n = depth as usize;
-        LoopQueue {
+        LoopXport {
             end,
             free_recv: (0..depth).rev().collect(),
             fetched: Vec::with_capacity(n),
@@ -50,14 +50,14 @@ impl LoopQueue {
 }
 
 /// The keyed SGL of request `slot` (map_data kept it): address, key.
-fn keyed(q: &LoopConnection, slot: u32) -> Option<(u64, u32)> {
+fn keyed(q: &LoopQueue, slot: u32) -> Option<(u64, u32)> {
     match q.reqs[slot as usize].sgl {
         Some(Sgl::Keyed(k)) => Some((k.addr, k.key)),
         _ => None,
     }
 }
 
-impl QueueTransport for LoopQueue {
+impl QueueTransport for LoopXport {
     type Error = LoopError;
     type Outstanding = usize;
 
@@ -66,13 +66,13 @@ impl QueueTransport for LoopQueue {
     const REVOKE_TIMEOUT: Duration = Duration::from_secs(1);
     const DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
 
-    fn release_capsule(q: &mut LoopConnection, recv: u32) -> Result<(), LoopError> {
+    fn release_capsule(q: &mut LoopQueue, recv: u32) -> Result<(), LoopError> {
         q.xport.free_recv.push(recv);
         Ok(())
     }
 
     fn map_data(
-        q: &mut LoopConnection,
+        q: &mut LoopQueue,
         slot: u32,
         dir: DataDir,
         len: u32,
@@ -100,7 +100,7 @@ impl QueueTransport for LoopQueue {
 
     /// Copies the host's data into the data slot now; the core executes the request at the
     /// next poll (a failed copy completes it with a data transfer error).
-    fn fetch(q: &mut LoopConnection, slot: u32, _shared: &Shared) {
+    fn fetch(q: &mut LoopQueue, slot: u32, _shared: &Shared) {
         debug_assert_eq!(q.reqs[slot as usize].state, ReqState::AwaitingData);
         let r = q.reqs[slot as usize];
         let region = q.window.data_slot(r.data_slot);
@@ -123,7 +123,7 @@ impl QueueTransport for LoopQueue {
     /// Copies controller-to-host data into the host's memory, then queues the response for
     /// the end of the pass. A key or range the host's region does not hold fails the command
     /// (a data transfer error) instead of reaching other memory.
-    fn post_response(q: &mut LoopConnection, slot: u32) -> Result<(), LoopError> {
+    fn post_response(q: &mut LoopQueue, slot: u32) -> Result<(), LoopError> {
         let r = q.reqs[slot as usize];
         let mut status = r.status;
         if status.is_success() && r.dir == DataDir::ControllerToHost && r.data_len > 0 {
@@ -151,21 +151,21 @@ impl QueueTransport for LoopQueue {
         Ok(())
     }
 
-    fn disconnect(q: &mut LoopConnection) {
+    fn disconnect(q: &mut LoopQueue) {
         q.xport.out.clear();
         q.xport.end.close();
     }
 
-    fn drained(_q: &LoopConnection) -> bool {
+    fn drained(_q: &LoopQueue) -> bool {
         true
     }
 
-    fn outstanding(q: &LoopConnection) -> usize {
+    fn outstanding(q: &LoopQueue) -> usize {
         q.xport.out.len()
     }
 
     /// Responses leave at the end of every pass whatever the host does: never stalled.
-    fn send_stalled(_q: &mut LoopConnection, _limit_ms: u32) -> bool {
+    fn send_stalled(_q: &mut LoopQueue, _limit_ms: u32) -> bool {
         false
     }
 }

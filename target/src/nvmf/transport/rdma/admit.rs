@@ -10,7 +10,7 @@ use rdmablk::fabric::{Access, ConnParam, Mr, Pd, Qp, SendFlags, SendWr, WrOp};
 use rdmablk::nvme::transport::rdma::{CmAccept, PushAnswer, PushRequest, PushWindow};
 
 use super::group::RdmaGroup;
-use super::queue::{post_recv, Connection, RdmaQueue, RemoteKey};
+use super::queue::{post_recv, RdmaQueue, RdmaXport, RemoteKey};
 use super::wr_id::{WrId, WrKind};
 use crate::arena::Window;
 use crate::nvmf::queue::{begin_close, Phase, Queue, QueueId, SendWatch};
@@ -40,7 +40,7 @@ impl RdmaGroup {
     pub(super) fn add_conn(&mut self, p: PendingConn, shared: &Shared) {
         let key = self.queues.next_key();
         let lkey = self.dev.lkey;
-        let xport = RdmaQueue {
+        let xport = RdmaXport {
             remote_key: None,
             qp: p.qp,
             lkey,
@@ -96,7 +96,7 @@ impl RdmaGroup {
     /// window's bind is posted right after the accept, by `bind_push_window`).
     fn setup_push(
         &mut self,
-        conn: &mut Connection,
+        conn: &mut RdmaQueue,
         req: Option<PushRequest>,
         asked: bool,
     ) -> PushAnswer {
@@ -133,7 +133,7 @@ impl RdmaGroup {
     /// will be bound over (covering only the data area, no remote access of its own), or where
     /// the device has no windows a region over the data area with remote write. None (the
     /// push is declined) if the device refuses either.
-    fn push_key(&self, conn: &Connection) -> Option<RemoteKey> {
+    fn push_key(&self, conn: &RdmaQueue) -> Option<RemoteKey> {
         let pd = &self.dev.pd;
         if !self.dev.has_mw {
             let mr = register_data_area(conn, pd, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
@@ -181,7 +181,7 @@ impl RdmaGroup {
 }
 
 /// Registers a memory region over exactly `conn`'s data area.
-fn register_data_area(conn: &Connection, pd: &Pd, access: Access) -> Option<Mr> {
+fn register_data_area(conn: &RdmaQueue, pd: &Pd, access: Access) -> Option<Mr> {
     let area = conn.window.data_area();
     // SAFETY: the region covers this connection's data area, inside its window, which stays
     // mapped while the connection lives; the connection drops the region (field `remote_key`)
@@ -207,7 +207,7 @@ fn next_rkey(rkey: u32) -> u32 {
 /// Posts the bind of the push memory window over the data area, right after the accept.
 /// The send queue executes in order, so the bind is done before the response to the
 /// queue's Connect: a host pushes only after that response. True if nothing was to be bound.
-fn bind_push_window(conn: &mut Connection) -> bool {
+fn bind_push_window(conn: &mut RdmaQueue) -> bool {
     let Some(RemoteKey::Window { mw, mr }) = &conn.xport.remote_key else {
         return true;
     };

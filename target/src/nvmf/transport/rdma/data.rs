@@ -6,14 +6,14 @@
 use rdmablk::nvme::transport::rdma::PushedSgl;
 use rdmablk::nvme::{Sgl, SglLimits, Status};
 
-use super::queue::Connection;
+use super::queue::RdmaQueue;
 use crate::nvmf::data_phase::{check_sgl, Next, SglFit};
 use crate::nvmf::request::DataDir;
 use crate::nvmf::Shared;
 
 /// [`crate::nvmf::transport::QueueTransport::map_data`] for RDMA.
 pub fn map_data(
-    q: &mut Connection,
+    q: &mut RdmaQueue,
     slot: u32,
     dir: DataDir,
     len: u32,

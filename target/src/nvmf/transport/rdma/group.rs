@@ -12,7 +12,7 @@ use std::time::Duration;
 use rdmablk::fabric::{CmEvent, Cq, SendBatch, Wc, WcStatus};
 
 use super::admit::PendingConn;
-use super::queue::{start_reads, Connection, RdmaQueue};
+use super::queue::{start_reads, RdmaQueue, RdmaXport};
 use super::wr_id::{WrId, WrKind};
 use super::RdmaDevice;
 use crate::backend::Completion;
@@ -33,7 +33,7 @@ pub struct RdmaGroup {
     pub(super) dev: Arc<RdmaDevice>,
     cq: Cq,
     wcs: Vec<Wc>,
-    pub(super) queues: Queues<RdmaQueue>,
+    pub(super) queues: Queues<RdmaXport>,
     /// Held from the beginning of a worker pass to its end (the soft provider then writes
     /// each QP's frames of the pass with one `sendmsg`).
     batch: Option<SendBatch>,
@@ -55,7 +55,7 @@ impl RdmaGroup {
     /// target's connections.
     pub(super) fn release(&self, cqes: u32, shared: &Shared) {
         self.dev.release_cqes(self.worker, cqes);
-        shared.connections.fetch_sub(1, Ordering::AcqRel);
+        shared.queues_open.fetch_sub(1, Ordering::AcqRel);
     }
 
     fn poll_cq(&mut self, ctx: &mut Ctx<'_>) -> bool {
@@ -78,94 +78,94 @@ impl RdmaGroup {
             tracing::warn!(wr_id = wc.wr_id, "completion of an unknown work request");
             return;
         };
-        let Some(conn) = self.queues.get(id.conn) else {
+        let Some(q) = self.queues.get(id.queue) else {
             tracing::trace!(?id, "completion of a closed connection");
             return;
         };
         if id.kind == WrKind::Bind {
-            on_bind(conn, wc, ctx.shared);
+            on_bind(q, wc, ctx.shared);
             return;
         }
         let ok = wc.status.is_success();
         if id.kind != WrKind::Recv {
-            conn.xport.send_completions += 1;
+            q.xport.send_completions += 1;
         }
         if !ok && wc.status != WcStatus::WrFlushErr {
-            tracing::warn!(peer = %conn.peer, qid = conn.qid, kind = ?id.kind, status = %wc.status,
+            tracing::warn!(peer = %q.peer, qid = q.qid, kind = ?id.kind, status = %wc.status,
                 vendor_err = wc.vendor_err, "work request failed");
         }
         match id.kind {
             WrKind::Recv => {
-                conn.xport.recvs_out -= 1;
+                q.xport.recvs_out -= 1;
                 if ok {
-                    on_capsule(conn, id.slot, wc.byte_len, ctx);
+                    on_capsule(q, id.slot, wc.byte_len, ctx);
                 } else {
-                    begin_close(conn, "receive failed", ctx.shared);
+                    begin_close(q, "receive failed", ctx.shared);
                 }
             }
             WrKind::Send => {
-                conn.xport.sends_out -= 1;
+                q.xport.sends_out -= 1;
                 if ok {
-                    on_sent(conn, id.slot, ctx);
+                    on_sent(q, id.slot, ctx);
                 } else {
-                    begin_close(conn, "response send failed", ctx.shared);
+                    begin_close(q, "response send failed", ctx.shared);
                 }
             }
             WrKind::Read => {
-                conn.xport.sends_out -= 1;
-                conn.xport.reads_in_flight -= 1;
+                q.xport.sends_out -= 1;
+                q.xport.reads_in_flight -= 1;
                 if ok {
-                    execute(conn, id.slot, ctx);
-                    start_reads(conn, ctx.shared);
+                    execute(q, id.slot, ctx);
+                    start_reads(q, ctx.shared);
                 } else {
-                    begin_close(conn, "RDMA READ of host data failed", ctx.shared);
+                    begin_close(q, "RDMA READ of host data failed", ctx.shared);
                 }
             }
-            WrKind::Write => begin_close(conn, "RDMA WRITE to the host failed", ctx.shared),
+            WrKind::Write => begin_close(q, "RDMA WRITE to the host failed", ctx.shared),
             WrKind::Invalidate => {
-                conn.xport.sends_out -= 1;
-                disconnect(conn);
+                q.xport.sends_out -= 1;
+                disconnect(q);
             }
             WrKind::Bind => {}
         }
     }
 }
 
-fn on_bind(conn: &mut Connection, wc: Wc, shared: &Shared) {
-    conn.xport.sends_out -= 1;
-    conn.xport.send_completions += 1;
+fn on_bind(q: &mut RdmaQueue, wc: Wc, shared: &Shared) {
+    q.xport.sends_out -= 1;
+    q.xport.send_completions += 1;
     if !wc.status.is_success() {
-        tracing::warn!(peer = %conn.peer, status = %wc.status, "memory window bind failed");
-        begin_close(conn, "memory window bind failed", shared);
+        tracing::warn!(peer = %q.peer, status = %wc.status, "memory window bind failed");
+        begin_close(q, "memory window bind failed", shared);
     }
 }
 
-/// The CM events of `conn`'s QP: the host disconnected, or the connection failed.
-fn cm_events(conn: &mut Connection, shared: &Shared) {
-    while let Ok(Some(ev)) = conn.xport.qp.cm_event(Some(Duration::ZERO)) {
+/// The CM events of `q`'s QP: the host disconnected, or the connection failed.
+fn cm_events(q: &mut RdmaQueue, shared: &Shared) {
+    while let Ok(Some(ev)) = q.xport.qp.cm_event(Some(Duration::ZERO)) {
         match ev {
             CmEvent::Established => {
-                tracing::debug!(peer = %conn.peer, qid = conn.qid, "established")
+                tracing::debug!(peer = %q.peer, qid = q.qid, "established")
             }
-            CmEvent::Disconnected => begin_close(conn, "host disconnected", shared),
+            CmEvent::Disconnected => begin_close(q, "host disconnected", shared),
             CmEvent::Error(e) => {
-                tracing::warn!(peer = %conn.peer, error = %e, "connection error");
-                begin_close(conn, "connection error", shared);
+                tracing::warn!(peer = %q.peer, error = %e, "connection error");
+                begin_close(q, "connection error", shared);
             }
         }
     }
 }
 
 impl PollGroup for RdmaGroup {
-    fn add(&mut self, conn: Box<dyn Any + Send>, ctx: &mut Ctx<'_>) {
-        match conn.downcast::<PendingConn>() {
+    fn add(&mut self, handover: Box<dyn Any + Send>, ctx: &mut Ctx<'_>) {
+        match handover.downcast::<PendingConn>() {
             Ok(p) => self.add_conn(*p, ctx.shared),
             Err(_) => tracing::error!("the RDMA poll group was handed another transport's queue"),
         }
     }
 
-    fn refuse(&mut self, conn: Box<dyn Any + Send>, shared: &Shared) {
-        if let Ok(p) = conn.downcast::<PendingConn>() {
+    fn refuse(&mut self, handover: Box<dyn Any + Send>, shared: &Shared) {
+        if let Ok(p) = handover.downcast::<PendingConn>() {
             self.release(p.cqes, shared);
         }
     }

@@ -122,9 +122,9 @@ impl Acceptor {
         if self.shared.stopping() {
             return Err((req, CmRejectStatus::NoResources));
         }
-        let live = self.shared.connections.fetch_add(1, Ordering::AcqRel);
+        let live = self.shared.queues_open.fetch_add(1, Ordering::AcqRel);
         if live >= limits.max_connections as usize {
-            self.shared.connections.fetch_sub(1, Ordering::AcqRel);
+            self.shared.queues_open.fetch_sub(1, Ordering::AcqRel);
             tracing::warn!(
                 limit = limits.max_connections,
                 "limits.max_connections reached"
@@ -134,7 +134,7 @@ impl Acceptor {
         match self.setup(req, cm, depth) {
             Ok(()) => Ok(()),
             Err(e) => {
-                self.shared.connections.fetch_sub(1, Ordering::AcqRel);
+                self.shared.queues_open.fetch_sub(1, Ordering::AcqRel);
                 Err(e)
             }
         }
@@ -205,9 +205,9 @@ impl Acceptor {
             listener: self.listener,
             provider: self.provider,
         };
-        let msg = WorkerMsg::Conn {
+        let msg = WorkerMsg::Handover {
             transport: config::Transport::Rdma,
-            conn: Box::new(pending),
+            handover: Box::new(pending),
         };
         if let Err(e) = self.workers[worker].send(msg) {
             // The worker is gone (shutting down): dropping the QP refuses the host.
@@ -239,6 +239,6 @@ impl Acceptor {
 
     fn release_worker(&self, w: usize, cqes: u32) {
         self.dev.release_cqes(w, cqes);
-        self.shared.connections.fetch_sub(1, Ordering::AcqRel);
+        self.shared.queues_open.fetch_sub(1, Ordering::AcqRel);
     }
 }

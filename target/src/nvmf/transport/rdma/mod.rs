@@ -9,7 +9,7 @@
 //!   worker's CQ, CM rejects.
 //! - [`group`]: a worker's RDMA queues: work completions, CM events, sleeping on the CQ.
 //! - [`admit`]: a new queue on its worker: receives, push window, accept, bind.
-//! - [`queue`]: the per-queue state ([`queue::RdmaQueue`]) and its
+//! - [`queue`]: the per-queue state ([`queue::RdmaXport`]) and its
 //!   [`super::QueueTransport`] implementation: receives, reads, responses, teardown.
 //! - [`data`]: mapping a command's data pointer (keyed, in-capsule, pushed).
 //! - [`wr_id`]: work-request IDs.

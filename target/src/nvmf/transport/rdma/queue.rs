@@ -59,7 +59,7 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 pub const INVALIDATE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// A queue served over RDMA.
-pub type Connection = Queue<RdmaQueue>;
+pub type RdmaQueue = Queue<RdmaXport>;
 
 /// The remote key of a push-write connection's data area. Field order is drop order.
 pub enum RemoteKey {
@@ -82,7 +82,7 @@ impl RemoteKey {
 
 /// The RDMA state of one queue. Field order is drop order: remote key, then QP (see the
 /// module documentation); the queue drops its window after this.
-pub struct RdmaQueue {
+pub struct RdmaXport {
     pub remote_key: Option<RemoteKey>,
     pub qp: Qp,
     /// The arena region's local key.
@@ -111,12 +111,12 @@ pub struct RdmaQueue {
     pub cqes: u32,
 }
 
-fn wr(q: &Connection, kind: WrKind, slot: u32) -> u64 {
+fn wr(q: &RdmaQueue, kind: WrKind, slot: u32) -> u64 {
     WrId::new(q.key, kind, slot).encode()
 }
 
 /// Posts receive slot `slot`.
-pub fn post_recv(q: &mut Connection, slot: u32) -> Result<(), FabricError> {
+pub fn post_recv(q: &mut RdmaQueue, slot: u32) -> Result<(), FabricError> {
     let sge = [q.window.recv_slot(slot).sge(q.xport.lkey)];
     q.xport.qp.post_recv(&[RecvWr {
         wr_id: wr(q, WrKind::Recv, slot),
@@ -127,7 +127,7 @@ pub fn post_recv(q: &mut Connection, slot: u32) -> Result<(), FabricError> {
 }
 
 /// Posts the RDMA READ of request `slot`'s host data into its data slot.
-fn post_read(q: &mut Connection, slot: u32) -> Result<(), FabricError> {
+fn post_read(q: &mut RdmaQueue, slot: u32) -> Result<(), FabricError> {
     let r = &q.reqs[slot as usize];
     let Some(Sgl::Keyed(k)) = r.sgl else {
         unreachable!("a read is only queued for a keyed SGL");
@@ -147,7 +147,7 @@ fn post_read(q: &mut Connection, slot: u32) -> Result<(), FabricError> {
     Ok(())
 }
 
-fn data_sge(q: &Connection, data_slot: u32, len: u32) -> Sge {
+fn data_sge(q: &RdmaQueue, data_slot: u32, len: u32) -> Sge {
     let region = q.window.data_slot(data_slot);
     // Lengths are checked against max_io_size (<= the slot) before a data phase is set.
     assert!(
@@ -162,7 +162,7 @@ fn data_sge(q: &Connection, data_slot: u32, len: u32) -> Sge {
 }
 
 /// Posts queued RDMA READs while read credits last.
-pub fn start_reads(q: &mut Connection, shared: &Shared) {
+pub fn start_reads(q: &mut RdmaQueue, shared: &Shared) {
     while q.is_live() && q.xport.reads_in_flight < q.xport.read_depth {
         let Some(slot) = q.xport.read_wait.pop_front() else {
             break;
@@ -188,7 +188,7 @@ impl std::fmt::Display for WrsOut {
     }
 }
 
-impl QueueTransport for RdmaQueue {
+impl QueueTransport for RdmaXport {
     type Error = FabricError;
     type Outstanding = WrsOut;
 
@@ -196,18 +196,18 @@ impl QueueTransport for RdmaQueue {
     const REVOKE_TIMEOUT: Duration = INVALIDATE_TIMEOUT;
     const DRAIN_TIMEOUT: Duration = DRAIN_TIMEOUT;
 
-    fn release_capsule(q: &mut Connection, recv: u32) -> Result<(), FabricError> {
+    fn release_capsule(q: &mut RdmaQueue, recv: u32) -> Result<(), FabricError> {
         post_recv(q, recv)
     }
 
-    fn data_slot(q: &Connection, slot: u32, cid: u16) -> u32 {
+    fn data_slot(q: &RdmaQueue, slot: u32, cid: u16) -> u32 {
         match &q.xport.push {
             Some(_) => u32::from(cid) % q.depth,
             None => slot,
         }
     }
 
-    fn claim_data_slot(q: &mut Connection, slot: u32) -> Result<(), Status> {
+    fn claim_data_slot(q: &mut RdmaQueue, slot: u32) -> Result<(), Status> {
         if q.xport.push.is_none() {
             return Ok(());
         }
@@ -220,7 +220,7 @@ impl QueueTransport for RdmaQueue {
         Ok(())
     }
 
-    fn release_data_slot(q: &mut Connection, slot: u32) {
+    fn release_data_slot(q: &mut RdmaQueue, slot: u32) {
         let r = &mut q.reqs[slot as usize];
         if r.holds_data_slot {
             r.holds_data_slot = false;
@@ -232,7 +232,7 @@ impl QueueTransport for RdmaQueue {
     }
 
     fn map_data(
-        q: &mut Connection,
+        q: &mut RdmaQueue,
         slot: u32,
         dir: DataDir,
         len: u32,
@@ -242,7 +242,7 @@ impl QueueTransport for RdmaQueue {
         map_data(q, slot, dir, len, fit, shared)
     }
 
-    fn fetch(q: &mut Connection, slot: u32, shared: &Shared) {
+    fn fetch(q: &mut RdmaQueue, slot: u32, shared: &Shared) {
         debug_assert_eq!(q.reqs[slot as usize].state, ReqState::AwaitingData);
         q.xport.read_wait.push_back(slot);
         start_reads(q, shared);
@@ -251,7 +251,7 @@ impl QueueTransport for RdmaQueue {
     /// Writes request `slot`'s completion and posts it: RDMA WRITE of controller-to-host
     /// data (unsignalled) chained before the signalled SEND, or SEND_WITH_INV of the host's
     /// key when its SGL asked for invalidation.
-    fn post_response(q: &mut Connection, slot: u32) -> Result<(), FabricError> {
+    fn post_response(q: &mut RdmaQueue, slot: u32) -> Result<(), FabricError> {
         let r = q.reqs[slot as usize];
         let mut cqe = Cqe::error(r.sqe.cid, q.qid, q.sqhd(), r.status);
         cqe.dw0 = r.dw0;
@@ -303,7 +303,7 @@ impl QueueTransport for RdmaQueue {
     }
 
     /// Posts LOCAL_INV of the push memory window; false if there is none to invalidate.
-    fn revoke(q: &mut Connection) -> bool {
+    fn revoke(q: &mut RdmaQueue) -> bool {
         let Some(RemoteKey::Window { mw, .. }) = &q.xport.remote_key else {
             return false;
         };
@@ -325,17 +325,17 @@ impl QueueTransport for RdmaQueue {
         }
     }
 
-    fn disconnect(q: &mut Connection) {
+    fn disconnect(q: &mut RdmaQueue) {
         if let Err(e) = q.xport.qp.disconnect() {
             tracing::debug!(peer = %q.peer, error = %e, "disconnect");
         }
     }
 
-    fn drained(q: &Connection) -> bool {
+    fn drained(q: &RdmaQueue) -> bool {
         q.xport.sends_out == 0 && q.xport.recvs_out == 0
     }
 
-    fn outstanding(q: &Connection) -> WrsOut {
+    fn outstanding(q: &RdmaQueue) -> WrsOut {
         WrsOut {
             sends: q.xport.sends_out,
             recvs: q.xport.recvs_out,
@@ -343,7 +343,7 @@ impl QueueTransport for RdmaQueue {
     }
 
     /// Whether sends have been out with no send-side completion for longer than `limit_ms`.
-    fn send_stalled(q: &mut Connection, limit_ms: u32) -> bool {
+    fn send_stalled(q: &mut RdmaQueue, limit_ms: u32) -> bool {
         let x = &mut q.xport;
         x.send_watch
             .stalled(x.sends_out > 0, x.send_completions, limit_ms)

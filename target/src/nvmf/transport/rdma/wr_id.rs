@@ -12,21 +12,21 @@ pub enum WrKind {
     Invalidate = 6,
 }
 
-/// A decoded work-request ID: `conn` (worker slab index and generation), kind, slot.
+/// A decoded work-request ID: `queue` (the queue key: worker slab index and generation), kind, slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WrId {
-    pub conn: u32,
+    pub queue: u32,
     pub kind: WrKind,
     pub slot: u32,
 }
 
 impl WrId {
-    pub fn new(conn: u32, kind: WrKind, slot: u32) -> WrId {
-        WrId { conn, kind, slot }
+    pub fn new(queue: u32, kind: WrKind, slot: u32) -> WrId {
+        WrId { queue, kind, slot }
     }
 
     pub fn encode(self) -> u64 {
-        u64::from(self.conn) << 32 | (self.kind as u64) << 24 | u64::from(self.slot & 0xFF_FFFF)
+        u64::from(self.queue) << 32 | (self.kind as u64) << 24 | u64::from(self.slot & 0xFF_FFFF)
     }
 
     pub fn decode(v: u64) -> Option<WrId> {
@@ -40,7 +40,7 @@ impl WrId {
             _ => return None,
         };
         Some(WrId {
-            conn: (v >> 32) as u32,
+            queue: (v >> 32) as u32,
             kind,
             slot: (v & 0xFF_FFFF) as u32,
         })

@@ -18,9 +18,9 @@ use rdmablk::nvme::transport::tcp::{
 };
 use rdmablk::nvme::{Connect, Cqe, Sqe, Status, SQE_LEN};
 
-use super::conn::{Conn, TxPdu, TX_HEADER_BYTES};
-use super::queue::{capsule_resp, TcpQueue};
+use super::queue::{capsule_resp, TcpXport};
 use super::receive::receive;
+use super::socket::{Socket, TxPdu, TX_HEADER_BYTES};
 use super::{TcpPending, ADMIN_CAPSULE_DATA, MAXH2CDATA};
 use crate::arena::WindowLayout;
 use crate::backend::Completion;
@@ -40,7 +40,7 @@ const EVENTS: usize = 64;
 
 /// A connection between its accept and its Fabrics Connect.
 struct Pending {
-    conn: Conn,
+    sock: Socket,
     peer: SocketAddr,
     listener: u64,
     created: Instant,
@@ -51,12 +51,12 @@ struct Pending {
 }
 
 /// Gives back what a connection that is not (or no longer) pending counted: its place in
-/// `Shared::connections`, or in `Shared::refusing` if it came over the limit.
+/// `Shared::queues_open`, or in `Shared::refusing` if it came over the limit.
 fn uncount(shared: &Shared, over_limit: bool) {
     let counter = if over_limit {
         &shared.refusing
     } else {
-        &shared.connections
+        &shared.queues_open
     };
     counter.fetch_sub(1, Ordering::AcqRel);
 }
@@ -65,7 +65,7 @@ fn uncount(shared: &Shared, over_limit: bool) {
 pub struct TcpGroup {
     epoll: OwnedFd,
     pending: Vec<Option<Pending>>,
-    queues: Queues<TcpQueue>,
+    queues: Queues<TcpXport>,
     events: Vec<libc::epoll_event>,
     /// The worker's other descriptor while it is in the epoll set.
     other: Option<RawFd>,
@@ -153,12 +153,12 @@ impl TcpGroup {
         let Some(p) = self.pending[i].as_mut() else {
             return;
         };
-        p.conn.fill();
+        p.sock.fill();
         loop {
             let Some(p) = self.pending[i].as_mut() else {
                 return;
             };
-            let buf = p.conn.received();
+            let buf = p.sock.received();
             if buf.len() < CH_LEN {
                 break;
             }
@@ -186,11 +186,11 @@ impl TcpGroup {
                         ddgst: req.ddgst,
                         maxh2cdata: MAXH2CDATA,
                     };
-                    p.conn.consume(IC_LEN);
+                    p.sock.consume(IC_LEN);
                     let mut pdu = blank_pdu();
                     pdu.head[..IC_LEN].copy_from_slice(&resp.encode());
                     pdu.head_len = IC_LEN as u16;
-                    p.conn.queue(pdu);
+                    p.sock.queue(pdu);
                     p.neg = Some(Negotiated {
                         hdgst: req.hdgst,
                         ddgst: req.ddgst,
@@ -234,9 +234,9 @@ impl TcpGroup {
                             tracing::warn!(peer = %p.peer, opcode = sqe.opcode,
                                 status = %cqe.status,
                                 "NVMe/TCP: a queue's first command is not a valid Connect");
-                            p.conn.consume(layout.plen);
-                            p.conn.queue(capsule_resp(&cqe, neg.hdgst));
-                            p.conn.flush(&mut |_| {});
+                            p.sock.consume(layout.plen);
+                            p.sock.queue(capsule_resp(&cqe, neg.hdgst));
+                            p.sock.flush(&mut |_| {});
                             continue;
                         }
                     };
@@ -244,7 +244,7 @@ impl TcpGroup {
                 }
             }
         }
-        let broken = self.pending[i].as_ref().and_then(|p| p.conn.broken.clone());
+        let broken = self.pending[i].as_ref().and_then(|p| p.sock.broken.clone());
         if let Some(why) = broken {
             self.drop_pending(i, ctx.shared, &why);
         }
@@ -299,10 +299,10 @@ impl TcpGroup {
             return;
         };
         let key = self.queues.next_key();
-        let fd = p.conn.stream.as_raw_fd();
+        let fd = p.sock.stream.as_raw_fd();
         if !epoll_ctl(&self.epoll, libc::EPOLL_CTL_MOD, fd, IN, u64::from(key)) {
             tracing::warn!(peer = %p.peer, "epoll refused a connection");
-            shared.connections.fetch_sub(1, Ordering::AcqRel);
+            shared.queues_open.fetch_sub(1, Ordering::AcqRel);
             return;
         }
         let id = QueueId {
@@ -313,7 +313,7 @@ impl TcpGroup {
             listener: p.listener,
             provider: None,
         };
-        let xport = TcpQueue::new(p.conn, neg, depth);
+        let xport = TcpXport::new(p.sock, neg, depth);
         let icd = limits.in_capsule_data_size;
         let q = Queue::new(xport, window, id, Phase::Live, icd, p.created);
         tracing::info!(peer = %q.peer, qid = q.qid, depth, hdgst = neg.hdgst, ddgst = neg.ddgst,
@@ -327,9 +327,9 @@ impl TcpGroup {
     /// answer is written: the host reads why its queue was not made.
     fn refuse_connect(&mut self, i: usize, cqe: &Cqe, neg: Negotiated, shared: &Shared, why: &str) {
         if let Some(p) = self.pending[i].as_mut() {
-            p.conn.queue(capsule_resp(cqe, neg.hdgst));
-            p.conn.flush(&mut |_| {});
-            let _ = p.conn.stream.shutdown(std::net::Shutdown::Write);
+            p.sock.queue(capsule_resp(cqe, neg.hdgst));
+            p.sock.flush(&mut |_| {});
+            let _ = p.sock.stream.shutdown(std::net::Shutdown::Write);
         }
         self.drop_pending(i, shared, why);
     }
@@ -338,11 +338,11 @@ impl TcpGroup {
     fn fatal_pending(&mut self, i: usize, e: TermError, shared: &Shared) {
         if let Some(p) = self.pending[i].as_mut() {
             tracing::warn!(peer = %p.peer, error = %e, "NVMe/TCP connection refused");
-            let quote = p.conn.received();
+            let quote = p.sock.received();
             let quote = &quote[..quote.len().min(TERM_REQ_MAX_DATA)];
             let pdu = term_req(e, quote);
-            p.conn.queue(pdu);
-            p.conn.flush(&mut |_| {});
+            p.sock.queue(pdu);
+            p.sock.flush(&mut |_| {});
         }
         self.drop_pending(i, shared, e.what);
     }
@@ -356,7 +356,7 @@ impl TcpGroup {
             return;
         }
         receive(q, ctx);
-        if let Some(why) = q.xport.conn.broken.clone() {
+        if let Some(why) = q.xport.sock.broken.clone() {
             if !q.is_closing() {
                 tracing::info!(peer = %q.peer, qid = q.qid, why, "NVMe/TCP connection ended");
                 begin_close(q, "host disconnected", ctx.shared);
@@ -384,19 +384,19 @@ impl TcpGroup {
 
     fn flush_all(&mut self) {
         for q in self.queues.iter_mut() {
-            if !q.xport.conn.has_output() || q.xport.conn.broken.is_some() {
+            if !q.xport.sock.has_output() || q.xport.sock.broken.is_some() {
                 continue;
             }
             let x = &mut q.xport;
             let sent = &mut x.sent;
             let before = sent.len();
-            let full = x.conn.flush(&mut |slot| sent.push(slot));
+            let full = x.sock.flush(&mut |slot| sent.push(slot));
             if sent.len() > before && before == 0 {
                 self.sent_keys.push(q.key);
             }
             if full != x.epollout {
                 let events = if full { IN_OUT } else { IN };
-                let fd = x.conn.stream.as_raw_fd();
+                let fd = x.sock.stream.as_raw_fd();
                 if epoll_ctl(
                     &self.epoll,
                     libc::EPOLL_CTL_MOD,
@@ -409,8 +409,8 @@ impl TcpGroup {
             }
         }
         for p in self.pending.iter_mut().flatten() {
-            if p.conn.has_output() {
-                p.conn.flush(&mut |_| {});
+            if p.sock.has_output() {
+                p.sock.flush(&mut |_| {});
             }
         }
     }
@@ -438,8 +438,8 @@ pub(super) fn term_req(e: TermError, quote: &[u8]) -> TxPdu {
 }
 
 impl PollGroup for TcpGroup {
-    fn add(&mut self, conn: Box<dyn Any + Send>, ctx: &mut Ctx<'_>) {
-        let Ok(p) = conn.downcast::<TcpPending>() else {
+    fn add(&mut self, handover: Box<dyn Any + Send>, ctx: &mut Ctx<'_>) {
+        let Ok(p) = handover.downcast::<TcpPending>() else {
             tracing::error!("the NVMe/TCP poll group was handed another transport's connection");
             return;
         };
@@ -449,7 +449,7 @@ impl PollGroup for TcpGroup {
             listener,
             over_limit,
         } = *p;
-        let conn = match Conn::new(stream, self.tx_capacity) {
+        let sock = match Socket::new(stream, self.tx_capacity) {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(%peer, error = %e, "cannot set up an NVMe/TCP connection");
@@ -468,7 +468,7 @@ impl PollGroup for TcpGroup {
         if !epoll_ctl(
             &self.epoll,
             libc::EPOLL_CTL_ADD,
-            conn.stream.as_raw_fd(),
+            sock.stream.as_raw_fd(),
             IN,
             PENDING | i as u64,
         ) {
@@ -477,7 +477,7 @@ impl PollGroup for TcpGroup {
             return;
         }
         self.pending[i] = Some(Pending {
-            conn,
+            sock,
             peer,
             listener,
             created: Instant::now(),
@@ -486,8 +486,8 @@ impl PollGroup for TcpGroup {
         });
     }
 
-    fn refuse(&mut self, conn: Box<dyn Any + Send>, shared: &Shared) {
-        let over_limit = conn
+    fn refuse(&mut self, handover: Box<dyn Any + Send>, shared: &Shared) {
+        let over_limit = handover
             .downcast_ref::<TcpPending>()
             .is_some_and(|p| p.over_limit);
         uncount(shared, over_limit);
@@ -538,7 +538,7 @@ impl PollGroup for TcpGroup {
         self.queues.housekeeping(
             ctx.shared,
             |q, shared| {
-                if let Some(why) = q.xport.conn.broken.clone() {
+                if let Some(why) = q.xport.sock.broken.clone() {
                     if !q.is_closing() {
                         tracing::info!(peer = %q.peer, qid = q.qid, why, "NVMe/TCP connection ended");
                         begin_close(q, "host disconnected", shared);

@@ -13,10 +13,10 @@
 //! - [`queue`]: the per-queue state and its [`super::QueueTransport`] implementation.
 //! - [`conn`]: a socket's receive buffer and its queue of PDUs to send.
 
-pub mod conn;
 pub mod group;
 pub mod queue;
 pub mod receive;
+pub mod socket;
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
@@ -55,7 +55,7 @@ pub struct TcpPending {
     /// The listener it came in through ([`crate::nvmf::port::Port::id`]).
     pub listener: u64,
     /// Over `limits.max_connections`: its Connect is answered Controller Busy (it counts in
-    /// `Shared::refusing`, not `connections`).
+    /// `Shared::refusing`, not `queues_open`).
     pub over_limit: bool,
 }
 

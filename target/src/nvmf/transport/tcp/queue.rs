@@ -18,7 +18,7 @@ use rdmablk::nvme::transport::tcp::{
 };
 use rdmablk::nvme::{Cqe, Sgl, SglLimits, Sqe, Status};
 
-use super::conn::{Conn, TxPdu, TX_HEADER_BYTES};
+use super::socket::{Socket, TxPdu, TX_HEADER_BYTES};
 use super::ADMIN_CAPSULE_DATA;
 use crate::nvmf::data_phase::{check_sgl, Next, SglFit};
 use crate::nvmf::queue::{Queue, SendWatch};
@@ -27,14 +27,14 @@ use crate::nvmf::transport::QueueTransport;
 use crate::nvmf::Shared;
 
 /// A queue served over NVMe/TCP.
-pub type TcpConnection = Queue<TcpQueue>;
+pub type TcpQueue = Queue<TcpXport>;
 
 /// No R2T outstanding for the request.
 pub const NO_R2T: u32 = u32::MAX;
 
 /// The NVMe/TCP state of one queue.
-pub struct TcpQueue {
-    pub conn: Conn,
+pub struct TcpXport {
+    pub sock: Socket,
     /// What the connection negotiated for the PDUs this side sends (the host's digests and
     /// its HPDA).
     pub neg: Negotiated,
@@ -53,10 +53,10 @@ pub struct TcpQueue {
     pub epollout: bool,
 }
 
-impl TcpQueue {
-    pub fn new(conn: Conn, neg: Negotiated, depth: u32) -> TcpQueue {
-        TcpQueue {
-            conn,
+impl TcpXport {
+    pub fn new(sock: Socket, neg: Negotiated, depth: u32) -> TcpXport {
+        TcpXport {
+            sock,
             neg,
             free_recv: (0..depth).rev().collect(),
             damaged: vec![false; depth as usize].into_boxed_slice(),
@@ -71,7 +71,7 @@ impl TcpQueue {
 /// In-capsule data a command may carry on `q`: up to 8 KiB for admin and fabrics commands
 /// (the Linux host sends the 1 KiB Connect data in the capsule on I/O queues too), IOCCSZ's
 /// worth for I/O commands.
-fn capsule_data_limit(q: &TcpConnection, sqe: &Sqe) -> u32 {
+fn capsule_data_limit(q: &TcpQueue, sqe: &Sqe) -> u32 {
     if q.qid == 0 || sqe.opcode == opcodes::FABRICS {
         ADMIN_CAPSULE_DATA
     } else {
@@ -108,7 +108,7 @@ pub(super) fn capsule_resp(cqe: &Cqe, hdgst: bool) -> TxPdu {
     })
 }
 
-impl QueueTransport for TcpQueue {
+impl QueueTransport for TcpXport {
     type Error = String;
     type Outstanding = usize;
 
@@ -117,7 +117,7 @@ impl QueueTransport for TcpQueue {
     const REVOKE_TIMEOUT: Duration = Duration::from_secs(1);
     const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
-    fn release_capsule(q: &mut TcpConnection, recv: u32) -> Result<(), String> {
+    fn release_capsule(q: &mut TcpQueue, recv: u32) -> Result<(), String> {
         debug_assert!(
             !q.xport.damaged[recv as usize],
             "damaged capsule {recv} not seen"
@@ -130,7 +130,7 @@ impl QueueTransport for TcpQueue {
     /// specification has no FES for it), so the connection stays and the command completes
     /// with Transient Transport Error, which the host retries (SPDK does the same; nvmet
     /// closes the connection).
-    fn capsule_status(q: &mut TcpConnection, recv: u32) -> Result<(), Status> {
+    fn capsule_status(q: &mut TcpQueue, recv: u32) -> Result<(), Status> {
         if std::mem::take(&mut q.xport.damaged[recv as usize]) {
             return Err(Status::TRANSIENT_TRANSPORT_ERROR);
         }
@@ -138,7 +138,7 @@ impl QueueTransport for TcpQueue {
     }
 
     fn map_data(
-        q: &mut TcpConnection,
+        q: &mut TcpQueue,
         slot: u32,
         dir: DataDir,
         len: u32,
@@ -168,7 +168,7 @@ impl QueueTransport for TcpQueue {
 
     /// Sends one R2T for the whole data (the host splits its H2CData at MAXH2CDATA); the
     /// transfer tag is the request slot.
-    fn fetch(q: &mut TcpConnection, slot: u32, _shared: &Shared) {
+    fn fetch(q: &mut TcpQueue, slot: u32, _shared: &Shared) {
         debug_assert_eq!(q.reqs[slot as usize].state, ReqState::AwaitingData);
         let r = &q.reqs[slot as usize];
         let r2t = R2t {
@@ -183,13 +183,13 @@ impl QueueTransport for TcpQueue {
             r2t.encode(hdgst, b);
         });
         q.xport.h2c_got[slot as usize] = 0;
-        q.xport.conn.queue(pdu);
+        q.xport.sock.queue(pdu);
     }
 
     /// Controller-to-host data as one C2HData PDU straight from the data slot, then the
     /// CapsuleResp; with SQ flow control disabled, a successful read's C2HData carries
     /// SUCCESS and no CapsuleResp follows (as nvmet does).
-    fn post_response(q: &mut TcpConnection, slot: u32) -> Result<(), String> {
+    fn post_response(q: &mut TcpQueue, slot: u32) -> Result<(), String> {
         let r = q.reqs[slot as usize];
         let neg = q.xport.neg;
         let with_data =
@@ -230,7 +230,7 @@ impl QueueTransport for TcpQueue {
             if skip_resp {
                 pdu.completes = Some(slot);
             }
-            q.xport.conn.queue(pdu);
+            q.xport.sock.queue(pdu);
         }
         if !skip_resp {
             let mut cqe = Cqe::error(r.sqe.cid, q.qid, q.sqhd(), r.status);
@@ -238,28 +238,28 @@ impl QueueTransport for TcpQueue {
             cqe.dw1 = r.dw1;
             let mut pdu = capsule_resp(&cqe, neg.hdgst);
             pdu.completes = Some(slot);
-            q.xport.conn.queue(pdu);
+            q.xport.sock.queue(pdu);
         }
         Ok(())
     }
 
-    fn disconnect(q: &mut TcpConnection) {
-        let _ = q.xport.conn.stream.shutdown(std::net::Shutdown::Both);
-        q.xport.conn.discard_output();
-        q.xport.conn.broken.get_or_insert_with(|| "closed".into());
+    fn disconnect(q: &mut TcpQueue) {
+        let _ = q.xport.sock.stream.shutdown(std::net::Shutdown::Both);
+        q.xport.sock.discard_output();
+        q.xport.sock.broken.get_or_insert_with(|| "closed".into());
     }
 
-    fn drained(q: &TcpConnection) -> bool {
-        !q.xport.conn.has_output()
+    fn drained(q: &TcpQueue) -> bool {
+        !q.xport.sock.has_output()
     }
 
-    fn outstanding(q: &TcpConnection) -> usize {
-        q.xport.conn.queued()
+    fn outstanding(q: &TcpQueue) -> usize {
+        q.xport.sock.queued()
     }
 
-    fn send_stalled(q: &mut TcpConnection, limit_ms: u32) -> bool {
+    fn send_stalled(q: &mut TcpQueue, limit_ms: u32) -> bool {
         let x = &mut q.xport;
         x.send_watch
-            .stalled(x.conn.has_output(), x.conn.sent_bytes, limit_ms)
+            .stalled(x.sock.has_output(), x.sock.sent_bytes, limit_ms)
     }
 }

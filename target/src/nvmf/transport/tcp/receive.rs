@@ -16,7 +16,7 @@ use rdmablk::nvme::transport::tcp::{
 use rdmablk::nvme::{Sqe, Status, SQE_LEN};
 
 use super::group::term_req;
-use super::queue::{TcpConnection, NO_R2T};
+use super::queue::{TcpQueue, NO_R2T};
 use super::{ADMIN_CAPSULE_DATA, MAXH2CDATA};
 use crate::nvmf::queue::begin_close;
 use crate::nvmf::request::ReqState;
@@ -25,8 +25,8 @@ use crate::nvmf::Shared;
 
 /// Reads what queue `q`'s socket has (as much as the receive buffer takes) and acts on every
 /// whole PDU in it; a protocol error ends the queue (C2HTermReq, then close).
-pub fn receive(q: &mut TcpConnection, ctx: &mut Ctx<'_>) {
-    q.xport.conn.fill();
+pub fn receive(q: &mut TcpQueue, ctx: &mut Ctx<'_>) {
+    q.xport.sock.fill();
     while !q.is_closing() {
         let step = next_pdu(q).and_then(|l| match l {
             Some(l) => on_pdu(q, &l, ctx).map(|()| true),
@@ -42,21 +42,21 @@ pub fn receive(q: &mut TcpConnection, ctx: &mut Ctx<'_>) {
 
 /// Reports a fatal error to the host (C2HTermReq quoting the offending header) and closes the
 /// queue.
-fn fatal(q: &mut TcpConnection, e: TermError, shared: &Shared) {
+fn fatal(q: &mut TcpQueue, e: TermError, shared: &Shared) {
     tracing::warn!(peer = %q.peer, qid = q.qid, error = %e, "NVMe/TCP protocol error: terminating the connection");
-    let quote = q.xport.conn.received();
+    let quote = q.xport.sock.received();
     let quote = &quote[..quote.len().min(TERM_REQ_MAX_DATA)];
     let pdu = term_req(e, quote);
-    q.xport.conn.discard_output();
-    q.xport.conn.queue(pdu);
-    q.xport.conn.flush(&mut |_| {});
+    q.xport.sock.discard_output();
+    q.xport.sock.queue(pdu);
+    q.xport.sock.flush(&mut |_| {});
     begin_close(q, "NVMe/TCP protocol error", shared);
 }
 
 /// The next whole PDU in the receive buffer, checked up to its data's digest: its layout, or
 /// None if it has not all arrived.
-fn next_pdu(q: &mut TcpConnection) -> Result<Option<PduLayout>, TermError> {
-    let buf = q.xport.conn.received();
+fn next_pdu(q: &mut TcpQueue) -> Result<Option<PduLayout>, TermError> {
+    let buf = q.xport.sock.received();
     if buf.len() < CH_LEN {
         return Ok(None);
     }
@@ -88,9 +88,9 @@ fn next_pdu(q: &mut TcpConnection) -> Result<Option<PduLayout>, TermError> {
 }
 
 /// Acts on the whole PDU at the head of the receive buffer, and consumes it.
-fn on_pdu(q: &mut TcpConnection, l: &PduLayout, ctx: &mut Ctx<'_>) -> Result<(), TermError> {
+fn on_pdu(q: &mut TcpQueue, l: &PduLayout, ctx: &mut Ctx<'_>) -> Result<(), TermError> {
     let data_ok = {
-        let buf = q.xport.conn.received();
+        let buf = q.xport.sock.received();
         l.ddgst == 0 || {
             let data = &buf[l.pdo..l.pdo + l.data_len];
             let got = u32::from_le_bytes(
@@ -116,7 +116,7 @@ fn on_pdu(q: &mut TcpConnection, l: &PduLayout, ctx: &mut Ctx<'_>) -> Result<(),
                 len <= region.len,
                 "capsule slots hold the largest capsule accepted"
             );
-            let buf = q.xport.conn.received();
+            let buf = q.xport.sock.received();
             // SAFETY: the receive slot lies in this queue's window and is free (just taken
             // from the free list); the source is our receive buffer; they cannot overlap.
             unsafe {
@@ -136,14 +136,14 @@ fn on_pdu(q: &mut TcpConnection, l: &PduLayout, ctx: &mut Ctx<'_>) -> Result<(),
                 data_digest_mismatch(q, sqe.cid);
                 q.xport.damaged[recv as usize] = true;
             }
-            q.xport.conn.consume(l.plen);
+            q.xport.sock.consume(l.plen);
             on_capsule(q, recv, len as u32, ctx);
             Ok(())
         }
         pdu_type::H2C_DATA => {
             let p = h2c_accept(q, l)?;
             if data_ok && q.reqs[p.slot as usize].status.is_success() {
-                let buf = q.xport.conn.received();
+                let buf = q.xport.sock.received();
                 let data = &buf[l.pdo..l.pdo + l.data_len];
                 if q.write_data(p.data_slot, p.off, data).is_err() {
                     return Err(TermError {
@@ -153,15 +153,15 @@ fn on_pdu(q: &mut TcpConnection, l: &PduLayout, ctx: &mut Ctx<'_>) -> Result<(),
                     });
                 }
             }
-            q.xport.conn.consume(l.plen);
+            q.xport.sock.consume(l.plen);
             h2c_end(q, &p, data_ok, ctx)
         }
         pdu_type::H2C_TERM_REQ => {
-            let buf = q.xport.conn.received();
+            let buf = q.xport.sock.received();
             let (fes, fei) = TermReq::decode(buf[..DATA_HLEN].try_into().expect("24 bytes"));
             tracing::warn!(peer = %q.peer, qid = q.qid, ?fes, fei, "the host terminated the connection (H2CTermReq)");
             let len = l.plen;
-            q.xport.conn.consume(len);
+            q.xport.sock.consume(len);
             begin_close(q, "the host sent a TermReq", ctx.shared);
             Ok(())
         }
@@ -175,8 +175,8 @@ fn on_pdu(q: &mut TcpConnection, l: &PduLayout, ctx: &mut Ctx<'_>) -> Result<(),
 
 /// Checks the H2CData at the head of the receive buffer (`l`) against the R2T it answers;
 /// where its data goes. Consumes nothing.
-fn h2c_accept(q: &TcpConnection, l: &PduLayout) -> Result<H2c, TermError> {
-    let buf = q.xport.conn.received();
+fn h2c_accept(q: &TcpQueue, l: &PduLayout) -> Result<H2c, TermError> {
+    let buf = q.xport.sock.received();
     let h = DataHeader::decode(buf[..DATA_HLEN].try_into().expect("24 bytes"));
     h.check(l)?;
     let slot = u32::from(h.ttag);
@@ -239,12 +239,7 @@ struct H2c {
 
 /// The H2CData `p` was taken (`data_ok`: its data digest matched, or there was none): the
 /// command's data stands further on, and once all of it is in the command runs.
-fn h2c_end(
-    q: &mut TcpConnection,
-    p: &H2c,
-    data_ok: bool,
-    ctx: &mut Ctx<'_>,
-) -> Result<(), TermError> {
+fn h2c_end(q: &mut TcpQueue, p: &H2c, data_ok: bool, ctx: &mut Ctx<'_>) -> Result<(), TermError> {
     let slot = p.slot as usize;
     if !data_ok && q.reqs[slot].status.is_success() {
         // The data is bad, not the PDU: the rest of the command's data is taken and dropped,
@@ -265,7 +260,7 @@ fn h2c_end(
 
 /// A data digest that did not match, for command `cid`: a transient error of the link (SPDK's
 /// choice; the specification has no FES for it, and nvmet closes the connection).
-fn data_digest_mismatch(q: &TcpConnection, cid: u16) {
+fn data_digest_mismatch(q: &TcpQueue, cid: u16) {
     tracing::warn!(peer = %q.peer, qid = q.qid, cid,
         "NVMe/TCP data digest mismatch: the command completes with Transient Transport Error");
 }

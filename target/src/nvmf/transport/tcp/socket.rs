@@ -40,7 +40,7 @@ impl TxPdu {
 }
 
 /// The socket and its buffers.
-pub struct Conn {
+pub struct Socket {
     pub stream: TcpStream,
     rx: Box<[u8]>,
     /// `rx[start..end]` is received and not consumed.
@@ -56,11 +56,11 @@ pub struct Conn {
     iov: Vec<libc::iovec>,
 }
 
-impl Conn {
-    pub fn new(stream: TcpStream, tx_capacity: usize) -> io::Result<Conn> {
+impl Socket {
+    pub fn new(stream: TcpStream, tx_capacity: usize) -> io::Result<Socket> {
         stream.set_nonblocking(true)?;
         stream.set_nodelay(true)?;
-        Ok(Conn {
+        Ok(Socket {
             stream,
             rx: vec![0u8; RX_BYTES].into_boxed_slice(),
             start: 0,
@@ -136,7 +136,7 @@ impl Conn {
         }
     }
 
-    /// Queues a PDU (written by the next [`Conn::flush`]).
+    /// Queues a PDU (written by the next [`Socket::flush`]).
     pub fn queue(&mut self, pdu: TxPdu) {
         self.tx.push_back(pdu);
     }
