@@ -11,7 +11,7 @@ impl TargetHandle {
     /// The target's state now.
     pub fn status(&self) -> Value {
         let s = &self.0;
-        let config = s.config.load_full();
+        let config = s.live.load_full();
         let listeners: Vec<Value> = s
             .lock_ports()
             .iter()

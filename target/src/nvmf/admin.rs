@@ -87,7 +87,7 @@ fn send_page<X: QueueTransport>(
     len: u32,
     page: &[u8],
 ) -> Result<Next, Status> {
-    if len > shared.cfg.limits.max_io_size {
+    if len > shared.fixed.limits.max_io_size {
         return Err(Status::INVALID_FIELD.with_dnr());
     }
     let next = data_phase(
@@ -207,7 +207,7 @@ fn identify_controller<X: QueueTransport>(
     ctrl: &Controller,
     shared: &Shared,
 ) -> IdentifyController {
-    let limits = &shared.cfg.limits;
+    let limits = &shared.fixed.limits;
     let nqn =
         Nqn::new(&ctrl.subsys.nqn).unwrap_or_else(|_| Nqn::new("nqn.invalid").expect("static NQN"));
     let mut id = IdentifyController::nvmf_defaults(ctrl.cntlid, nqn, limits.in_capsule_data_size);
@@ -231,7 +231,7 @@ fn identify_controller<X: QueueTransport>(
     // NANAGRPID and refuses ANA if MNAN is 0 or above NN.
     id.mnan = MAX_NAMESPACES_PER_SUBSYSTEM as u32;
     id.nn = ctrl.subsys.max_nsid().max(id.mnan);
-    id.kas = (shared.cfg.target.keep_alive_granularity_ms / 100).clamp(1, 0xFFFF) as u16;
+    id.kas = (shared.fixed.target.keep_alive_granularity_ms / 100).clamp(1, 0xFFFF) as u16;
     id.aerl = (MAX_HELD_AERS - 1) as u8;
     // Reservation Register / Report / Acquire / Release (as nvmet, always).
     id.oncs |= rdmablk::nvme::identify::oncs::RESERVATIONS;
@@ -253,7 +253,7 @@ fn set_features<X: QueueTransport>(
         fid::NUM_QUEUES => {
             let want = NumQueues::from_dword(sf.value);
             want.check_request()?;
-            let max_io = (shared.cfg.limits.max_queues_per_controller - 1).min(0xFFFF) as u16;
+            let max_io = (shared.fixed.limits.max_queues_per_controller - 1).min(0xFFFF) as u16;
             let got = want.grant(max_io);
             ctrl.state().io_queues = got.nsq.min(got.ncq) + 1;
             r.dw0 = got.to_dword();

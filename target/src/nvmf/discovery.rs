@@ -61,9 +61,9 @@ pub fn identify_controller<X: QueueTransport>(
     id.ioccsz = 0;
     id.iorcsz = 0;
     id.lpa = rdmablk::nvme::identify::lpa::EXTENDED;
-    id.mdts = super::mdts(shared.cfg.limits.max_io_size);
-    id.maxcmd = shared.cfg.limits.max_queue_depth.min(0xFFFF) as u16;
-    id.kas = (shared.cfg.target.keep_alive_granularity_ms / 100).clamp(1, 0xFFFF) as u16;
+    id.mdts = super::mdts(shared.fixed.limits.max_io_size);
+    id.maxcmd = shared.fixed.limits.max_queue_depth.min(0xFFFF) as u16;
+    id.kas = (shared.fixed.target.keep_alive_granularity_ms / 100).clamp(1, 0xFFFF) as u16;
     id.aerl = (super::queue::MAX_HELD_AERS - 1) as u8;
     id
 }
@@ -109,7 +109,7 @@ pub fn log_page(shared: &Shared, ctrl: &Controller, provider: Option<Provider>) 
             });
         }
     }
-    let config = shared.config.load();
+    let config = shared.live.load();
     for r in &config.referrals {
         let (trtype, tsas) = transport_fields(r.transport);
         entries.push(DiscoveryLogEntry {

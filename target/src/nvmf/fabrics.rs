@@ -105,7 +105,7 @@ fn property_value(
     Some(match offset {
         properties::CAP => {
             let cap = Cap::default()
-                .with_mqes((shared.cfg.limits.max_queue_depth - 1).min(0xFFFF) as u16)
+                .with_mqes((shared.fixed.limits.max_queue_depth - 1).min(0xFFFF) as u16)
                 .with_cqr(true)
                 .with_timeout_500ms(CAP_TIMEOUT_500MS)
                 .with_css(Cap::CSS_NVM)
@@ -216,13 +216,13 @@ fn connect_controller<X: QueueTransport>(
         }
         let kato = match c.kato_ms {
             0 if subsys.is_discovery() => discovery::DISCOVERY_KATO_MS,
-            0 => u64::from(shared.cfg.target.default_keep_alive_timeout_ms),
+            0 => u64::from(shared.fixed.target.default_keep_alive_timeout_ms),
             k => u64::from(k),
         };
         let max_queues = if subsys.is_discovery() {
             1
         } else {
-            shared.cfg.limits.max_queues_per_controller.min(0xFFFF) as u16
+            shared.fixed.limits.max_queues_per_controller.min(0xFFFF) as u16
         };
         let port = shared
             .lock_ports()

@@ -166,7 +166,7 @@ fn check<X: QueueTransport>(
                 return Err(Status::HOST_ID_INCONSISTENT_FORMAT.with_dnr());
             }
             let len = rc.bytes();
-            if len < REPORT_HEADER_LEN as u64 || len > u64::from(shared.cfg.limits.max_io_size) {
+            if len < REPORT_HEADER_LEN as u64 || len > u64::from(shared.fixed.limits.max_io_size) {
                 return Err(Status::INVALID_FIELD.with_dnr());
             }
             let (generation, rtype, ptpls, regs) = ns.reservations().report();

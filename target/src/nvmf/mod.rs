@@ -158,10 +158,11 @@ impl TargetError {
 #[derive(Debug)]
 pub struct Shared {
     /// The configuration the target started with: what only a restart changes (arena,
-    /// threads, limits) is read from here; see [`Shared::config`] for the rest.
-    pub cfg: Config,
+    /// threads, limits) is read from here, fixed for the target's life; see
+    /// [`Shared::live`] for the rest.
+    pub fixed: Config,
     /// The configuration in force (the last successful reload's).
-    pub config: ArcSwap<Config>,
+    pub live: ArcSwap<Config>,
     /// The NVM subsystems (swapped whole when one is added or removed).
     pub subsystems: ArcSwap<Vec<Arc<Subsystem>>>,
     /// Every namespace, by slot (the index of workers' namespace queues).
@@ -313,7 +314,7 @@ impl Target {
         let subsystems = open_subsystems(&cfg, &namespaces)?;
         let workers_n = cfg.target.worker_threads.max(1) as usize;
         let shared = Arc::new(Shared {
-            config: ArcSwap::from_pointee(cfg.clone()),
+            live: ArcSwap::from_pointee(cfg.clone()),
             subsystems: ArcSwap::from_pointee(subsystems),
             namespaces,
             workers: OnceLock::new(),
@@ -336,7 +337,7 @@ impl Target {
             counters_by_worker: (0..workers_n).map(|_| Arc::default()).collect(),
             counters: TargetCounters::default(),
             fences: fence::Fences::default(),
-            cfg,
+            fixed: cfg,
         });
         let mut target = Target {
             shared: Arc::clone(&shared),
@@ -356,7 +357,7 @@ impl Target {
                 gateways::attach(&shared, &s.nqn, ns);
             }
         }
-        for (index, l) in shared.cfg.listeners.iter().enumerate() {
+        for (index, l) in shared.fixed.listeners.iter().enumerate() {
             let running = Port::start(&shared, l, index)?;
             shared.lock_ports().push(running);
         }
@@ -486,7 +487,7 @@ impl TargetHandle {
 
     /// The control socket the configuration names (`[control] socket`; empty: none).
     pub fn control_socket(&self) -> std::path::PathBuf {
-        self.0.cfg.control.socket.clone()
+        self.0.fixed.control.socket.clone()
     }
 
     pub(crate) fn shared(&self) -> &Shared {
@@ -495,7 +496,7 @@ impl TargetHandle {
 
     /// The metrics endpoint the configuration names (`[metrics] address`), if any.
     pub fn metrics_address(&self) -> Option<SocketAddr> {
-        self.0.cfg.metrics.as_ref().map(|m| m.address)
+        self.0.fixed.metrics.as_ref().map(|m| m.address)
     }
 
     /// The file the configuration came from.

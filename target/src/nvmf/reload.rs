@@ -95,7 +95,7 @@ impl TargetHandle {
             return Err(ReloadError::Stopping);
         }
         new.validate()?;
-        let old = shared.config.load_full();
+        let old = shared.live.load_full();
         let keys = restart_only_changes(&old, &new);
         if !keys.is_empty() {
             return Err(ReloadError::RestartNeeded { keys });
@@ -103,7 +103,7 @@ impl TargetHandle {
         let plan = Plan::of(&old, &new);
         let prepared = prepare(shared, &plan, &new)?;
         let changes = publish(shared, &plan, &new, prepared);
-        shared.config.store(Arc::new(new));
+        shared.live.store(Arc::new(new));
         Ok(changes)
     }
 }

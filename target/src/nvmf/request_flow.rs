@@ -74,7 +74,7 @@ fn start_request<X: QueueTransport>(
     let qid = q.qid;
     let r = &mut q.reqs[slot as usize];
     r.reset(sqe, len, recv, data_slot);
-    if ctx.shared.cfg.target.io_statistics {
+    if ctx.shared.fixed.target.io_statistics {
         r.received = Some(Instant::now());
     }
     r.enter(ReqState::New, qid, slot);

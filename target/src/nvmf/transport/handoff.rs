@@ -31,7 +31,7 @@ impl<'a> Handoff<'a> {
             transport,
             workers: shared.workers.get().cloned().unwrap_or_default(),
             next: 0,
-            max: shared.cfg.limits.max_connections as usize,
+            max: shared.fixed.limits.max_connections as usize,
         }
     }
 

@@ -104,7 +104,7 @@ pub(super) fn spawn(
     let handle = std::thread::Builder::new()
         .name(format!("rdmablk-w{index}"))
         .spawn(move || {
-            let pin = shared.cfg.target.worker_cpus.as_ref();
+            let pin = shared.fixed.target.worker_cpus.as_ref();
             if let Some(cpu) = pin.and_then(|l| l.for_worker(index)) {
                 if let Err(source) = config::pin_current_thread(cpu) {
                     let _ = ready_tx.send(Err(TargetError::Pin { index, cpu, source }));
@@ -112,7 +112,7 @@ pub(super) fn spawn(
                 }
                 tracing::debug!(worker = index, cpu, "worker pinned");
             }
-            let depth = (shared.cfg.limits.max_queue_depth * 2).min(BACKEND_DEPTH_MAX);
+            let depth = (shared.fixed.limits.max_queue_depth * 2).min(BACKEND_DEPTH_MAX);
             // Room for the namespaces there are, and for some added later (beyond it, I/O
             // waits in the backlog for ring room).
             let ring_entries = depth.saturating_mul(shared.namespaces.len().max(4) as u32);
@@ -148,7 +148,7 @@ pub(super) fn spawn(
             let w = Worker {
                 index,
                 backend_depth: depth,
-                busy_poll: shared.cfg.target.poll_mode == PollMode::Busy,
+                busy_poll: shared.fixed.target.poll_mode == PollMode::Busy,
                 shared,
                 groups,
                 others,
@@ -619,7 +619,7 @@ impl OthersWait {
 
 /// `target.io_statistics = false`: then nothing is counted).
 fn set_counters(v: &mut Vec<Option<Arc<NsCounters>>>, shared: &Shared, index: usize, slot: usize) {
-    if !shared.cfg.target.io_statistics {
+    if !shared.fixed.target.io_statistics {
         return;
     }
     if v.len() <= slot {

@@ -278,15 +278,15 @@ impl<X: QueueTransport> Queues<X> {
 /// The timers of a queue that is being set up or live: the Fabrics Connect deadline, the
 /// host taking no responses, a controller torn down, authentication and keep-alive.
 fn timers<X: QueueTransport>(q: &mut Queue<X>, shared: &Shared, now: u64) {
-    let connect_ms = u128::from(shared.cfg.target.connect_timeout_ms);
+    let connect_ms = u128::from(shared.fixed.target.connect_timeout_ms);
     if q.ctrl.is_none() && connect_ms != 0 && q.created.elapsed().as_millis() > connect_ms {
         tracing::warn!(peer = %q.peer, qid = q.qid,
             connect_timeout_ms = connect_ms as u64,
             "no Fabrics Connect in time: dropping the queue");
         begin_close(q, "no Fabrics Connect in time", shared);
-    } else if X::send_stalled(q, shared.cfg.target.response_timeout_ms) {
+    } else if X::send_stalled(q, shared.fixed.target.response_timeout_ms) {
         tracing::warn!(peer = %q.peer, qid = q.qid, outstanding = %X::outstanding(q),
-            response_timeout_ms = shared.cfg.target.response_timeout_ms,
+            response_timeout_ms = shared.fixed.target.response_timeout_ms,
             "the host takes no responses (it stopped posting receives, or \
              stopped): tearing the queue down");
         begin_close(q, "the host takes no responses", shared);

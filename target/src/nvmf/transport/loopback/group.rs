@@ -45,7 +45,7 @@ impl LoopGroup {
     fn add_queue(&mut self, p: LoopPending, ctx: &mut Ctx<'_>) {
         let shared = ctx.shared;
         let qid = p.end.qid();
-        let limits = &shared.cfg.limits;
+        let limits = &shared.fixed.limits;
         let max = if qid == 0 {
             ADMIN_QUEUE_DEPTH
         } else {

@@ -84,7 +84,7 @@ impl QueueTransport for LoopXport {
         }
         let limits = SglLimits {
             in_capsule_bytes: q.icd_bytes,
-            max_transfer_bytes: shared.cfg.limits.max_io_size,
+            max_transfer_bytes: shared.fixed.limits.max_io_size,
         };
         // Keyed SGLs into the host's region, as NVMe/RDMA (the data block is NVMe/TCP's).
         let foreign = |s: &Sgl| matches!(s, Sgl::Transport(_));

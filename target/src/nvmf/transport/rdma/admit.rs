@@ -64,7 +64,7 @@ impl RdmaGroup {
             listener: p.listener,
             provider: Some(p.provider),
         };
-        let icd = shared.cfg.limits.in_capsule_data_size;
+        let icd = shared.fixed.limits.in_capsule_data_size;
         let mut conn = Queue::new(xport, p.window, id, Phase::Binding, icd, Instant::now());
         for slot in 0..p.depth {
             if let Err(e) = post_recv(&mut conn, slot) {

@@ -20,7 +20,7 @@ pub fn map_data(
     fit: SglFit,
     shared: &Shared,
 ) -> Result<Next, Status> {
-    let max_transfer = shared.cfg.limits.max_io_size;
+    let max_transfer = shared.fixed.limits.max_io_size;
     let icd_bytes = q.icd_bytes;
     let push = q.xport.push;
     let r = &mut q.reqs[slot as usize];

@@ -106,7 +106,7 @@ impl Acceptor {
             Ok(cm) => cm,
             Err(st) => return Err((req, st)),
         };
-        let limits = self.shared.cfg.limits;
+        let limits = self.shared.fixed.limits;
         if u32::from(cm.qid) >= limits.max_queues_per_controller {
             return Err((req, CmRejectStatus::InvalidQid));
         }
@@ -146,7 +146,7 @@ impl Acceptor {
         cm: CmRequest,
         depth: u32,
     ) -> Result<(), (ConnRequest, CmRejectStatus)> {
-        let layout = self.shared.cfg.limits.window_layout(depth);
+        let layout = self.shared.fixed.limits.window_layout(depth);
         let window = match self.shared.arena.carve(layout) {
             Ok(w) => w,
             Err(e @ ArenaError::Full { .. }) | Err(e @ ArenaError::BadSize { .. }) => {

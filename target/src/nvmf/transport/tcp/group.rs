@@ -261,7 +261,7 @@ impl TcpGroup {
         ctx: &mut Ctx<'_>,
     ) {
         let shared = ctx.shared;
-        let limits = &shared.cfg.limits;
+        let limits = &shared.fixed.limits;
         if self.pending[i].as_ref().is_some_and(|p| p.over_limit) {
             tracing::warn!(
                 qid = c.qid,
@@ -547,7 +547,7 @@ impl PollGroup for TcpGroup {
             },
             |_| {},
         );
-        let connect_ms = u128::from(ctx.shared.cfg.target.connect_timeout_ms);
+        let connect_ms = u128::from(ctx.shared.fixed.target.connect_timeout_ms);
         for i in 0..self.pending.len() {
             let late = self.pending[i]
                 .as_ref()

@@ -152,7 +152,7 @@ impl QueueTransport for TcpXport {
         let sqe = q.reqs[slot as usize].sqe;
         let limits = SglLimits {
             in_capsule_bytes: capsule_data_limit(q, &sqe),
-            max_transfer_bytes: shared.cfg.limits.max_io_size,
+            max_transfer_bytes: shared.fixed.limits.max_io_size,
         };
         // Keyed SGLs are NVMe/RDMA's (nvmet-tcp answers them as an unknown type too).
         let foreign = |s: &Sgl| matches!(s, Sgl::Keyed(_));
