@@ -13,13 +13,13 @@ use std::time::{Duration, Instant};
 
 use rdmablk::nvme::opcodes::{self, fctype};
 use rdmablk::nvme::transport::tcp::{
-    digest, pdu_type, CommonHeader, Direction, Fes, IcReq, IcResp, Negotiated, PduLayout,
-    TermError, TermReq, CH_LEN, DATA_HLEN, IC_LEN, TERM_REQ_MAX_DATA,
+    pdu_type, CommonHeader, Direction, Fes, IcReq, IcResp, Negotiated, PduLayout, TermError,
+    TermReq, CH_LEN, DATA_HLEN, IC_LEN, TERM_REQ_MAX_DATA,
 };
 use rdmablk::nvme::{Connect, Cqe, Sqe, Status, SQE_LEN};
 
 use super::queue::{capsule_resp, TcpXport};
-use super::receive::receive;
+use super::receive::{check_header_digest, receive};
 use super::socket::{Socket, TxPdu, TX_HEADER_BYTES};
 use super::{TcpPending, ADMIN_CAPSULE_DATA, MAXH2CDATA};
 use crate::arena::WindowLayout;
@@ -218,18 +218,8 @@ impl TcpGroup {
                             // status and the connection stays (nvmet, SPDK, and rdmablk over
                             // RDMA do the same): the host may send its Connect next. What
                             // the header digest guards is checked first.
-                            if layout.hdgst > 0 {
-                                let want = digest(&buf[..layout.hlen]);
-                                let at = layout.hlen..layout.hlen + 4;
-                                let got = u32::from_le_bytes(buf[at].try_into().expect("4"));
-                                if want != got {
-                                    let e = TermError {
-                                        fes: Fes::HeaderDigestError,
-                                        fei: 0,
-                                        what: "header digest mismatch",
-                                    };
-                                    return self.fatal_pending(i, e, ctx.shared);
-                                }
+                            if let Err(e) = check_header_digest(buf, &layout) {
+                                return self.fatal_pending(i, e, ctx.shared);
                             }
                             tracing::warn!(peer = %p.peer, opcode = sqe.opcode,
                                 status = %cqe.status,

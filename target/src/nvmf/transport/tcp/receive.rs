@@ -73,6 +73,13 @@ fn next_pdu(q: &mut TcpQueue) -> Result<Option<PduLayout>, TermError> {
     if buf.len() < layout.plen {
         return Ok(None);
     }
+    check_header_digest(buf, &layout)?;
+    Ok(Some(layout))
+}
+
+/// The header digest of the whole PDU at the head of `buf` (laid out as `layout`), if the
+/// connection negotiated one: a mismatch is fatal (FES 3).
+pub(super) fn check_header_digest(buf: &[u8], layout: &PduLayout) -> Result<(), TermError> {
     if layout.hdgst > 0 {
         let want = digest(&buf[..layout.hlen]);
         let got = u32::from_le_bytes(buf[layout.hlen..layout.hlen + 4].try_into().expect("4"));
@@ -84,7 +91,7 @@ fn next_pdu(q: &mut TcpQueue) -> Result<Option<PduLayout>, TermError> {
             });
         }
     }
-    Ok(Some(layout))
+    Ok(())
 }
 
 /// Acts on the whole PDU at the head of the receive buffer, and consumes it.
