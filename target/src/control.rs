@@ -241,19 +241,16 @@ pub fn fuzz_request(text: &str, config: &str) {
 /// Answers one request line.
 fn handle(server: &Server, text: &str) -> Value {
     let t = &server.target;
-    let result = match parse_request(text) {
-        Err(e) => Err(e),
-        Ok(Request::Status) => Ok(t.status()),
-        Ok(Request::Io) => Ok(t.io()),
-        Ok(Request::Reload) => t
+    let result = parse_request(text).and_then(|req| match req {
+        Request::Status => Ok(t.status()),
+        Request::Io => Ok(t.io()),
+        Request::Reload => t
             .reload()
             .map(|changes| json!({ "changes": changes }))
             .map_err(|e| e.to_string()),
-        Ok(Request::Drain { listener }) => {
-            t.drain(&listener).map(|()| json!({ "drained": listener }))
-        }
-        Ok(Request::Edit(edit)) => apply_edit(server, &edit),
-    };
+        Request::Drain { listener } => t.drain(&listener).map(|()| json!({ "drained": listener })),
+        Request::Edit(edit) => apply_edit(server, &edit),
+    });
     match result {
         Ok(v) => json!({"ok": true, "result": v}),
         Err(e) => json!({"ok": false, "error": e}),
