@@ -13,6 +13,7 @@ use rdmablk::nvme::transport::tcp::{
     encode_capsule_cmd, pdu_type, Fes, IcReq, TermReq, CAPSULE_CMD_HLEN, CH_LEN, DATA_HLEN,
 };
 use rdmablk::nvme::{Cqe, Sgl, Sqe, Status, CQE_LEN};
+use rdmablk_target::Target;
 use tcp_host::*;
 
 fn every_size(addr: SocketAddr, hdgst: bool, ddgst: bool) {
@@ -292,49 +293,44 @@ fn h2c_data_trickling_in_lands_whole_and_its_digest_is_checked() {
     t.shutdown();
 }
 
-/// A queue the arena has no room for is refused with an answer, not a closed socket: its
-/// Connect completes with Controller Busy (without DNR: room comes back as queues go), then
-/// the connection closes; once another queue is gone, the same Connect succeeds.
+/// I/O queue 2 of controller `cntlid`, `tries` times: each Connect is answered Controller
+/// Busy (no DNR: room comes back as queues go) and the connection then closes, and none of
+/// them counts as a queue (the admin queue and `q1` are the two); once `q1` goes, the same
+/// Connect succeeds.
+fn busy_until_queue_1_goes(t: &Target, addr: SocketAddr, cntlid: u16, q1: Host, tries: usize) {
+    for _ in 0..tries {
+        let mut q2 = Host::connect(addr, false, false);
+        let c = q2.fabrics_connect(2, 31, cntlid);
+        assert_eq!(c.status, Status::CONNECT_CONTROLLER_BUSY, "{}", c.status);
+        assert!(!c.status.dnr);
+        q2.wait_closed();
+    }
+    assert_eq!(t.queues_open(), 2);
+    drop(q1);
+    wait_held(t, 1, 1);
+    let mut q2 = Host::connect(addr, false, false);
+    let c = q2.fabrics_connect(2, 31, cntlid);
+    assert!(c.status.is_success(), "{}", c.status);
+}
+
+/// A queue the arena has no room for is refused with an answer, not a closed socket.
 #[test]
 fn a_connect_the_arena_has_no_room_for_is_answered_controller_busy() {
     // An admin queue and one 32-deep I/O queue fit (about 4.3 MiB each), a second does not.
     let (t, addr) = start_with_arena("", 32, "12MiB");
     let (_admin, cntlid) = admin(addr, false, false);
     let q1 = io_queue(addr, false, 1, cntlid, 32);
-    let mut q2 = Host::connect(addr, false, false);
-    let c = q2.fabrics_connect(2, 31, cntlid);
-    assert_eq!(c.status, Status::CONNECT_CONTROLLER_BUSY, "{}", c.status);
-    assert!(!c.status.dnr);
-    q2.wait_closed();
-    drop(q1);
-    wait_held(&t, 1, 1);
-    let mut q2 = Host::connect(addr, false, false);
-    let c = q2.fabrics_connect(2, 31, cntlid);
-    assert!(c.status.is_success(), "{}", c.status);
-    drop(q2);
+    busy_until_queue_1_goes(&t, addr, cntlid, q1, 1);
     t.shutdown();
 }
 
-/// At `limits.max_connections`, one more connection is answered, not closed: its Connect
-/// completes with Controller Busy and the connection closes; nothing of it counts as a queue,
-/// and once a queue goes the same Connect succeeds.
+/// At `limits.max_connections`, one more connection is answered, not closed; nothing of it
+/// counts as a queue.
 #[test]
 fn a_connect_over_max_connections_is_answered_controller_busy() {
     let (t, addr) = start_with_limits("", 32, "64MiB", "max_connections = 2");
     let (_admin, cntlid) = admin(addr, false, false);
     let q1 = io_queue(addr, false, 1, cntlid, 32);
-    for _ in 0..3 {
-        let mut q2 = Host::connect(addr, false, false);
-        let c = q2.fabrics_connect(2, 31, cntlid);
-        assert_eq!(c.status, Status::CONNECT_CONTROLLER_BUSY, "{}", c.status);
-        q2.wait_closed();
-    }
-    assert_eq!(t.queues_open(), 2);
-    drop(q1);
-    wait_held(&t, 1, 1);
-    let mut q2 = Host::connect(addr, false, false);
-    let c = q2.fabrics_connect(2, 31, cntlid);
-    assert!(c.status.is_success(), "{}", c.status);
-    drop(q2);
+    busy_until_queue_1_goes(&t, addr, cntlid, q1, 3);
     t.shutdown();
 }
