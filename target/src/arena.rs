@@ -30,6 +30,8 @@ use rdmablk::fabric::{Access, FabricError, MemBuf, MemBufOptions, Mr, Pd, Sge};
 
 use crate::config::{ArenaConfig, ByteSize};
 
+pub mod pool;
+
 /// Bytes of an NVMe submission queue entry (the command part of a capsule).
 pub const SQE_BYTES: usize = 64;
 /// Bytes of an NVMe completion queue entry (a response capsule).
@@ -53,14 +55,28 @@ pub struct WindowLayout {
     pub resp_offset: usize,
     /// Offset of the data area (page-aligned).
     pub data_offset: usize,
-    /// One data slot: `max_io_size` rounded to a page.
+    /// One data slot: `max_io_size` rounded to a page (0: the window has no data slots).
     pub data_slot_bytes: usize,
+    /// Data slots: `queue_depth` for an RDMA push queue (its host places data by command
+    /// ID), 0 for every other queue (its commands take buffers from the worker's data pool,
+    /// [`pool`]).
+    pub data_slots: u32,
     /// Whole window, a multiple of [`PAGE_BYTES`].
     pub total_bytes: usize,
 }
 
 impl WindowLayout {
-    /// The layout for `queue_depth` requests with the given limits.
+    /// The layout of a queue of `queue_depth` requests with no data slots: receive and
+    /// response slots only.
+    pub const fn without_data(queue_depth: u32, in_capsule_data_size: u32) -> Self {
+        let mut l = WindowLayout::new(queue_depth, in_capsule_data_size, 0);
+        l.data_slots = 0;
+        l.total_bytes = l.data_offset;
+        l
+    }
+
+    /// The layout for `queue_depth` requests with the given limits and a data slot of
+    /// `max_io_size` per request (an RDMA push queue's).
     pub const fn new(queue_depth: u32, in_capsule_data_size: u32, max_io_size: u32) -> Self {
         let depth = queue_depth as usize;
         let capsule_slot_bytes = round_up(
@@ -78,6 +94,7 @@ impl WindowLayout {
             resp_offset,
             data_offset,
             data_slot_bytes,
+            data_slots: queue_depth,
             total_bytes,
         }
     }
@@ -104,17 +121,13 @@ impl WindowLayout {
 
     /// Offset of data slot `i`.
     pub fn data_slot_offset(&self, i: u32) -> usize {
-        assert!(
-            i < self.queue_depth,
-            "data slot {i} of {}",
-            self.queue_depth
-        );
+        assert!(i < self.data_slots, "data slot {i} of {}", self.data_slots);
         self.data_offset + i as usize * self.data_slot_bytes
     }
 
     /// Bytes of the data area (all data slots).
     pub fn data_bytes(&self) -> usize {
-        self.queue_depth as usize * self.data_slot_bytes
+        self.data_slots as usize * self.data_slot_bytes
     }
 }
 
@@ -177,6 +190,8 @@ pub struct ArenaStats {
     pub largest_free_bytes: usize,
     /// Carvings refused for lack of space.
     pub refused: u64,
+    /// Bytes the workers' data pools hold (counted in neither `bytes_in_use` nor `windows`).
+    pub pool_bytes: usize,
 }
 
 /// First-fit allocator of page-aligned extents with coalescing: the carving logic of the
@@ -230,7 +245,7 @@ impl ArenaAllocator {
             self.stats.refused += 1;
             return Err(ArenaError::Full {
                 wanted: len,
-                free: self.total - self.stats.bytes_in_use,
+                free: self.total - self.stats.bytes_in_use - self.stats.pool_bytes,
                 largest_free: self.largest_free(),
             });
         };
@@ -291,6 +306,25 @@ impl ArenaAllocator {
         self.stats.bytes_in_use -= x.len;
         self.stats.windows -= 1;
         self.stats.largest_free_bytes = self.largest_free();
+    }
+
+    /// Carves `len` bytes for a data pool: counted as pool bytes, not as a window.
+    pub fn alloc_pool(&mut self, len: usize) -> Result<Extent, ArenaError> {
+        let high_water = self.stats.high_water_bytes;
+        let x = self.alloc(len)?;
+        self.stats.high_water_bytes = high_water;
+        self.stats.windows -= 1;
+        self.stats.bytes_in_use -= x.len;
+        self.stats.pool_bytes += x.len;
+        Ok(x)
+    }
+
+    /// Returns a pool's extent from [`ArenaAllocator::alloc_pool`].
+    pub fn free_pool(&mut self, x: Extent) {
+        self.stats.windows += 1;
+        self.stats.bytes_in_use += x.len;
+        self.stats.pool_bytes -= x.len;
+        self.free(x);
     }
 
     fn largest_free(&self) -> usize {
@@ -454,7 +488,7 @@ impl Arena {
             "arena window carved"
         );
         Ok(Window {
-            arena: Arc::clone(self),
+            memory: WindowMemory::Arena(Arc::clone(self)),
             extent,
             layout,
         })
@@ -484,10 +518,29 @@ impl Arena {
 /// [`released`]: Window::release
 #[derive(Debug)]
 pub struct Window {
-    arena: Arc<Arena>,
+    memory: WindowMemory,
     extent: Extent,
     layout: WindowLayout,
 }
+
+/// What a window's bytes are.
+#[derive(Debug)]
+enum WindowMemory {
+    /// An extent of the arena (a queue the device reaches: RDMA).
+    Arena(Arc<Arena>),
+    /// Ordinary memory, zeroed and only touched where used (a queue only the worker's own
+    /// copies reach: NVMe/TCP, loop), so a connected but idle queue costs no pinned memory
+    /// and little resident memory.
+    Heap(std::ptr::NonNull<u8>),
+}
+
+// SAFETY: a window's memory is its own (an arena extent no other window has, or a heap block
+// it allocated); it is reached only through raw pointers by the one thread that has the
+// queue at a time (the listener that made it, then its worker).
+unsafe impl Send for Window {}
+// SAFETY: `&Window` gives out addresses only (regions); every access to the bytes is through
+// raw pointers under the rules of whoever holds the queue, as for the arena itself.
+unsafe impl Sync for Window {}
 
 /// A byte range inside a window, as absolute virtual address and length (what SGEs, memory
 /// window binds and io_uring name).
@@ -513,12 +566,31 @@ impl Region {
 }
 
 impl Window {
+    /// A window laid out as `layout` in ordinary memory, not the arena: for a transport whose
+    /// queues the device never reaches (NVMe/TCP, loop). Zeroed lazily by the kernel, so
+    /// only the slots a queue uses become resident.
+    pub fn heap(layout: WindowLayout) -> Window {
+        let len = layout.total_bytes.max(PAGE_BYTES);
+        let l = std::alloc::Layout::from_size_align(len, PAGE_BYTES).expect("window layout");
+        // SAFETY: `l` has a non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(l) };
+        let Some(ptr) = std::ptr::NonNull::new(ptr) else {
+            std::alloc::handle_alloc_error(l);
+        };
+        Window {
+            memory: WindowMemory::Heap(ptr),
+            extent: Extent { offset: 0, len },
+            layout,
+        }
+    }
+
     pub fn layout(&self) -> &WindowLayout {
         &self.layout
     }
 
-    pub fn arena(&self) -> &Arc<Arena> {
-        &self.arena
+    /// Whether the window is an extent of the arena (else ordinary memory).
+    pub fn in_arena(&self) -> bool {
+        matches!(self.memory, WindowMemory::Arena(_))
     }
 
     /// Offset of the window's first byte inside the arena (and its memory region).
@@ -526,7 +598,7 @@ impl Window {
         self.extent.offset
     }
 
-    /// Bytes taken from the arena.
+    /// Bytes of the window.
     pub fn len(&self) -> usize {
         self.extent.len
     }
@@ -537,8 +609,12 @@ impl Window {
 
     fn region(&self, offset: usize, len: usize) -> Region {
         debug_assert!(offset + len <= self.extent.len);
+        let base = match &self.memory {
+            WindowMemory::Arena(a) => a.ptr as u64 + self.extent.offset as u64,
+            WindowMemory::Heap(p) => p.as_ptr() as u64,
+        };
         Region {
-            addr: self.arena.ptr as u64 + (self.extent.offset + offset) as u64,
+            addr: base + offset as u64,
             len,
         }
     }
@@ -577,7 +653,17 @@ impl Window {
 
 impl Drop for Window {
     fn drop(&mut self) {
-        self.arena.lock().free(self.extent);
+        let arena = match &self.memory {
+            WindowMemory::Arena(a) => a,
+            WindowMemory::Heap(p) => {
+                let l = std::alloc::Layout::from_size_align(self.extent.len, PAGE_BYTES)
+                    .expect("window layout");
+                // SAFETY: allocated in `Window::heap` with this layout, freed once (here).
+                unsafe { std::alloc::dealloc(p.as_ptr(), l) };
+                return;
+            }
+        };
+        arena.lock().free(self.extent);
         tracing::debug!(
             offset = self.extent.offset,
             len = self.extent.len,

@@ -202,7 +202,7 @@ fn a_data_digest_error_fails_its_command_with_a_transient_transport_error_and_no
     assert_eq!(c.status, Status::SUCCESS, "write by R2T after the errors");
     assert!(read_back(&mut q) == other, "data written after the errors");
     drop((q, a));
-    wait_held(&t, 0, 0);
+    wait_held(&t, 0);
     t.shutdown();
 }
 
@@ -289,7 +289,7 @@ fn h2c_data_trickling_in_lands_whole_and_its_digest_is_checked() {
         }
         drop((q, a));
     }
-    wait_held(&t, 0, 0);
+    wait_held(&t, 0);
     t.shutdown();
 }
 
@@ -305,23 +305,13 @@ fn busy_until_queue_1_goes(t: &Target, addr: SocketAddr, cntlid: u16, q1: Host, 
         assert!(!c.status.dnr);
         q2.wait_closed();
     }
-    assert_eq!(t.queues_open(), 2);
+    // (The refused connection may close before the target has counted it out.)
+    wait_held(t, 2);
     drop(q1);
-    wait_held(t, 1, 1);
+    wait_held(t, 1);
     let mut q2 = Host::connect(addr, false, false);
     let c = q2.fabrics_connect(2, 31, cntlid);
     assert!(c.status.is_success(), "{}", c.status);
-}
-
-/// A queue the arena has no room for is refused with an answer, not a closed socket.
-#[test]
-fn a_connect_the_arena_has_no_room_for_is_answered_controller_busy() {
-    // An admin queue and one 32-deep I/O queue fit (about 4.3 MiB each), a second does not.
-    let (t, addr) = start_with_arena("", 32, "12MiB");
-    let (_admin, cntlid) = admin(addr, false, false);
-    let q1 = io_queue(addr, false, 1, cntlid, 32);
-    busy_until_queue_1_goes(&t, addr, cntlid, q1, 1);
-    t.shutdown();
 }
 
 /// At `limits.max_connections`, one more connection is answered, not closed; nothing of it

@@ -233,7 +233,7 @@ fn check_rows(rows: Vec<Row>) {
         let ran = catch_unwind(AssertUnwindSafe(|| run(addr, r)));
         // Every row starts from a target that holds nothing (queues close asynchronously, and
         // the arena has room for a few at a time).
-        let freed = catch_unwind(AssertUnwindSafe(|| wait_held(&t, 0, 0)));
+        let freed = catch_unwind(AssertUnwindSafe(|| wait_held(&t, 0)));
         for e in [ran.err(), freed.err()].into_iter().flatten() {
             let why = e
                 .downcast_ref::<String>()

@@ -81,7 +81,7 @@ fn silent_and_half_sent_connections_cost_a_host_nothing_and_end_at_the_connect_t
     half_a_capsule(&mut half_cmd);
     quiet.push(half_cmd.s);
     // Every one of them is the target's (counted from its accept), and none has a window.
-    wait_held(&t, SILENT_PEERS + 2, 0);
+    wait_held(&t, SILENT_PEERS + 2);
 
     // Meanwhile a host connects and does its I/O on the same worker, without waiting for the
     // silent ones to be dropped: they are all still there when it is done.
@@ -101,10 +101,10 @@ fn silent_and_half_sent_connections_cost_a_host_nothing_and_end_at_the_connect_t
         opened.elapsed() >= connect_timeout,
         "silent connections closed before target.connect_timeout_ms"
     );
-    wait_held(&t, 2, 2);
+    wait_held(&t, 2);
     verified_io(&mut q, 2, 8, 256);
     drop((q, a, quiet));
-    wait_held(&t, 0, 0);
+    wait_held(&t, 0);
     t.shutdown();
 }
 
@@ -132,10 +132,10 @@ fn a_controller_whose_queues_stop_mid_pdu_ends_at_its_keep_alive_timeout() {
         last_word.elapsed() >= kato,
         "closed before the keep-alive timeout"
     );
-    wait_held(&t, 2, 2);
+    wait_held(&t, 2);
     verified_io(&mut other, 2, 8, 8);
     drop((other, b));
-    wait_held(&t, 0, 0);
+    wait_held(&t, 0);
     t.shutdown();
 }
 
@@ -194,16 +194,16 @@ fn a_host_that_stops_reading_costs_its_neighbour_nothing_and_is_released_when_it
     let (a, mut q) = good_host(addr);
     let (sa, s_cntlid) = admin_kato(addr, false, false, 0);
     let s = stalled_reader(addr, s_cntlid, STALLED_DEPTH);
-    wait_held(&t, 4, 4);
+    wait_held(&t, 4);
     neighbour_unaffected(&t, &mut q);
     // The host closes its queue with the target's data unread: everything of it goes.
     drop(s);
-    wait_held(&t, 3, 3);
+    wait_held(&t, 3);
     drop(sa);
-    wait_held(&t, 2, 2);
+    wait_held(&t, 2);
     verified_io(&mut q, 99, 0, 256);
     drop((q, a));
-    wait_held(&t, 0, 0);
+    wait_held(&t, 0);
     t.shutdown();
 }
 
@@ -220,7 +220,7 @@ fn a_host_that_stops_reading_is_cut_off_at_the_response_timeout() {
     let stalled = Instant::now();
     neighbour_unaffected(&t, &mut q);
     // The target gives up on the queue that takes nothing (its admin queue, idle, stays).
-    wait_held(&t, 3, 3);
+    wait_held(&t, 3);
     assert!(
         stalled.elapsed() >= response_timeout,
         "cut off before target.response_timeout_ms"
@@ -229,6 +229,6 @@ fn a_host_that_stops_reading_is_cut_off_at_the_response_timeout() {
     s.wait_closed();
     verified_io(&mut q, 99, 0, 256);
     drop((q, a, sa));
-    wait_held(&t, 0, 0);
+    wait_held(&t, 0);
     t.shutdown();
 }

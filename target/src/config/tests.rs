@@ -138,20 +138,37 @@ fn from_file_names_the_path() {
 
 #[test]
 fn arena_smaller_than_one_window_is_refused_with_the_size_needed() {
-    let text = MINIMAL.replace("bytes = \"64MiB\"", "bytes = \"16MiB\"");
+    let text = MINIMAL.replace(
+        "bytes = \"64MiB\"",
+        "bytes = \"16MiB\"\ndata_bytes = 16515072",
+    );
     let p = problems(&text);
     assert_eq!(p.len(), 1, "{p:?}");
     assert_eq!(p[0].key, "arena.bytes");
-    // 128 x (64 + 4096) receive + 128 x 16 response + 128 x 128 KiB data, page-rounded.
+    // 128 x (64 + 4096) receive + 128 x 16 response, page-rounded.
     assert!(
-        p[0].message
-            .contains(&ByteSize(536_576 + (16 << 20)).to_string()),
+        p[0].message.contains(&ByteSize(536_576).to_string()),
         "{}",
         p[0]
     );
     // Lowering the depth makes it fit.
-    let text = with("[limits]\nmax_queue_depth = 64", "").replace("64MiB", "16MiB");
+    let text = with("[limits]\nmax_queue_depth = 64", "").replace(
+        "bytes = \"64MiB\"",
+        "bytes = \"16MiB\"\ndata_bytes = 16252928",
+    );
     Config::from_str(&text).unwrap();
+}
+
+#[test]
+fn data_pools_too_small_for_two_of_the_largest_transfers_are_refused() {
+    let text = with(
+        "[target]\nworker_threads = 4\n[limits]\nmax_io_size = 8388608",
+        "",
+    );
+    let p = problems(&text);
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert_eq!(p[0].key, "arena.data_bytes");
+    assert!(p[0].message.contains("per worker"), "{}", p[0]);
 }
 
 #[test]
@@ -526,10 +543,14 @@ fn a_config_without_arena_gets_one_sized_from_the_limits() {
     let c = Config::from_str(&text).unwrap();
     let window = c.max_window_layout().total_bytes as u64;
     assert!(c.arena.sized_from_limits && c.arena.lock && !c.arena.hugepages);
+    // The data pools (128 MiB) and 64 RDMA windows (receive and response slots only).
+    assert_eq!(window, 536_576);
+    assert_eq!(c.data_pool_bytes(), 128 << 20);
     assert_eq!(
         c.arena.bytes.bytes(),
-        (16 * window).next_multiple_of(2 << 20)
+        ((128 << 20) + 64 * window).next_multiple_of(2 << 20)
     );
+    assert_eq!(c.data_pool_bytes_per_worker(), 128 << 20);
     // Fewer connections allowed, fewer windows; a table without `bytes` is sized the same way.
     let few = text.replace(
         "[[listener]]",
@@ -541,7 +562,19 @@ fn a_config_without_arena_gets_one_sized_from_the_limits() {
     assert!(few.arena.sized_from_limits && !few.arena.lock);
     assert_eq!(
         few.arena.bytes.bytes(),
-        (3 * window).next_multiple_of(2 << 20)
+        ((128 << 20) + 3 * window).next_multiple_of(2 << 20)
+    );
+    // The pools given, the arena holds them beside the windows; several workers share them.
+    let given = text.replace(
+        "[[listener]]",
+        "[target]\nworker_threads = 4\n[arena]\ndata_bytes = \"32MiB\"\n[[listener]]",
+    );
+    let given = Config::from_str(&given).unwrap();
+    assert_eq!(given.data_pool_bytes(), 32 << 20);
+    assert_eq!(given.data_pool_bytes_per_worker(), 8 << 20);
+    assert_eq!(
+        given.arena.bytes.bytes(),
+        ((32 << 20) + 64 * window).next_multiple_of(2 << 20)
     );
     // A size given is kept as given.
     assert!(!Config::from_str(MINIMAL).unwrap().arena.sized_from_limits);

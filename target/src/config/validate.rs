@@ -328,21 +328,36 @@ fn check_arena(cfg: &Config, c: &mut Checker) {
     }
     let window = cfg.max_window_layout().total_bytes as u64;
     let bytes = cfg.arena.bytes.bytes();
-    if bytes < window {
+    let data = cfg.data_pool_bytes();
+    let workers = u64::from(cfg.target.worker_threads.max(1));
+    let largest = u64::from(l.max_io_size).next_multiple_of(crate::arena::PAGE_BYTES as u64);
+    if data / workers < 2 * largest {
+        c.fail(
+            "arena.data_bytes",
+            format!(
+                "{} for the data pools is {} per worker (target.worker_threads {}), less than \
+                 two of the largest transfers (limits.max_io_size {}): raise arena.data_bytes \
+                 (or arena.bytes, half of which is the default), or lower limits.max_io_size",
+                super::ByteSize(data),
+                super::ByteSize(data / workers),
+                workers,
+                l.max_io_size,
+            ),
+        );
+    } else if bytes < data + window {
         c.fail(
             "arena.bytes",
             format!(
-                "{} is smaller than one connection's window at limits.max_queue_depth {} \
-                 ({} = receive slots {} x {} B + response slots + data slots {} x {} B); \
-                 raise arena.bytes to at least {} times the connections you expect, or lower \
-                 limits.max_queue_depth / limits.max_io_size",
+                "{} does not hold the data pools (arena.data_bytes {}) and one RDMA queue's \
+                 window at limits.max_queue_depth {} ({} = receive slots {} x {} B + response \
+                 slots): raise arena.bytes to the data pools plus {} per RDMA queue you \
+                 expect, or lower arena.data_bytes",
                 cfg.arena.bytes,
+                super::ByteSize(data),
                 l.max_queue_depth,
                 super::ByteSize(window),
                 l.max_queue_depth,
                 cfg.max_window_layout().capsule_slot_bytes,
-                l.max_queue_depth,
-                l.max_io_size,
                 super::ByteSize(window),
             ),
         );

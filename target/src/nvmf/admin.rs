@@ -98,7 +98,7 @@ fn send_page<X: QueueTransport>(
         SglFit::Exact,
         shared,
     )?;
-    let ds = q.reqs[slot as usize].data_slot;
+    let ds = q.reqs[slot as usize].data;
     let n = page.len().min(len as usize);
     let write = |off: usize, b: &[u8]| q.write_data(ds, off, b);
     write(0, &page[..n]).map_err(|_| Status::INTERNAL)?;

@@ -399,7 +399,7 @@ pub fn execute<X: QueueTransport>(q: &mut Queue<X>, slot: u32) {
     }
     if r.dir == DataDir::HostToController {
         let mut buf = Zeroizing::new(vec![0u8; r.data_len as usize]);
-        if q.read_data(r.data_slot, 0, &mut buf).is_err() {
+        if q.read_data(r.data, 0, &mut buf).is_err() {
             q.reqs[slot as usize].fail(Status::INTERNAL);
             return;
         }
@@ -412,7 +412,7 @@ pub fn execute<X: QueueTransport>(q: &mut Queue<X>, slot: u32) {
     let auth = q.auth.as_mut().expect("checked above");
     let (msg, close) = auth.on_receive(qid);
     let n = msg.len().min(r.data_len as usize);
-    if q.write_data(r.data_slot, 0, &msg[..n]).is_err() {
+    if q.write_data(r.data, 0, &msg[..n]).is_err() {
         q.reqs[slot as usize].fail(Status::INTERNAL);
         return;
     }

@@ -71,7 +71,14 @@ pub fn data_phase<X: QueueTransport>(
     // never moves data for a command whose pointer was refused.
     r.dir = DataDir::None;
     r.data_len = 0;
-    X::map_data(q, slot, dir, len, fit, shared)
+    let next = X::map_data(q, slot, dir, len, fit, shared)?;
+    // The buffer was taken for the length the SGL describes, which the checks above made at
+    // least `len`: a data phase never reaches past it.
+    let r = &q.reqs[slot as usize];
+    if r.data_len > r.data.len {
+        return Err(Status::SGL_INVALID_DATA_LENGTH.with_dnr());
+    }
+    Ok(next)
 }
 
 /// The checks every transport makes of request `slot`'s data pointer, `len` bytes moving
@@ -124,7 +131,7 @@ pub fn copy_in_capsule<X>(
     {
         return Err(Status::SGL_INVALID_DATA_LENGTH.with_dnr());
     }
-    let dst = q.window.data_slot(r.data_slot);
+    let dst = r.data.region();
     if SQE_LEN + off + c.len as usize > capsule.len || len as usize > dst.len {
         return Err(Status::SGL_INVALID_DATA_LENGTH.with_dnr());
     }

@@ -16,6 +16,7 @@ use super::request::{Action, DataDir};
 use super::transport::QueueTransport;
 use super::Shared;
 use super::{auth, discovery};
+use crate::arena::pool::host_key;
 
 /// CAP.TO: worst-case time to ready, in 500 ms units (as nvmet: 7.5 s).
 const CAP_TIMEOUT_500MS: u8 = 15;
@@ -165,7 +166,7 @@ pub fn execute_connect<X: QueueTransport>(q: &mut Queue<X>, slot: u32, shared: &
         }
     };
     let mut bytes = [0u8; CONNECT_DATA_LEN];
-    if q.read_data(r.data_slot, 0, &mut bytes).is_err() {
+    if q.read_data(r.data, 0, &mut bytes).is_err() {
         q.reqs[slot as usize].fail(Status::INTERNAL);
         return;
     }
@@ -253,6 +254,7 @@ fn connect_controller<X: QueueTransport>(
         tracing::info!(peer = %q.peer, cntlid = ctrl.cntlid, subnqn = %d.subnqn,
             hostnqn = %d.hostnqn_str(), kato_ms = kato, "controller created");
         let id = ctrl.cntlid;
+        q.host = host_key(d.hostnqn_str().as_bytes());
         q.ctrl = Some(ctrl);
         let authreq = auth::on_connect(q, host_auth, d.hostnqn_str(), &subsys.nqn);
         return Ok((id, authreq));
@@ -274,6 +276,7 @@ fn connect_controller<X: QueueTransport>(
     tracing::info!(peer = %q.peer, cntlid = ctrl.cntlid, qid = q.qid, depth = q.depth,
         "I/O queue connected");
     let id = ctrl.cntlid;
+    q.host = host_key(d.hostnqn_str().as_bytes());
     q.ctrl = Some(ctrl);
     let authreq = auth::on_connect(q, host_auth, d.hostnqn_str(), &subsys.nqn);
     Ok((id, authreq))

@@ -180,7 +180,7 @@ fn check<X: QueueTransport>(
                 SglFit::Exact,
                 shared,
             )?;
-            let ds = q.reqs[slot as usize].data_slot;
+            let ds = q.reqs[slot as usize].data;
             q.write_data(ds, 0, &page).map_err(|_| Status::INTERNAL)?;
             return Ok(next);
         }
@@ -225,7 +225,7 @@ fn reservation_status<X: QueueTransport>(
     let release = r.sqe.opcode == resv::RELEASE;
     let mut data = [0u8; TWO_KEYS as usize];
     let n = if release { ONE_KEY } else { TWO_KEYS } as usize;
-    q.read_data(r.data_slot, 0, &mut data[..n])
+    q.read_data(r.data, 0, &mut data[..n])
         .map_err(|_| Status::INTERNAL)?;
     let (k1, k2) = keys(&data[..n]);
     let c = ResvCdw10::from_sqe(&r.sqe);
@@ -320,7 +320,7 @@ pub fn plan<X: QueueTransport>(q: &mut Queue<X>, slot: u32, shared: &Shared) -> 
 }
 
 fn dsm_range<X: QueueTransport>(q: &Queue<X>, slot: u32, i: u32) -> Option<DsmRange> {
-    let ds = q.reqs[slot as usize].data_slot;
+    let ds = q.reqs[slot as usize].data;
     let mut b = [0u8; DSM_RANGE_LEN];
     q.read_data(ds, i as usize * DSM_RANGE_LEN, &mut b).ok()?;
     Some(DsmRange::decode(&b))
@@ -394,7 +394,7 @@ fn backend_op<X: QueueTransport>(
             write,
             fua,
         } => {
-            let region = q.window.data_slot(r.data_slot);
+            let region = r.data.region();
             debug_assert!(r.data_len as usize <= region.len);
             let ptr = NonNull::new(region.as_ptr()).ok_or(())?;
             // SAFETY: the data slot belongs to this request until it is free again, which

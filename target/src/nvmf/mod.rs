@@ -118,6 +118,12 @@ pub enum TargetError {
         #[source]
         source: BackendError,
     },
+    #[error("worker {index}: no room in the arena for its data pool (arena.data_bytes): {source}")]
+    DataPool {
+        index: usize,
+        #[source]
+        source: crate::arena::ArenaError,
+    },
     #[error("worker {index}: cannot run on CPU {cpu} (target.worker_cpus): {source}")]
     Pin {
         index: usize,

@@ -21,6 +21,7 @@ use super::controller::Controller;
 use super::request::{ReqState, Request};
 use super::transport::QueueTransport;
 use super::Shared;
+use crate::arena::pool::{host_key, DataBuf};
 use crate::arena::Window;
 use crate::config::Provider;
 
@@ -61,6 +62,10 @@ pub struct Queue<X> {
     /// this host).
     pub provider: Option<Provider>,
     pub phase: Phase,
+    /// Whose share of the worker's data pool this queue's commands count in
+    /// ([`crate::arena::pool::host_key`]: the host's network address, then its host NQN once
+    /// the Fabrics Connect named it).
+    pub host: u64,
     /// Request contexts (response slot and data slot `i` each), taken from `free_reqs` when a
     /// capsule arrives. They are separate from receive buffers: a receive is reposted as soon
     /// as its capsule is decoded, while its request may still wait for its response to be
@@ -132,6 +137,7 @@ impl<X> Queue<X> {
             listener: id.listener,
             provider: id.provider,
             phase,
+            host: host_key(id.peer.ip().to_string().as_bytes()),
             reqs: vec![Request::new(); depth as usize].into_boxed_slice(),
             free_reqs: (0..depth).rev().collect(),
             pending_capsules: VecDeque::with_capacity(depth as usize),
@@ -168,9 +174,9 @@ impl<X> Queue<X> {
         }
     }
 
-    /// Copies `dst.len()` bytes at `off` of data slot `slot` into `dst`.
-    pub fn read_data(&self, slot: u32, off: usize, dst: &mut [u8]) -> Result<(), OutOfSlot> {
-        let region = self.window.data_slot(slot);
+    /// Copies `dst.len()` bytes at `off` of a request's data buffer `data` into `dst`.
+    pub fn read_data(&self, data: DataBuf, off: usize, dst: &mut [u8]) -> Result<(), OutOfSlot> {
+        let region = data.region();
         if off
             .checked_add(dst.len())
             .map_or(true, |end| end > region.len)
@@ -186,10 +192,10 @@ impl<X> Queue<X> {
         Ok(())
     }
 
-    /// Copies `src` to `off` of data slot `slot`. Only for a request whose data slot no
-    /// transport or backend operation is using.
-    pub fn write_data(&self, slot: u32, off: usize, src: &[u8]) -> Result<(), OutOfSlot> {
-        let region = self.window.data_slot(slot);
+    /// Copies `src` to `off` of a request's data buffer `data`. Only for a request whose
+    /// buffer no transport or backend operation is using.
+    pub fn write_data(&self, data: DataBuf, off: usize, src: &[u8]) -> Result<(), OutOfSlot> {
+        let region = data.region();
         if off
             .checked_add(src.len())
             .map_or(true, |end| end > region.len)

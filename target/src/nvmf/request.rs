@@ -34,6 +34,7 @@
 //! always finds a receive posted (no RNR on RDMA), even while the previous request still waits
 //! for its response to be sent.
 
+use crate::arena::pool::DataBuf;
 use rdmablk::nvme::{Sgl, Sqe, Status};
 
 /// Where a request is.
@@ -109,8 +110,13 @@ pub struct Request {
     pub dir: DataDir,
     /// Bytes of the data phase.
     pub data_len: u32,
-    /// Data slot used (the request's own index, or the push slot).
-    pub data_slot: u32,
+    /// Where the command's data lies: a buffer of the worker's data pool, taken when the
+    /// capsule arrived, or (RDMA push queues) the push slot its command ID names.
+    pub data: DataBuf,
+    /// The push slot (RDMA push queues: the command ID modulo the depth).
+    pub push_slot: u32,
+    /// The command waits for a buffer of the worker's data pool (its capsule unconsumed).
+    pub awaits_buffer: bool,
     pub action: Action,
     pub status: Status,
     pub dw0: u32,
@@ -157,7 +163,9 @@ impl Request {
             sgl: None,
             dir: DataDir::None,
             data_len: 0,
-            data_slot: 0,
+            data: DataBuf::NONE,
+            push_slot: 0,
+            awaits_buffer: false,
             action: Action::Respond,
             status: Status::SUCCESS,
             dw0: 0,
@@ -191,13 +199,13 @@ impl Request {
     }
 
     /// Resets per-command fields for a new capsule.
-    pub fn reset(&mut self, sqe: Sqe, capsule_len: u32, recv_slot: u32, data_slot: u32) {
+    pub fn reset(&mut self, sqe: Sqe, capsule_len: u32, recv_slot: u32, push_slot: u32) {
         *self = Request {
             state: self.state,
             sqe,
             capsule_len,
             recv_slot,
-            data_slot,
+            push_slot,
             ..Request::new()
         };
     }

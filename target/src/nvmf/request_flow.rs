@@ -19,6 +19,7 @@ use super::queue::{begin_close, Queue};
 use super::request::{Action, ReqState, Request, Tag};
 use super::transport::QueueTransport;
 use super::{auth, fabrics, io_commands, Shared};
+use crate::arena::pool::{order_for, DataBuf, DataPool, Waiter};
 use crate::metrics::{NsCounters, OpKind};
 use crate::namespace::qos::Cost;
 
@@ -31,6 +32,8 @@ pub struct Ctx<'a> {
     pub counters: &'a [Option<Arc<NsCounters>>],
     pub nsq: &'a mut NsQueues,
     pub backlog: &'a mut VecDeque<u64>,
+    /// This worker's data buffers.
+    pub pool: &'a mut DataPool,
 }
 
 impl Ctx<'_> {
@@ -55,8 +58,8 @@ pub fn on_capsule<X: QueueTransport>(q: &mut Queue<X>, recv: u32, len: u32, ctx:
     }
 }
 
-/// Starts request context `slot` on the capsule in receive slot `recv`, and gives the receive
-/// back as soon as the capsule is consumed.
+/// Starts request context `slot` on the capsule in receive slot `recv`: takes the command's
+/// data buffer (or queues it for one, its capsule left where it is), then prepares it.
 fn start_request<X: QueueTransport>(
     q: &mut Queue<X>,
     slot: u32,
@@ -70,14 +73,64 @@ fn start_request<X: QueueTransport>(
         return;
     };
     q.sq_head = ((u32::from(q.sq_head) + 1) % q.depth) as u16;
-    let data_slot = X::data_slot(q, slot, sqe.cid);
+    let push_slot = X::push_slot(q, sqe.cid);
     let qid = q.qid;
     let r = &mut q.reqs[slot as usize];
-    r.reset(sqe, len, recv, data_slot);
+    r.reset(sqe, len, recv, push_slot.unwrap_or(0));
     if ctx.shared.fixed.target.io_statistics {
         r.received = Some(Instant::now());
     }
     r.enter(ReqState::New, qid, slot);
+    if let Some(ps) = push_slot {
+        q.reqs[slot as usize].data = DataBuf::outside(q.window.data_slot(ps));
+    } else if let Some(order) = buffer_order(&sqe, ctx.shared) {
+        let w = Waiter {
+            group: ctx.group,
+            queue: q.key,
+            slot,
+            order,
+        };
+        match ctx.pool.take(q.host, w) {
+            Some(b) => q.reqs[slot as usize].data = b,
+            None => {
+                // The capsule stays unconsumed (its receive is not given back) until the
+                // worker hands this command a buffer: `on_buffer`.
+                q.reqs[slot as usize].awaits_buffer = true;
+                return;
+            }
+        }
+    }
+    prepare_request(q, slot, recv, ctx);
+}
+
+/// The buffer a command's data needs: as long as its SGL says, when that is within
+/// `limits.max_io_size` (a longer or undecodable one is refused by the data phase, before any
+/// data moves, and needs none).
+fn buffer_order(sqe: &rdmablk::nvme::Sqe, shared: &Shared) -> Option<u8> {
+    let len = rdmablk::nvme::Sgl::decode(&sqe.dptr).ok()?.len();
+    if len > shared.fixed.limits.max_io_size {
+        return None;
+    }
+    order_for(len)
+}
+
+/// Request `slot`, which waited, has its data buffer `data`: prepare it now. A request that no
+/// longer waits for one (its queue is closing) gives it back.
+pub fn on_buffer<X: QueueTransport>(q: &mut Queue<X>, slot: u32, data: DataBuf, ctx: &mut Ctx<'_>) {
+    let r = &mut q.reqs[slot as usize];
+    if r.state != ReqState::New || !r.awaits_buffer {
+        ctx.pool.give(data);
+        return;
+    }
+    r.awaits_buffer = false;
+    r.data = data;
+    let recv = r.recv_slot;
+    prepare_request(q, slot, recv, ctx);
+}
+
+/// Checks and maps request `slot`'s command (its data buffer in hand), and gives the capsule's
+/// receive back as soon as the capsule is consumed.
+fn prepare_request<X: QueueTransport>(q: &mut Queue<X>, slot: u32, recv: u32, ctx: &mut Ctx<'_>) {
     let next = match X::capsule_status(q, recv).and_then(|()| X::claim_data_slot(q, slot)) {
         Err(st) => {
             q.reqs[slot as usize].fail(st);
@@ -109,7 +162,7 @@ fn proceed<X: QueueTransport>(q: &mut Queue<X>, slot: u32, next: Next, ctx: &mut
                 "command dropped at shutdown: the host retries it after reconnecting"
             );
             q.reqs[slot as usize].enter(ReqState::Responding, qid, slot);
-            free(q, slot);
+            free(q, slot, ctx.pool);
         }
         Next::Fetch => {
             q.reqs[slot as usize].enter(ReqState::AwaitingData, qid, slot);
@@ -194,7 +247,7 @@ pub fn respond<X: QueueTransport>(q: &mut Queue<X>, slot: u32, ctx: &mut Ctx<'_>
         record(&q.reqs[slot as usize], ctx);
     }
     if !q.is_live() {
-        free(q, slot);
+        free(q, slot, ctx.pool);
         return;
     }
     let r = &q.reqs[slot as usize];
@@ -251,10 +304,16 @@ fn record(r: &Request, ctx: &Ctx<'_>) {
     }
 }
 
-fn free<X: QueueTransport>(q: &mut Queue<X>, slot: u32) {
+/// Frees request `slot`: its data buffer goes back to the pool (its response, and any data,
+/// has left), its context to the queue's free list.
+fn free<X: QueueTransport>(q: &mut Queue<X>, slot: u32, pool: &mut DataPool) {
     let qid = q.qid;
     q.reqs[slot as usize].enter(ReqState::Free, qid, slot);
     X::release_data_slot(q, slot);
+    pool.give(std::mem::replace(
+        &mut q.reqs[slot as usize].data,
+        DataBuf::NONE,
+    ));
     debug_assert!(!q.free_reqs.contains(&slot), "request {slot} freed twice");
     q.free_reqs.push(slot);
 }
@@ -262,7 +321,7 @@ fn free<X: QueueTransport>(q: &mut Queue<X>, slot: u32) {
 /// The response was sent: the request is free, and serves a waiting capsule if any.
 pub fn on_sent<X: QueueTransport>(q: &mut Queue<X>, slot: u32, ctx: &mut Ctx<'_>) {
     let close = q.reqs[slot as usize].close_after;
-    free(q, slot);
+    free(q, slot, ctx.pool);
     if let Some(why) = close {
         begin_close(q, why, ctx.shared);
         return;

@@ -33,6 +33,7 @@ use super::queue::Queue;
 use super::request::{DataDir, Tag};
 use super::request_flow::Ctx;
 use super::{Shared, TargetError};
+use crate::arena::pool::DataBuf;
 use crate::backend::Completion;
 use crate::config::{self, ListenerConfig};
 
@@ -98,11 +99,11 @@ pub trait QueueTransport: Sized {
         Ok(())
     }
 
-    /// The data slot of request `slot`, which carries command `cid` (transports whose host
-    /// places data by command ID, like RDMA push writes, tie the two; by default the
-    /// request's own).
-    fn data_slot(_q: &Queue<Self>, slot: u32, _cid: u16) -> u32 {
-        slot
+    /// The queue's own data slot that command `cid` uses, where the host places data by
+    /// command ID (RDMA push writes); by default None: the command's data buffer comes from
+    /// the worker's data pool.
+    fn push_slot(_q: &Queue<Self>, _cid: u16) -> Option<u32> {
+        None
     }
 
     /// Claims request `slot`'s data slot for its command; an error is the status the
@@ -220,6 +221,10 @@ pub trait PollGroup {
 
     /// A request that waited for backend room may go on.
     fn resume(&mut self, tag: Tag, ctx: &mut Ctx<'_>);
+
+    /// Request `slot` of queue `key` waited for a data buffer of the worker's pool: here it
+    /// is (`Queues::on_buffer`).
+    fn on_buffer(&mut self, key: u32, slot: u32, data: DataBuf, ctx: &mut Ctx<'_>);
 
     /// Every few milliseconds: held events, connection events, timers, drained queues.
     fn housekeeping(&mut self, ctx: &mut Ctx<'_>);

@@ -28,6 +28,7 @@ use super::request::Tag;
 use super::request_flow::Ctx;
 use super::transport::PollGroup;
 use super::{Shared, TargetError};
+use crate::arena::pool::DataPool;
 use crate::backend::{BackendError, Completion};
 use crate::config::{self, PollMode};
 use crate::metrics::NsCounters;
@@ -130,6 +131,14 @@ pub(super) fn spawn(
                     return;
                 }
             }
+            let pool_bytes = shared.fixed.data_pool_bytes_per_worker();
+            let pool = match DataPool::new(&shared.arena, pool_bytes) {
+                Ok(p) => p,
+                Err(e) => {
+                    let _ = ready_tx.send(Err(TargetError::DataPool { index, source: e }));
+                    return;
+                }
+            };
             let mut groups: Vec<(config::Transport, Box<dyn PollGroup>)> = Vec::new();
             for t in &shared.transports {
                 match t.poll_group(index) {
@@ -160,6 +169,7 @@ pub(super) fn spawn(
                 msg_wake,
                 idle_streak: 0,
                 backlog: VecDeque::with_capacity(1024),
+                pool,
                 released: Vec::new(),
                 comps: vec![Completion::EMPTY; 64],
                 done: Vec::with_capacity(1024),
@@ -235,6 +245,8 @@ struct Worker {
     idle_streak: u32,
     /// Requests (as backend tags) waiting for backend room.
     backlog: VecDeque<u64>,
+    /// This worker's data buffers ([`crate::arena::pool`]).
+    pool: DataPool,
     /// Held commands the QoS limits just admitted (capacity kept).
     released: Vec<u64>,
     comps: Vec<Completion>,
@@ -259,6 +271,9 @@ impl Worker {
             busy |= self.poll_backends();
             if !self.backlog.is_empty() {
                 self.resume_backlog();
+            }
+            if self.pool.has_ready() {
+                busy |= self.hand_out_buffers();
             }
             busy |= self.release_held();
             for g in 0..self.groups.len() {
@@ -299,6 +314,7 @@ impl Worker {
             counters: &self.ns_counters,
             nsq: &mut self.nsq,
             backlog: &mut self.backlog,
+            pool: &mut self.pool,
         };
         f(self.groups[g].1.as_mut(), &mut ctx)
     }
@@ -376,6 +392,22 @@ impl Worker {
             return;
         }
         self.with_group(g, |group, ctx| group.on_backend(tag, &c, ctx));
+    }
+
+    /// Gives the data buffers freed this pass to the commands waiting for one (hosts in
+    /// turn). True if any got one.
+    fn hand_out_buffers(&mut self) -> bool {
+        let mut any = false;
+        while let Some((w, data)) = self.pool.next_ready() {
+            any = true;
+            let g = usize::from(w.group);
+            if g >= self.groups.len() {
+                self.pool.give(data);
+                continue;
+            }
+            self.with_group(g, |group, ctx| group.on_buffer(w.queue, w.slot, data, ctx));
+        }
+        any
     }
 
     fn resume_backlog(&mut self) {

@@ -10,12 +10,13 @@ use std::time::{Duration, Instant};
 
 use rdmablk::nvme::Status;
 
+use crate::arena::pool::{DataBuf, DataPool};
 use crate::backend::Completion;
 use crate::nvmf::auth;
 use crate::nvmf::io_commands;
 use crate::nvmf::queue::{begin_close, disconnect, Phase, Queue};
 use crate::nvmf::request::{ReqState, Tag};
-use crate::nvmf::request_flow::{respond, Ctx};
+use crate::nvmf::request_flow::{self, respond, Ctx};
 use crate::nvmf::transport::QueueTransport;
 use crate::nvmf::Shared;
 
@@ -95,6 +96,15 @@ impl<X: QueueTransport> Queues<X> {
         }
         if r.ops_in_flight == 0 && r.ops_next >= r.ops_total {
             respond(q, tag.slot, ctx);
+        }
+    }
+
+    /// Request `slot` of queue `key` waited for a data buffer: here it is (given back if the
+    /// queue is gone).
+    pub fn on_buffer(&mut self, key: u32, slot: u32, data: DataBuf, ctx: &mut Ctx<'_>) {
+        match self.get(key) {
+            Some(q) => request_flow::on_buffer(q, slot, data, ctx),
+            None => ctx.pool.give(data),
         }
     }
 
@@ -192,6 +202,7 @@ impl<X: QueueTransport> Queues<X> {
     pub fn housekeeping(
         &mut self,
         shared: &Shared,
+        pool: &mut DataPool,
         mut events: impl FnMut(&mut Queue<X>, &Shared),
         mut finished: impl FnMut(&Queue<X>),
     ) {
@@ -216,18 +227,30 @@ impl<X: QueueTransport> Queues<X> {
                             "the transport's operations did not all finish; dropping the queue anyway");
                     }
                     if drained || timed_out {
-                        self.finish(i, shared, &mut finished);
+                        self.finish(i, shared, pool, &mut finished);
                     }
                 }
             }
         }
     }
 
-    /// Drops a drained queue: its transport state, then its window.
-    fn finish(&mut self, i: usize, shared: &Shared, finished: &mut impl FnMut(&Queue<X>)) {
-        let Some(q) = self.slab[i].take() else {
+    /// Drops a drained queue: its transport state, then its window; the data buffers its
+    /// requests still hold (a data phase the host never finished) go back to the pool.
+    fn finish(
+        &mut self,
+        i: usize,
+        shared: &Shared,
+        pool: &mut DataPool,
+        finished: &mut impl FnMut(&Queue<X>),
+    ) {
+        let Some(mut q) = self.slab[i].take() else {
             return;
         };
+        // (A request still waiting for one gets it later, and gives it back: its queue's key
+        // names no queue any more.)
+        for r in q.reqs.iter_mut() {
+            pool.give(std::mem::replace(&mut r.data, DataBuf::NONE));
+        }
         self.gens[i] = self.gens[i].wrapping_add(1);
         if let Some(ctrl) = &q.ctrl {
             if q.qid == 0 {

@@ -15,7 +15,8 @@ use rdmablk::nvme::transport::loopback::{LoopError, Side, ToHost, Wake, CAPSULE_
 
 use super::queue::{LoopQueue, LoopXport};
 use super::LoopPending;
-use crate::arena::WindowLayout;
+use crate::arena::pool::DataBuf;
+use crate::arena::{Window, WindowLayout};
 use crate::backend::Completion;
 use crate::nvmf::queue::{begin_close, Phase, Queue, QueueId};
 use crate::nvmf::request::{ReqState, Tag};
@@ -52,19 +53,12 @@ impl LoopGroup {
             limits.max_queue_depth
         };
         let depth = p.end.entries().clamp(1, max);
-        let layout = WindowLayout::new(
+        // Capsules only: data takes buffers from the worker's pool, and the window is
+        // ordinary memory (no device reaches it).
+        let window = Window::heap(WindowLayout::without_data(
             depth,
             limits.in_capsule_data_size.max(CAPSULE_DATA as u32),
-            limits.max_io_size,
-        );
-        let window = match shared.arena.carve(layout) {
-            Ok(w) => w,
-            Err(e) => {
-                tracing::warn!(error = %e, qid, "no arena space for a loop queue");
-                shared.queues_open.fetch_sub(1, Ordering::AcqRel);
-                return;
-            }
-        };
+        ));
         p.end.set_wake(&self.wake);
         let key = self.queues.next_key();
         let id = QueueId {
@@ -201,10 +195,15 @@ impl PollGroup for LoopGroup {
         self.queues.resume(tag, ctx);
     }
 
+    fn on_buffer(&mut self, key: u32, slot: u32, data: DataBuf, ctx: &mut Ctx<'_>) {
+        self.queues.on_buffer(key, slot, data, ctx);
+    }
+
     fn housekeeping(&mut self, ctx: &mut Ctx<'_>) {
         self.queues.deliver_events(ctx);
         self.queues.housekeeping(
             ctx.shared,
+            ctx.pool,
             |q, shared| {
                 if q.xport.end.is_closed() && !q.is_closing() {
                     begin_close(q, "host disconnected", shared);

@@ -103,7 +103,7 @@ impl QueueTransport for LoopXport {
     fn fetch(q: &mut LoopQueue, slot: u32, _shared: &Shared) {
         debug_assert_eq!(q.reqs[slot as usize].state, ReqState::AwaitingData);
         let r = q.reqs[slot as usize];
-        let region = q.window.data_slot(r.data_slot);
+        let region = r.data.region();
         let len = r.data_len as usize;
         assert!(len <= region.len, "data phase longer than its slot");
         // SAFETY: the data slot lies in this queue's window and belongs to this request
@@ -127,7 +127,7 @@ impl QueueTransport for LoopXport {
         let r = q.reqs[slot as usize];
         let mut status = r.status;
         if status.is_success() && r.dir == DataDir::ControllerToHost && r.data_len > 0 {
-            let region = q.window.data_slot(r.data_slot);
+            let region = r.data.region();
             let len = r.data_len as usize;
             assert!(len <= region.len, "data phase longer than its slot");
             // SAFETY: the data slot lies in this queue's window; the request's data is in

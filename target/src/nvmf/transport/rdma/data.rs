@@ -37,7 +37,7 @@ pub fn map_data(
         if !h2c {
             return Err(Status::INVALID_FIELD.with_dnr());
         }
-        p.check(&w, u64::from(r.data_slot))?;
+        p.check(&w, u64::from(r.push_slot))?;
         if !fit.fits(p.len, len) || p.len > max_transfer {
             return Err(Status::SGL_INVALID_DATA_LENGTH.with_dnr());
         }

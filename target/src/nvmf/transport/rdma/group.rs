@@ -15,6 +15,7 @@ use super::admit::PendingConn;
 use super::queue::{start_reads, RdmaQueue, RdmaXport};
 use super::wr_id::{WrId, WrKind};
 use super::RdmaDevice;
+use crate::arena::pool::DataBuf;
 use crate::backend::Completion;
 use crate::nvmf::queue::{begin_close, disconnect};
 use crate::nvmf::request::Tag;
@@ -191,12 +192,17 @@ impl PollGroup for RdmaGroup {
         self.queues.resume(tag, ctx);
     }
 
+    fn on_buffer(&mut self, key: u32, slot: u32, data: DataBuf, ctx: &mut Ctx<'_>) {
+        self.queues.on_buffer(key, slot, data, ctx);
+    }
+
     fn housekeeping(&mut self, ctx: &mut Ctx<'_>) {
         self.queues.deliver_events(ctx);
         let (dev, worker) = (&self.dev, self.worker);
-        self.queues.housekeeping(ctx.shared, cm_events, |q| {
-            dev.release_cqes(worker, q.xport.cqes)
-        });
+        self.queues
+            .housekeeping(ctx.shared, ctx.pool, cm_events, |q| {
+                dev.release_cqes(worker, q.xport.cqes)
+            });
     }
 
     fn close_listener(&mut self, id: u64, shared: &Shared) {

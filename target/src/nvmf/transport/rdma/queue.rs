@@ -47,6 +47,7 @@ use rdmablk::nvme::{Cqe, Sgl, Status};
 
 use super::data::map_data;
 use super::wr_id::{WrId, WrKind};
+use crate::arena::pool::DataBuf;
 use crate::nvmf::data_phase::{Next, SglFit};
 use crate::nvmf::queue::{begin_close, Queue, SendWatch};
 use crate::nvmf::request::{DataDir, ReqState};
@@ -132,7 +133,7 @@ fn post_read(q: &mut RdmaQueue, slot: u32) -> Result<(), FabricError> {
     let Some(Sgl::Keyed(k)) = r.sgl else {
         unreachable!("a read is only queued for a keyed SGL");
     };
-    let sge = [data_sge(q, r.data_slot, r.data_len)];
+    let sge = [data_sge(q, r.data, r.data_len)];
     q.xport.qp.post_send(&[SendWr {
         wr_id: wr(q, WrKind::Read, slot),
         op: WrOp::RdmaRead {
@@ -147,8 +148,8 @@ fn post_read(q: &mut RdmaQueue, slot: u32) -> Result<(), FabricError> {
     Ok(())
 }
 
-fn data_sge(q: &RdmaQueue, data_slot: u32, len: u32) -> Sge {
-    let region = q.window.data_slot(data_slot);
+fn data_sge(q: &RdmaQueue, data: DataBuf, len: u32) -> Sge {
+    let region = data.region();
     // Lengths are checked against max_io_size (<= the slot) before a data phase is set.
     assert!(
         len as usize <= region.len,
@@ -200,18 +201,15 @@ impl QueueTransport for RdmaXport {
         post_recv(q, recv)
     }
 
-    fn data_slot(q: &RdmaQueue, slot: u32, cid: u16) -> u32 {
-        match &q.xport.push {
-            Some(_) => u32::from(cid) % q.depth,
-            None => slot,
-        }
+    fn push_slot(q: &RdmaQueue, cid: u16) -> Option<u32> {
+        q.xport.push.map(|_| u32::from(cid) % q.depth)
     }
 
     fn claim_data_slot(q: &mut RdmaQueue, slot: u32) -> Result<(), Status> {
         if q.xport.push.is_none() {
             return Ok(());
         }
-        let ds = q.reqs[slot as usize].data_slot as usize;
+        let ds = q.reqs[slot as usize].push_slot as usize;
         if q.xport.push_busy[ds] {
             return Err(Status::CID_CONFLICT.with_dnr());
         }
@@ -224,7 +222,7 @@ impl QueueTransport for RdmaXport {
         let r = &mut q.reqs[slot as usize];
         if r.holds_data_slot {
             r.holds_data_slot = false;
-            let ds = r.data_slot as usize;
+            let ds = r.push_slot as usize;
             if let Some(b) = q.xport.push_busy.get_mut(ds) {
                 *b = false;
             }
@@ -284,7 +282,7 @@ impl QueueTransport for RdmaXport {
                     && r.dir == DataDir::ControllerToHost
                     && r.data_len > 0 =>
             {
-                let data_sge = [data_sge(q, r.data_slot, r.data_len)];
+                let data_sge = [data_sge(q, r.data, r.data_len)];
                 let write = SendWr {
                     wr_id: wr(q, WrKind::Write, slot),
                     op: WrOp::RdmaWrite {

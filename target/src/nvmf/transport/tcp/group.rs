@@ -22,7 +22,8 @@ use super::queue::{capsule_resp, TcpXport};
 use super::receive::{check_header_digest, receive};
 use super::socket::{Socket, TxPdu, TX_HEADER_BYTES};
 use super::{TcpPending, ADMIN_CAPSULE_DATA, MAXH2CDATA};
-use crate::arena::WindowLayout;
+use crate::arena::pool::DataBuf;
+use crate::arena::{Window, WindowLayout};
 use crate::backend::Completion;
 use crate::nvmf::queue::{begin_close, Phase, Queue, QueueId};
 use crate::nvmf::request::Tag;
@@ -269,22 +270,13 @@ impl TcpGroup {
         // A host asking for more than allowed gets the core's Connect answer (SQSIZE
         // invalid) on a queue of the largest depth allowed.
         let depth = c.queue_entries().clamp(1, max);
-        let layout = WindowLayout::new(
+        // Capsules only, in ordinary memory: no device reaches an NVMe/TCP queue, and its
+        // commands' data takes buffers from the worker's pool when they arrive, so a queue
+        // costs no pinned memory and, idle, little resident memory.
+        let window = Window::heap(WindowLayout::without_data(
             depth,
             limits.in_capsule_data_size.max(ADMIN_CAPSULE_DATA),
-            limits.max_io_size,
-        );
-        let window = match shared.arena.carve(layout) {
-            Ok(w) => w,
-            Err(e) => {
-                // The host is told why (Controller Busy, without DNR: space comes back as other
-                // queues go), not left with a closed socket.
-                tracing::warn!(error = %e, qid = c.qid,
-                    "no arena space for an NVMe/TCP queue: Connect answered Controller Busy");
-                let cqe = Cqe::error(sqe.cid, c.qid, 0, Status::CONNECT_CONTROLLER_BUSY);
-                return self.refuse_connect(i, &cqe, neg, shared, "no arena space");
-            }
-        };
+        ));
         let Some(p) = self.pending[i].take() else {
             return;
         };
@@ -523,10 +515,15 @@ impl PollGroup for TcpGroup {
         self.queues.resume(tag, ctx);
     }
 
+    fn on_buffer(&mut self, key: u32, slot: u32, data: DataBuf, ctx: &mut Ctx<'_>) {
+        self.queues.on_buffer(key, slot, data, ctx);
+    }
+
     fn housekeeping(&mut self, ctx: &mut Ctx<'_>) {
         self.queues.deliver_events(ctx);
         self.queues.housekeeping(
             ctx.shared,
+            ctx.pool,
             |q, shared| {
                 if let Some(why) = q.xport.sock.broken.clone() {
                     if !q.is_closing() {

@@ -196,7 +196,7 @@ impl QueueTransport for TcpXport {
             r.status.is_success() && r.dir == DataDir::ControllerToHost && r.data_len > 0;
         let skip_resp = with_data && q.sqhd_disabled;
         if with_data {
-            let region = q.window.data_slot(r.data_slot);
+            let region = r.data.region();
             let len = r.data_len as usize;
             assert!(len <= region.len, "data phase longer than its slot");
             let mut f = flags::DATA_LAST;

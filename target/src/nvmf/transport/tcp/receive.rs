@@ -18,6 +18,7 @@ use rdmablk::nvme::{Sqe, Status, SQE_LEN};
 use super::group::term_req;
 use super::queue::{TcpQueue, NO_R2T};
 use super::{ADMIN_CAPSULE_DATA, MAXH2CDATA};
+use crate::arena::pool::DataBuf;
 use crate::nvmf::queue::begin_close;
 use crate::nvmf::request::ReqState;
 use crate::nvmf::request_flow::{execute, on_capsule, Ctx};
@@ -152,7 +153,7 @@ fn on_pdu(q: &mut TcpQueue, l: &PduLayout, ctx: &mut Ctx<'_>) -> Result<(), Term
             if data_ok && q.reqs[p.slot as usize].status.is_success() {
                 let buf = q.xport.sock.received();
                 let data = &buf[l.pdo..l.pdo + l.data_len];
-                if q.write_data(p.data_slot, p.off, data).is_err() {
+                if q.write_data(p.data, p.off, data).is_err() {
                     return Err(TermError {
                         fes: Fes::DataTransferOutOfRange,
                         fei: 12,
@@ -226,7 +227,7 @@ fn h2c_accept(q: &TcpQueue, l: &PduLayout) -> Result<H2c, TermError> {
     Ok(H2c {
         slot,
         cid: h.cccid,
-        data_slot: r.data_slot,
+        data: r.data,
         off: h.datao as usize,
         len: h.datal as usize,
     })
@@ -237,8 +238,8 @@ struct H2c {
     /// The request slot of the command (its R2T's transfer tag).
     slot: u32,
     cid: u16,
-    /// The command's data slot in the queue's window.
-    data_slot: u32,
+    /// The command's data buffer.
+    data: DataBuf,
     /// Where in the slot this PDU's data goes (its DATAO), and its length (DATAL).
     off: usize,
     len: usize,
