@@ -17,8 +17,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::controller::Controller;
 use super::request::{ReqState, Request};
+use super::subsystems::controller::Controller;
 use super::transport::QueueTransport;
 use super::Shared;
 use crate::arena::Window;
@@ -55,7 +55,7 @@ pub struct Queue<X> {
     pub qid: u16,
     pub depth: u32,
     pub peer: SocketAddr,
-    /// The listener the host came in through ([`super::port::Port::id`]).
+    /// The listener the host came in through ([`super::runtime::port::Port::id`]).
     pub listener: u64,
     /// That listener's RDMA provider, if it is an rdma listener (what discovery lists to
     /// this host).
@@ -84,11 +84,11 @@ pub struct Queue<X> {
     /// Held Async Event Requests (request slots), at most [`MAX_HELD_AERS`].
     pub aers: Vec<u32>,
     /// Reservation Acquires (preempt and abort) held until their fence is done.
-    pub fenced: Vec<(u32, Arc<super::fence::Fence>)>,
+    pub fenced: Vec<(u32, Arc<super::runtime::fence::Fence>)>,
     /// Why teardown started (for the log line).
     pub close_reason: &'static str,
     /// In-band authentication, when the host must authenticate this queue.
-    pub auth: Option<Box<super::auth::QueueAuth>>,
+    pub auth: Option<Box<super::commands::auth::QueueAuth>>,
     /// When the listener handed the queue to its worker (the Fabrics Connect deadline runs
     /// from here).
     pub created: Instant,

@@ -28,7 +28,7 @@ use std::time::Duration;
 use rdmablk::nvme::identify::sgls;
 use rdmablk::nvme::{IdentifyController, Sqe, Status, SQE_LEN};
 
-use super::data_phase::{Next, SglFit};
+use super::commands::data_phase::{Next, SglFit};
 use super::queue::Queue;
 use super::request::{DataDir, Tag};
 use super::request_flow::Ctx;

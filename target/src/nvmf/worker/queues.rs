@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use rdmablk::nvme::Status;
 
 use crate::backend::Completion;
-use crate::nvmf::auth;
-use crate::nvmf::io_commands;
+use crate::nvmf::commands::auth;
+use crate::nvmf::commands::io_commands;
 use crate::nvmf::queue::{begin_close, disconnect, Phase, Queue};
 use crate::nvmf::request::{ReqState, Tag};
 use crate::nvmf::request_flow::{respond, Ctx};

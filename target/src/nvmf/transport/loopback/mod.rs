@@ -38,7 +38,7 @@ pub struct LoopPending {
     pub end: TargetEnd,
     /// The listener's address (a loop host has none of its own).
     pub peer: SocketAddr,
-    /// The listener it came in through ([`crate::nvmf::port::Port::id`]).
+    /// The listener it came in through ([`crate::nvmf::runtime::port::Port::id`]).
     pub listener: u64,
 }
 

@@ -31,7 +31,7 @@ pub struct PendingConn {
     pub push_asked: bool,
     pub peer: SocketAddr,
     pub cqes: u32,
-    /// The listener the host came in through ([`crate::nvmf::port::Port::id`]).
+    /// The listener the host came in through ([`crate::nvmf::runtime::port::Port::id`]).
     pub listener: u64,
     pub provider: crate::config::Provider,
 }

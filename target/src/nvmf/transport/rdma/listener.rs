@@ -77,7 +77,7 @@ pub(super) fn start(
 }
 
 struct Acceptor {
-    /// This listener's id ([`crate::nvmf::port::Port::id`]).
+    /// This listener's id ([`crate::nvmf::runtime::port::Port::id`]).
     listener: u64,
     provider: config::Provider,
     shared: Arc<Shared>,

@@ -52,7 +52,7 @@ pub struct ListenError {
 pub struct TcpPending {
     pub stream: TcpStream,
     pub peer: SocketAddr,
-    /// The listener it came in through ([`crate::nvmf::port::Port::id`]).
+    /// The listener it came in through ([`crate::nvmf::runtime::port::Port::id`]).
     pub listener: u64,
     /// Over `limits.max_connections`: its Connect is answered Controller Busy (it counts in
     /// `Shared::refusing`, not `queues_open`).

@@ -21,10 +21,10 @@ use rdmablk::nvme::identify::CNTRLTYPE_DISCOVERY;
 use rdmablk::nvme::opcodes::admin as op;
 use rdmablk::nvme::{IdentifyController, Nqn};
 
-use super::controller::Controller;
-use super::transport::QueueTransport;
-use super::{Shared, ADMIN_QUEUE_DEPTH};
 use crate::config::{Provider, Transport};
+use crate::nvmf::subsystems::controller::Controller;
+use crate::nvmf::transport::QueueTransport;
+use crate::nvmf::{Shared, ADMIN_QUEUE_DEPTH};
 
 /// Keep-alive timeout of a discovery controller whose host asked for none (KATO 0), so that
 /// hosts that vanish do not hold controllers forever (nvmet: NVMET_DISC_KATO_MS).
@@ -61,10 +61,10 @@ pub fn identify_controller<X: QueueTransport>(
     id.ioccsz = 0;
     id.iorcsz = 0;
     id.lpa = rdmablk::nvme::identify::lpa::EXTENDED;
-    id.mdts = super::mdts(shared.fixed.limits.max_io_size);
+    id.mdts = crate::nvmf::mdts(shared.fixed.limits.max_io_size);
     id.maxcmd = shared.fixed.limits.max_queue_depth.min(0xFFFF) as u16;
     id.kas = (shared.fixed.target.keep_alive_granularity_ms / 100).clamp(1, 0xFFFF) as u16;
-    id.aerl = (super::queue::MAX_HELD_AERS - 1) as u8;
+    id.aerl = (crate::nvmf::queue::MAX_HELD_AERS - 1) as u8;
     id
 }
 

@@ -9,13 +9,13 @@ use rdmablk::nvme::{
     Cap, Connect, ConnectData, ConnectFailure, Disconnect, PropertyGet, PropertySet, Status, Vs,
 };
 
-use super::controller::{HostPath, NewController};
 use super::data_phase::{data_phase, Next, SglFit};
-use super::queue::Queue;
-use super::request::{Action, DataDir};
-use super::transport::QueueTransport;
-use super::Shared;
 use super::{auth, discovery};
+use crate::nvmf::queue::Queue;
+use crate::nvmf::request::{Action, DataDir};
+use crate::nvmf::subsystems::controller::{HostPath, NewController};
+use crate::nvmf::transport::QueueTransport;
+use crate::nvmf::Shared;
 
 /// CAP.TO: worst-case time to ready, in 500 ms units (as nvmet: 7.5 s).
 const CAP_TIMEOUT_500MS: u8 = 15;
@@ -97,7 +97,7 @@ pub fn prepare<X: QueueTransport>(q: &mut Queue<X>, slot: u32, shared: &Shared) 
 
 /// Property value and its natural size.
 fn property_value(
-    ctrl: &super::controller::Controller,
+    ctrl: &crate::nvmf::subsystems::controller::Controller,
     offset: u32,
     shared: &Shared,
 ) -> Option<(u64, PropertySize)> {
