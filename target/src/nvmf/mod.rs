@@ -56,7 +56,6 @@ use runtime::port::Port;
 use subsystems::controller::ControllerTable;
 use subsystems::ns_table::NamespaceTable;
 use subsystems::subsystem::Subsystem;
-use transport::rdma::RdmaTransport;
 use transport::Transport;
 
 /// Admin queue entries (NVMe-oF: the admin queue has 32 entries).
@@ -284,22 +283,8 @@ impl Target {
     /// the listeners.
     pub fn start(cfg: Config) -> Result<Target, TargetError> {
         cfg.validate()?;
-        let mut arena = Arena::map(&cfg.arena)?;
-        let mut transports: Vec<Arc<dyn Transport>> = Vec::new();
-        let serves = |t| cfg.listeners.iter().any(|l| l.transport == t);
-        if serves(crate::config::Transport::Rdma) {
-            let (rdma, registered) = RdmaTransport::open(&cfg, arena)?;
-            arena = registered;
-            transports.push(Arc::new(rdma));
-        }
-        if serves(crate::config::Transport::Tcp) {
-            transports.push(Arc::new(transport::tcp::TcpTransport {
-                max_queue_depth: cfg.limits.max_queue_depth,
-            }));
-        }
-        if serves(crate::config::Transport::Loop) {
-            transports.push(Arc::new(transport::loopback::LoopTransport));
-        }
+        let arena = Arena::map(&cfg.arena)?;
+        let (transports, arena) = transport::open_served(&cfg, arena)?;
         let arena = Arc::new(arena);
         let namespaces = NamespaceTable::default();
         let subsystems = open_subsystems(&cfg, &namespaces)?;

@@ -22,7 +22,6 @@ use super::subsystems::controller::Controller;
 use super::transport::QueueTransport;
 use super::Shared;
 use crate::arena::Window;
-use crate::config::Provider;
 
 /// SQHD of every completion on a queue whose Connect disabled SQ flow control.
 pub const SQHD_DISABLED: u16 = 0xFFFF;
@@ -57,9 +56,6 @@ pub struct Queue<X> {
     pub peer: SocketAddr,
     /// The listener the host came in through ([`super::runtime::port::Port::id`]).
     pub listener: u64,
-    /// That listener's RDMA provider, if it is an rdma listener (what discovery lists to
-    /// this host).
-    pub provider: Option<Provider>,
     pub phase: Phase,
     /// Request contexts (response slot and data slot `i` each), taken from `free_reqs` when a
     /// capsule arrives. They are separate from receive buffers: a receive is reposted as soon
@@ -106,7 +102,6 @@ pub struct QueueId {
     pub depth: u32,
     pub peer: SocketAddr,
     pub listener: u64,
-    pub provider: Option<Provider>,
 }
 
 impl<X> Queue<X> {
@@ -130,7 +125,6 @@ impl<X> Queue<X> {
             depth,
             peer: id.peer,
             listener: id.listener,
-            provider: id.provider,
             phase,
             reqs: vec![Request::new(); depth as usize].into_boxed_slice(),
             free_reqs: (0..depth).rev().collect(),

@@ -362,7 +362,7 @@ fn get_log_page<X: QueueTransport>(
         if glp.lid != lid::DISCOVERY {
             return Err(Status::INVALID_FIELD.with_dnr());
         }
-        let log = discovery::log_page(shared, ctrl, q.provider);
+        let log = discovery::log_page(shared, ctrl);
         ctrl.discovery_log_read(glp.rae);
         let window = glp.window(&log)?.to_vec();
         return send_page(q, slot, shared, len, &window);

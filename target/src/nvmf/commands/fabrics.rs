@@ -228,9 +228,10 @@ fn connect_controller<X: QueueTransport>(
             .lock_ports()
             .iter()
             .find(|l| l.id == q.listener)
-            .map(|l| (Arc::clone(&l.ana), l.cfg.transport));
+            .map(|l| (Arc::clone(&l.ana), l.cfg.transport, l.cfg.variant()));
         // The listener was removed since this queue connected: its connections are closing.
-        let (ana, transport) = port.ok_or(ConnectFailure::from(Status::CONNECT_CONTROLLER_BUSY))?;
+        let (ana, transport, variant) =
+            port.ok_or(ConnectFailure::from(Status::CONNECT_CONTROLLER_BUSY))?;
         let new = NewController {
             subsys: subsys.clone(),
             hostnqn: d.hostnqn_str().to_owned(),
@@ -238,7 +239,7 @@ fn connect_controller<X: QueueTransport>(
             ana,
             path: HostPath {
                 transport,
-                provider: q.provider.map_or("", |p| p.as_str()),
+                variant,
                 peer: q.peer,
             },
             kato_ms: kato,
