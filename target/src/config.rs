@@ -23,6 +23,8 @@ use serde::Deserialize;
 
 use rdmablk::fabric::ProviderKind;
 
+use crate::nvmf::transport::{TransportKind, Variant, TRANSPORTS};
+
 pub use auth::{warn_if_readable_by_others, HostAuth, HostConfig, HostEntry, SecretString};
 pub use bytes::ByteSize;
 pub use cpu_list::{allowed_cpus, pin_current_thread, CpuList};
@@ -175,25 +177,79 @@ pub struct ReferralConfig {
     pub transport: Transport,
 }
 
-/// An NVMe-oF transport, as `[[listener]] transport` and `[[referral]] transport` name it.
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq, Hash)]
-#[serde(rename_all = "lowercase")]
-pub enum Transport {
-    #[default]
-    Rdma,
-    Tcp,
-    /// Hosts in the target's own process (tests and the core's benchmark).
-    Loop,
-}
+/// The transport of a listener or referral that names none.
+pub const DEFAULT_TRANSPORT: &str = "rdma";
+
+/// An NVMe-oF transport, as `[[listener]] transport` and `[[referral]] transport` name it: a
+/// line of the target's transport table ([`TRANSPORTS`]), whose [`TransportKind`] checks
+/// the listener keys that are the transport's own. Two are equal when their names are.
+#[derive(Clone, Copy)]
+pub struct Transport(&'static dyn TransportKind);
 
 impl Transport {
+    /// The transport of table line `kind`.
+    pub const fn of(kind: &'static dyn TransportKind) -> Transport {
+        Transport(kind)
+    }
+
+    /// The transport of the table named `name`, if there is one.
+    pub fn named(name: &str) -> Option<Transport> {
+        TRANSPORTS
+            .iter()
+            .find(|k| k.name() == name)
+            .map(|&k| Transport(k))
+    }
+
     /// The name as written in the file.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Transport::Rdma => "rdma",
-            Transport::Tcp => "tcp",
-            Transport::Loop => "loop",
-        }
+        self.0.name()
+    }
+
+    /// Its line in the transport table.
+    pub fn kind(self) -> &'static dyn TransportKind {
+        self.0
+    }
+}
+
+impl Default for Transport {
+    fn default() -> Transport {
+        Transport::named(DEFAULT_TRANSPORT).expect("the default transport is in the table")
+    }
+}
+
+impl PartialEq for Transport {
+    fn eq(&self, other: &Transport) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for Transport {}
+
+impl std::hash::Hash for Transport {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state);
+    }
+}
+
+impl fmt::Debug for Transport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Transport {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Transport, D::Error> {
+        let name = String::deserialize(d)?;
+        Transport::named(&name).ok_or_else(|| {
+            let known: Vec<String> = TRANSPORTS
+                .iter()
+                .map(|k| format!("`{}`", k.name()))
+                .collect();
+            serde::de::Error::custom(format!(
+                "unknown variant `{name}`, expected one of {}",
+                known.join(", ")
+            ))
+        })
     }
 }
 
@@ -243,12 +299,17 @@ impl ListenerConfig {
         self.provider.unwrap_or(Provider::Verbs)
     }
 
+    /// Its transport's variant (the RDMA provider), as its transport says.
+    pub fn variant(&self) -> Variant {
+        self.transport.kind().variant(self)
+    }
+
     /// How the listener names itself in logs and errors: `soft 127.0.0.1:4420`,
     /// `tcp [::1]:4420`.
     pub fn describe(&self) -> String {
-        let what = match (self.transport, self.provider) {
-            (Transport::Rdma, Some(p)) => p.as_str(),
-            (t, _) => t.as_str(),
+        let what = match self.variant().name {
+            "" => self.transport.as_str(),
+            variant => variant,
         };
         format!(
             "{what} {}",

@@ -6,7 +6,7 @@
 //!   the namespace wrapper that fences writes after a failed flush.
 //! - [`io`]: the per-worker io_uring engine the file and block backends submit through.
 //! - [`nvmf`]: the NVMe-oF protocol engine ([`Target`]) and its transports (RDMA, NVMe/TCP,
-//!   loop); [`nvmf::reload`]: live reconfiguration.
+//!   loop); [`nvmf::runtime::reload`]: live reconfiguration.
 //! - [`control`]: the control socket (`rdmablk-ctl`); [`metrics`]: Prometheus; [`systemd`]:
 //!   readiness notification; [`heap`]: the allocator's view of the heap (leaks vs. RSS).
 

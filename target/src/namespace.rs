@@ -31,7 +31,7 @@ use visibility::{Visibility, VisibilityCell};
 pub struct Namespace {
     nsid: u32,
     /// Index of this namespace in the target's namespace table, and of each worker's queue to
-    /// it ([`crate::nvmf::NamespaceTable`]).
+    /// it ([`crate::nvmf::subsystems::ns_table::NamespaceTable`]).
     slot: usize,
     backend: Arc<dyn Backend>,
     read_only: bool,

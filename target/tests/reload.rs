@@ -14,7 +14,7 @@ use rdmablk::nvme::opcodes::admin;
 use rdmablk::nvme::Sqe;
 use rdmablk_initiator::{ConnectOptions, Controller};
 use rdmablk_target::config::Config;
-use rdmablk_target::nvmf::reload::ReloadError;
+use rdmablk_target::nvmf::runtime::reload::ReloadError;
 use rdmablk_target::Target;
 
 /// A configuration on `port` whose subsystem has the namespaces `nsids` (16 MiB of RAM each)

@@ -432,7 +432,7 @@ fn example_files_load_and_validate() {
     assert_eq!(quick.listeners[0].port, 4420);
     assert_eq!(
         (quick.listeners[1].transport, quick.listeners[1].port),
-        (Transport::Tcp, 4421)
+        (transport("tcp"), 4421)
     );
     assert_eq!(quick.subsystems[0].nqn, "nqn.2026-11.io.rdmablk:quickstart");
     assert!(quick.subsystems[0].allow_any_host);
@@ -585,11 +585,11 @@ fn a_config_without_arena_gets_one_sized_from_the_limits() {
 #[test]
 fn listener_transport_is_rdma_by_default_and_provider_belongs_to_rdma() {
     let c = Config::from_str(MINIMAL).unwrap();
-    assert_eq!(c.listeners[0].transport, Transport::Rdma);
+    assert_eq!(c.listeners[0].transport, transport("rdma"));
     let rdma = MINIMAL.replace("[[listener]]\n", "[[listener]]\ntransport = \"rdma\"\n");
     assert_eq!(
         Config::from_str(&rdma).unwrap().listeners[0].transport,
-        Transport::Rdma
+        transport("rdma")
     );
     // tcp with the provider the minimal file has: refused, naming the key and the fix.
     let tcp = MINIMAL.replace("[[listener]]\n", "[[listener]]\ntransport = \"tcp\"\n");
@@ -602,7 +602,7 @@ fn listener_transport_is_rdma_by_default_and_provider_belongs_to_rdma() {
     let c = Config::from_str(&tcp).unwrap();
     assert_eq!(
         (c.listeners[0].transport, c.listeners[0].provider),
-        (Transport::Tcp, None)
+        (transport("tcp"), None)
     );
     // rdma without one: refused.
     let p = problems(&MINIMAL.replace("provider = \"soft\"\n", ""));
@@ -627,12 +627,35 @@ fn loop_listener_takes_no_provider_and_is_no_referral() {
     assert_eq!(p[0].key, "listener[0].provider");
     assert!(p[0].message.contains("loop listener"), "{}", p[0].message);
     let c = Config::from_str(&lp.replace("provider = \"soft\"\n", "")).unwrap();
-    assert_eq!(c.listeners[0].transport, Transport::Loop);
+    assert_eq!(c.listeners[0].transport, transport("loop"));
     let referral =
         format!("{MINIMAL}\n[[referral]]\naddress = \"10.0.0.9\"\ntransport = \"loop\"\n");
     let p = problems(&referral);
     assert_eq!(p.len(), 1, "{p:#?}");
     assert_eq!(p[0].key, "referral[0].transport");
+}
+
+/// The transport of the table named `name`.
+fn transport(name: &str) -> Transport {
+    Transport::named(name).expect(name)
+}
+
+/// `transport` takes the names of the transport table's lines, and nothing else: an unknown
+/// one is refused when the file is read, with the names it could have been.
+#[test]
+fn transport_names_are_the_tables() {
+    let names: Vec<&str> = TRANSPORTS.iter().map(|k| k.name()).collect();
+    assert_eq!(names, ["rdma", "tcp", "loop"]);
+    for name in names {
+        assert_eq!(transport(name).as_str(), name);
+    }
+    assert_eq!(Transport::default(), transport(DEFAULT_TRANSPORT));
+    let bad = MINIMAL.replace("[[listener]]\n", "[[listener]]\ntransport = \"udp\"\n");
+    let e = Config::from_str(&bad).unwrap_err().to_string();
+    assert!(
+        e.contains("unknown variant `udp`, expected one of `rdma`, `tcp`, `loop`"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -84,12 +84,8 @@ pub(super) fn check(cfg: &Config) -> Vec<Problem> {
         }
     }
     for (i, r) in cfg.referrals.iter().enumerate() {
-        if r.transport == super::Transport::Loop {
-            c.fail(
-                format!("referral[{i}].transport"),
-                "a loop target lives in its own process and cannot be referred to (use \"rdma\" \
-                 or \"tcp\")",
-            );
+        if let Err(why) = r.transport.kind().check_referral() {
+            c.fail(format!("referral[{i}].transport"), why);
         }
         if r.port == 0 {
             c.fail(
@@ -130,21 +126,8 @@ fn check_listeners(cfg: &Config, c: &mut Checker) {
                 format!("{} is listed twice (remove the duplicate)", l.describe()),
             );
         }
-        match (l.transport, l.provider) {
-            (super::Transport::Rdma, None) => c.fail(
-                format!("listener[{i}].provider"),
-                "an rdma listener needs a provider: \"verbs\" (an RNIC, rxe or siw) or \
-                 \"soft\" (rdmablk's userspace provider)",
-            ),
-            (t @ (super::Transport::Tcp | super::Transport::Loop), Some(_)) => c.fail(
-                format!("listener[{i}].provider"),
-                format!(
-                    "provider is meaningful only under transport = \"rdma\" (remove it from \
-                     this {} listener)",
-                    t.as_str()
-                ),
-            ),
-            _ => {}
+        if let Err((key, why)) = l.transport.kind().check_listener(l) {
+            c.fail(format!("listener[{i}].{key}"), why);
         }
         if l.port == 0 {
             c.fail(

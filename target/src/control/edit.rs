@@ -7,9 +7,10 @@ use std::io::Write;
 use std::path::Path;
 
 use rdmablk::nvme::ana::AnaState;
-
 use serde::Deserialize;
 use toml_edit::{value, Array, ArrayOfTables, DocumentMut, InlineTable, Item, Table, Value};
+
+use crate::config::{Transport, DEFAULT_TRANSPORT};
 
 /// One change to the configuration, as a control request names it.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -281,10 +282,10 @@ pub fn apply(text: &str, edit: &Edit) -> Result<String, String> {
                 ));
             }
             let mut t = Table::new();
-            match provider.as_str() {
+            match Transport::named(provider) {
                 // NVMe/TCP and loop listeners name their transport and have no provider.
-                "tcp" | "loop" => t.insert("transport", value(provider.as_str())),
-                _ => t.insert("provider", value(provider.as_str())),
+                Some(_) => t.insert("transport", value(provider.as_str())),
+                None => t.insert("provider", value(provider.as_str())),
             };
             t.insert("address", value(address.as_str()));
             t.insert("port", value(i64::from(*port)));
@@ -427,14 +428,17 @@ fn find_subsystem<'a>(doc: &'a mut DocumentMut, nqn: &str) -> Option<&'a mut Tab
     subs.get_mut(i)
 }
 
-/// The listener `kind` names: `tcp` or `loop` (its `transport`), or an RDMA provider
-/// (`verbs`, `soft`: its `provider`, under `transport = "rdma"`, the default).
+/// The listener `kind` names: a transport with no provider (`tcp`, `loop`: its
+/// `transport`), or an RDMA provider (`verbs`, `soft`: its `provider`, under
+/// `transport = "rdma"`, the default).
 fn listener_position(ls: &ArrayOfTables, kind: &str, address: &str, port: u16) -> Option<usize> {
     ls.iter().position(|l| {
-        let transport = l.get("transport").and_then(Item::as_str).unwrap_or("rdma");
-        let same_kind = match kind {
-            "tcp" | "loop" => transport == kind,
-            _ => transport == "rdma" && l.get("provider").and_then(Item::as_str) == Some(kind),
+        let transport = l.get("transport").and_then(Item::as_str);
+        let transport = transport.unwrap_or(DEFAULT_TRANSPORT);
+        let provider = l.get("provider").and_then(Item::as_str);
+        let same_kind = match Transport::named(kind) {
+            Some(_) => transport == kind && provider.is_none(),
+            None => transport == "rdma" && provider == Some(kind),
         };
         same_kind
             && l.get("address").and_then(Item::as_str) == Some(address)
@@ -542,7 +546,10 @@ backend = { kind = "ram", size = "8MiB" }
         assert!(t.contains("transport = \"tcp\""), "{t}");
         let cfg = crate::config::Config::from_str(&t).expect("still a valid configuration");
         assert_eq!(cfg.listeners.len(), 2);
-        assert_eq!(cfg.listeners[1].transport, crate::config::Transport::Tcp);
+        assert_eq!(
+            cfg.listeners[1].transport,
+            crate::config::Transport::named("tcp").unwrap()
+        );
         assert_eq!(cfg.listeners[1].provider, None);
         // The soft listener on the same address and port is another listener.
         assert!(edit(add, &t).unwrap_err().contains("exists already"));
@@ -550,7 +557,10 @@ backend = { kind = "ram", size = "8MiB" }
         let t = edit(rm, &t).unwrap();
         let cfg = crate::config::Config::from_str(&t).unwrap();
         assert_eq!(cfg.listeners.len(), 1);
-        assert_eq!(cfg.listeners[0].transport, crate::config::Transport::Rdma);
+        assert_eq!(
+            cfg.listeners[0].transport,
+            crate::config::Transport::named("rdma").unwrap()
+        );
         assert!(edit(rm, &t).unwrap_err().contains("no listener tcp"));
     }
 

@@ -81,7 +81,7 @@ impl TargetHandle {
                     "subnqn": c.subsys.nqn,
                     "hostnqn": c.hostnqn,
                     "transport": c.path.transport.as_str(),
-                    "provider": c.path.provider,
+                    "provider": c.path.variant.name,
                     "peer": c.path.peer.to_string(),
                     "io_queues": c.io_queues_connected(),
                     "kato_ms": c.kato_ms(),

@@ -12,38 +12,29 @@
 //!                                              timers, connection events, teardown
 //! ```
 //!
-//! - [`port`]: the port table (the listeners that run, their addresses and ANA states).
 //! - [`queue`]: one NVMe queue with its window, requests and teardown.
 //! - [`request`]: the request state machine; [`request_flow`]: its transitions.
-//! - [`command`]: the dispatcher; [`data_phase`]: a command's data; [`fabrics`], [`admin`],
-//!   [`io_commands`], [`auth`]: the command sets.
-//! - [`controller`]: controllers, keep-alive; [`subsystem`]: NQNs, hosts, namespaces.
-//! - [`discovery`]: the discovery controller and its log page.
-//! - [`worker`]: the poll loop.
+//! - [`commands`]: the dispatcher; [`commands::data_phase`]: a command's data;
+//!   [`commands::fabrics`], [`commands::admin`], [`commands::io_commands`],
+//!   [`commands::auth`]: the command sets; [`commands::discovery`]: the discovery controller
+//!   and its log page.
+//! - [`subsystems`]: [`subsystems::subsystem`]: NQNs, hosts, namespaces;
+//!   [`subsystems::controller`]: controllers, keep-alive; [`subsystems::ana`],
+//!   [`subsystems::ns_table`].
+//! - [`runtime`]: [`runtime::port`]: the port table (the listeners that run, their addresses
+//!   and ANA states); [`runtime::reload`], [`runtime::fence`], gateways.
+//! - [`worker`]: the poll loop, and [`worker::ns_queues`]: its backend queues.
 //! - [`transport`]: the seam, and [`transport::rdma`].
 //!
 //! Memory: everything a queue uses is its window, carved at connect and returned at
 //! teardown; per-I/O processing allocates nothing.
 
-pub mod admin;
-pub mod ana;
-pub mod auth;
-pub mod command;
-pub mod controller;
-pub mod data_phase;
-pub mod discovery;
-pub mod fabrics;
-pub mod fence;
-mod gateways;
-pub mod io_commands;
-pub mod ns_queues;
-pub mod ns_table;
-pub mod port;
+pub mod commands;
 pub mod queue;
-pub mod reload;
 pub mod request;
 pub mod request_flow;
-pub mod subsystem;
+pub mod runtime;
+pub mod subsystems;
 pub mod transport;
 pub mod worker;
 
@@ -61,11 +52,10 @@ use crate::config::{Config, ConfigError, DISCOVERY_NQN};
 use crate::metrics::{TargetCounters, WorkerCounters};
 use crate::namespace::Namespace;
 
-use controller::ControllerTable;
-use ns_table::NamespaceTable;
-use port::Port;
-use subsystem::Subsystem;
-use transport::rdma::RdmaTransport;
+use runtime::port::Port;
+use subsystems::controller::ControllerTable;
+use subsystems::ns_table::NamespaceTable;
+use subsystems::subsystem::Subsystem;
 use transport::Transport;
 
 /// Admin queue entries (NVMe-oF: the admin queue has 32 entries).
@@ -208,14 +198,14 @@ pub struct Shared {
     /// Target-wide counters.
     pub counters: TargetCounters,
     /// Preempt-and-abort fences waiting for the preempted hosts' commands.
-    pub fences: fence::Fences,
+    pub fences: runtime::fence::Fences,
 }
 
 impl Shared {
     /// Milliseconds since the start: what keep-alive stamps commands with and checks its
     /// timers against.
     pub fn now_ms(&self) -> u64 {
-        controller::now_ms(self.epoch)
+        subsystems::controller::now_ms(self.epoch)
     }
 
     /// The subsystem a Connect names: an NVM subsystem, or the discovery subsystem by the
@@ -299,22 +289,8 @@ impl Target {
     /// the listeners.
     pub fn start(cfg: Config) -> Result<Target, TargetError> {
         cfg.validate()?;
-        let mut arena = Arena::map(&cfg.arena)?;
-        let mut transports: Vec<Arc<dyn Transport>> = Vec::new();
-        let serves = |t| cfg.listeners.iter().any(|l| l.transport == t);
-        if serves(crate::config::Transport::Rdma) {
-            let (rdma, registered) = RdmaTransport::open(&cfg, arena)?;
-            arena = registered;
-            transports.push(Arc::new(rdma));
-        }
-        if serves(crate::config::Transport::Tcp) {
-            transports.push(Arc::new(transport::tcp::TcpTransport {
-                max_queue_depth: cfg.limits.max_queue_depth,
-            }));
-        }
-        if serves(crate::config::Transport::Loop) {
-            transports.push(Arc::new(transport::loopback::LoopTransport));
-        }
+        let arena = Arena::map(&cfg.arena)?;
+        let (transports, arena) = transport::open_served(&cfg, arena)?;
         let arena = Arc::new(arena);
         let namespaces = NamespaceTable::default();
         let subsystems = open_subsystems(&cfg, &namespaces)?;
@@ -342,7 +318,7 @@ impl Target {
             config_path: OnceLock::new(),
             counters_by_worker: (0..workers_n).map(|_| Arc::default()).collect(),
             counters: TargetCounters::default(),
-            fences: fence::Fences::default(),
+            fences: runtime::fence::Fences::default(),
             fixed: cfg,
         });
         let mut target = Target {
@@ -360,7 +336,7 @@ impl Target {
         let _ = shared.workers.set(senders);
         for s in shared.subsystems.load().iter() {
             for ns in s.namespaces().iter() {
-                gateways::attach(&shared, &s.nqn, ns);
+                runtime::gateways::attach(&shared, &s.nqn, ns);
             }
         }
         for (index, l) in shared.fixed.listeners.iter().enumerate() {

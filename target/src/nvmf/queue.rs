@@ -17,13 +17,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::controller::Controller;
 use super::request::{ReqState, Request};
+use super::subsystems::controller::Controller;
 use super::transport::QueueTransport;
 use super::Shared;
 use crate::arena::pool::{host_key, DataBuf};
 use crate::arena::Window;
-use crate::config::Provider;
 
 /// SQHD of every completion on a queue whose Connect disabled SQ flow control.
 pub const SQHD_DISABLED: u16 = 0xFFFF;
@@ -56,11 +55,8 @@ pub struct Queue<X> {
     pub qid: u16,
     pub depth: u32,
     pub peer: SocketAddr,
-    /// The listener the host came in through ([`super::port::Port::id`]).
+    /// The listener the host came in through ([`super::runtime::port::Port::id`]).
     pub listener: u64,
-    /// That listener's RDMA provider, if it is an rdma listener (what discovery lists to
-    /// this host).
-    pub provider: Option<Provider>,
     pub phase: Phase,
     /// Whose share of the worker's data pool this queue's commands count in
     /// ([`crate::arena::pool::host_key`]: the host's network address, then its host NQN once
@@ -89,11 +85,11 @@ pub struct Queue<X> {
     /// Held Async Event Requests (request slots), at most [`MAX_HELD_AERS`].
     pub aers: Vec<u32>,
     /// Reservation Acquires (preempt and abort) held until their fence is done.
-    pub fenced: Vec<(u32, Arc<super::fence::Fence>)>,
+    pub fenced: Vec<(u32, Arc<super::runtime::fence::Fence>)>,
     /// Why teardown started (for the log line).
     pub close_reason: &'static str,
     /// In-band authentication, when the host must authenticate this queue.
-    pub auth: Option<Box<super::auth::QueueAuth>>,
+    pub auth: Option<Box<super::commands::auth::QueueAuth>>,
     /// When the listener handed the queue to its worker (the Fabrics Connect deadline runs
     /// from here).
     pub created: Instant,
@@ -111,7 +107,6 @@ pub struct QueueId {
     pub depth: u32,
     pub peer: SocketAddr,
     pub listener: u64,
-    pub provider: Option<Provider>,
 }
 
 impl<X> Queue<X> {
@@ -135,7 +130,6 @@ impl<X> Queue<X> {
             depth,
             peer: id.peer,
             listener: id.listener,
-            provider: id.provider,
             phase,
             host: host_key(id.peer.ip().to_string().as_bytes()),
             reqs: vec![Request::new(); depth as usize].into_boxed_slice(),

@@ -1,7 +1,7 @@
 //! The request flow: what the worker does with a command from the moment its capsule
 //! arrives to the moment its response is sent, as transitions of the state machine in
-//! [`super::request`]: check it (`command::prepare`), have the transport fetch its data from
-//! the host, run it on the backend ([`super::io_commands`]), have the transport post its
+//! [`super::request`]: check it (`commands::prepare`), have the transport fetch its data from
+//! the host, run it on the backend ([`io_commands`]), have the transport post its
 //! response (with any data), and free the context or hand it the next capsule waiting for
 //! one. Transport-neutral: every transport's events come here through the functions below, and
 //! everything of the transport is reached through [`QueueTransport`].
@@ -12,13 +12,13 @@ use std::time::Instant;
 
 use rdmablk::nvme::SQE_LEN;
 
-use super::command;
-use super::data_phase::Next;
-use super::ns_queues::NsQueues;
+use super::commands::data_phase::Next;
+use super::commands::{self, auth, fabrics, io_commands};
 use super::queue::{begin_close, Queue};
 use super::request::{Action, ReqState, Request, Tag};
 use super::transport::QueueTransport;
-use super::{auth, fabrics, io_commands, Shared};
+use super::worker::ns_queues::NsQueues;
+use super::Shared;
 use crate::arena::pool::{order_for, DataBuf, DataPool, Waiter};
 use crate::metrics::{NsCounters, OpKind};
 use crate::namespace::qos::Cost;
@@ -136,7 +136,7 @@ fn prepare_request<X: QueueTransport>(q: &mut Queue<X>, slot: u32, recv: u32, ct
             q.reqs[slot as usize].fail(st);
             Next::Respond
         }
-        Ok(()) => command::prepare(q, slot, ctx.shared),
+        Ok(()) => commands::prepare(q, slot, ctx.shared),
     };
     // The capsule is consumed (SQE decoded, in-capsule data copied): give its buffer back
     // (repost its receive) before any response can reach the host.

@@ -1,7 +1,15 @@
 //! The seam between the NVMe-oF core and the transports that carry it (SPDK's
 //! `spdk_nvmf_transport_ops`, nvmet's `nvmet_fabrics_ops`).
 //!
-//! Three traits, and nothing else of a transport is named by the core:
+//! The transports the target can serve are the lines of one table, [`TRANSPORTS`] (nvmet's
+//! `nvmet_register_transport`, SPDK's `SPDK_NVMF_TRANSPORT_REGISTER`): each is a
+//! [`TransportKind`], which gives its name in the configuration, checks the listener keys that
+//! are its own, gives its discovery log entries' fields and opens it. Configuration,
+//! discovery and [`crate::nvmf::Target::start`] read the table, so a transport is its folder
+//! here, its trait implementations and its line in the table.
+//!
+//! Four traits, and nothing else of a transport is named by the core:
+//! - [`TransportKind`]: a transport before it runs: its line in [`TRANSPORTS`].
 //! - [`Transport`]: one per transport the target serves: starts listeners, makes each
 //!   worker's poll group.
 //! - [`PollGroup`]: one transport's queues on one worker: the worker hands it new
@@ -18,29 +26,155 @@
 
 use std::any::Any;
 use std::fmt::Display;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::RawFd;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use rdmablk::nvme::discovery::adrfam;
 use rdmablk::nvme::identify::sgls;
 use rdmablk::nvme::{IdentifyController, Sqe, Status, SQE_LEN};
 
-use super::data_phase::{Next, SglFit};
+use super::commands::data_phase::{Next, SglFit};
 use super::queue::Queue;
 use super::request::{DataDir, Tag};
 use super::request_flow::Ctx;
 use super::{Shared, TargetError};
 use crate::arena::pool::DataBuf;
+use crate::arena::Arena;
 use crate::backend::Completion;
-use crate::config::{self, ListenerConfig};
+use crate::config::{self, Config, ListenerConfig};
 
 pub mod handoff;
 pub mod loopback;
 pub mod rdma;
 pub mod tcp;
+
+/// Every transport the target can serve, one line each: what `[[listener]] transport`
+/// accepts, in the order the target opens them (and so the order of each worker's poll
+/// groups). RDMA comes first: its poll group has no wake descriptor
+/// ([`PollGroup::wake_fd`]), so it must be the one a worker sleeps in.
+pub static TRANSPORTS: &[&dyn TransportKind] = &[&rdma::Rdma, &tcp::Tcp, &loopback::Loop];
+
+/// A transport before it runs: its line in [`TRANSPORTS`]. Every method is required, so a
+/// transport that leaves one out does not compile.
+pub trait TransportKind: Sync {
+    /// Its name: the `[[listener]] transport` and `[[referral]] transport` value ("rdma").
+    fn name(&self) -> &'static str;
+
+    /// Checks the keys of listener `l` (one of this transport's) that only some transports
+    /// have (`provider` is RDMA's): the key and what is wrong with it, naming the fix.
+    fn check_listener(&self, l: &ListenerConfig) -> Result<(), (&'static str, String)>;
+
+    /// Whether a `[[referral]]` may name this transport (another target's discovery service
+    /// reached over it); the error says why not and what to use instead.
+    fn check_referral(&self) -> Result<(), String>;
+
+    /// The variant of this transport listener `l` speaks (RDMA: its provider).
+    fn variant(&self, l: &ListenerConfig) -> Variant;
+
+    /// The transport's fields of a Discovery Log Page entry (a port or a referral) at
+    /// address `addr`.
+    fn discovery_fields(&self, addr: IpAddr) -> DiscoveryFields;
+
+    /// Opens the transport for configuration `cfg`, which has listeners of it (RDMA: the
+    /// device, with `arena` registered on it); gives back the arena, registered or as it
+    /// came.
+    fn open(&self, cfg: &Config, arena: Arena) -> Result<(Arc<dyn Transport>, Arena), TargetError>;
+}
+
+/// How a host reaches a listener within its transport: the transport's own word for it (the
+/// RDMA provider, "verbs" or "soft"; "" where a transport has one way), and whether only
+/// rdmablk's own hosts speak it (the soft provider). `rdmablk-ctl status` reports it per
+/// controller; discovery shows a host that came in on an rdmablk-only variant the listeners
+/// of that variant only, and any other host every other listener.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Variant {
+    pub name: &'static str,
+    pub rdmablk_only: bool,
+}
+
+impl Variant {
+    /// The variant of a transport that has one way in, spoken by every host.
+    pub const ONE: Variant = Variant {
+        name: "",
+        rdmablk_only: false,
+    };
+
+    /// Whether discovery lists a listener of this variant to a host that came in on `host`.
+    pub fn shown_to(self, host: Variant) -> bool {
+        if self.rdmablk_only || host.rdmablk_only {
+            self == host
+        } else {
+            true
+        }
+    }
+}
+
+/// A transport's fields of a Discovery Log Page entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DiscoveryFields {
+    /// TRTYPE.
+    pub trtype: u8,
+    /// ADRFAM.
+    pub adrfam: u8,
+    /// The transport-specific address subtype.
+    pub tsas: [u8; 16],
+}
+
+impl DiscoveryFields {
+    /// An entry of transport type `trtype` at IP address `addr` (ADRFAM from it).
+    pub fn ip(trtype: u8, addr: IpAddr, tsas: [u8; 16]) -> DiscoveryFields {
+        let adrfam = match addr {
+            IpAddr::V4(_) => adrfam::IPV4,
+            IpAddr::V6(_) => adrfam::IPV6,
+        };
+        DiscoveryFields {
+            trtype,
+            adrfam,
+            tsas,
+        }
+    }
+}
+
+/// [`TransportKind::check_listener`] of a transport with no keys of its own: `provider`
+/// belongs to RDMA.
+pub fn check_no_provider(l: &ListenerConfig) -> Result<(), (&'static str, String)> {
+    match l.provider {
+        Some(_) => Err((
+            "provider",
+            format!(
+                "provider is meaningful only under transport = \"rdma\" (remove it from \
+                 this {} listener)",
+                l.transport.as_str()
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Opens every transport of [`TRANSPORTS`] that `cfg` has listeners of, in the table's
+/// order; gives back the arena (registered if a transport registered it).
+pub fn open_served(
+    cfg: &Config,
+    mut arena: Arena,
+) -> Result<(Vec<Arc<dyn Transport>>, Arena), TargetError> {
+    let mut opened = Vec::new();
+    for &kind in TRANSPORTS {
+        if cfg
+            .listeners
+            .iter()
+            .any(|l| l.transport.as_str() == kind.name())
+        {
+            let (transport, back) = kind.open(cfg, arena)?;
+            arena = back;
+            opened.push(transport);
+        }
+    }
+    Ok((opened, arena))
+}
 
 /// What a transport does for one queue. Each function takes the whole queue (the core's
 /// state and the transport's own, `q.xport`), so the transport can use the queue's window and
@@ -250,5 +384,70 @@ pub trait PollGroup {
     /// descriptors in its `other`. None: this group can only be the one that waits.
     fn wake_fd(&self) -> Option<RawFd> {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn listener(transport: &str, provider: Option<config::Provider>) -> ListenerConfig {
+        ListenerConfig {
+            transport: config::Transport::named(transport).expect(transport),
+            provider,
+            address: "127.0.0.1".parse().unwrap(),
+            port: 4420,
+            ana: Default::default(),
+        }
+    }
+
+    fn variant(transport: &str, provider: Option<config::Provider>) -> Variant {
+        listener(transport, provider).variant()
+    }
+
+    /// The configuration finds a line by its name: no two lines share one.
+    #[test]
+    fn table_names_are_unique() {
+        let mut names: Vec<&str> = TRANSPORTS.iter().map(|k| k.name()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), TRANSPORTS.len(), "{names:?}");
+    }
+
+    /// Discovery: a host on the soft provider (rdmablk's own) is shown soft listeners only,
+    /// and every other host every other listener.
+    #[test]
+    fn soft_listeners_are_shown_to_soft_hosts_only() {
+        use config::Provider::{Soft, Verbs};
+        let soft = variant("rdma", Some(Soft));
+        let verbs = variant("rdma", Some(Verbs));
+        let tcp = variant("tcp", None);
+        let lp = variant("loop", None);
+        assert_eq!((soft.name, verbs.name, tcp.name), ("soft", "verbs", ""));
+        assert!(soft.shown_to(soft));
+        for other in [verbs, tcp, lp] {
+            assert!(!soft.shown_to(other) && !other.shown_to(soft), "{other:?}");
+            for another in [verbs, tcp, lp] {
+                assert!(other.shown_to(another), "{other:?} {another:?}");
+            }
+        }
+    }
+
+    /// `provider` is RDMA's key: required there, refused elsewhere.
+    #[test]
+    fn provider_belongs_to_rdma() {
+        let check = |t, p| {
+            let l = listener(t, p);
+            l.transport
+                .kind()
+                .check_listener(&l)
+                .map_err(|(key, _)| key)
+        };
+        assert_eq!(check("rdma", Some(config::Provider::Soft)), Ok(()));
+        assert_eq!(check("rdma", None), Err("provider"));
+        for t in ["tcp", "loop"] {
+            assert_eq!(check(t, None), Ok(()));
+            assert_eq!(check(t, Some(config::Provider::Verbs)), Err("provider"));
+        }
     }
 }

@@ -23,7 +23,6 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use super::ns_queues::{Ack, NsQueues};
 use super::request::Tag;
 use super::request_flow::Ctx;
 use super::transport::PollGroup;
@@ -34,8 +33,10 @@ use crate::config::{self, PollMode};
 use crate::metrics::NsCounters;
 use crate::ring::wake::BackendWake;
 use crate::ring::WorkerIo;
+use ns_queues::{Ack, NsQueues};
 use queues::SHUTDOWN_GRACE;
 
+pub mod ns_queues;
 pub mod queues;
 
 /// How long an idle worker in interrupt mode sleeps on its CQ before looking at connection

@@ -12,8 +12,8 @@ use rdmablk::nvme::Status;
 
 use crate::arena::pool::{DataBuf, DataPool};
 use crate::backend::Completion;
-use crate::nvmf::auth;
-use crate::nvmf::io_commands;
+use crate::nvmf::commands::auth;
+use crate::nvmf::commands::io_commands;
 use crate::nvmf::queue::{begin_close, disconnect, Phase, Queue};
 use crate::nvmf::request::{ReqState, Tag};
 use crate::nvmf::request_flow::{self, respond, Ctx};

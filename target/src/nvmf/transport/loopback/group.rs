@@ -67,7 +67,6 @@ impl LoopGroup {
             depth,
             peer: p.peer,
             listener: p.listener,
-            provider: None,
         };
         let icd = limits.in_capsule_data_size;
         let xport = LoopXport::new(p.end, depth);

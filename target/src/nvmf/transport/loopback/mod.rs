@@ -17,17 +17,19 @@
 pub mod group;
 pub mod queue;
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use rdmablk::nvme::discovery::trtype;
 use rdmablk::nvme::transport::loopback::{self, Listener, TargetEnd};
 
 use super::handoff::Handoff;
-use super::{PollGroup, Transport};
-use crate::config::{self, ListenerConfig};
+use super::{check_no_provider, DiscoveryFields, PollGroup, Transport, TransportKind, Variant};
+use crate::arena::Arena;
+use crate::config::{self, Config, ListenerConfig};
 use crate::nvmf::{Shared, TargetError};
 
 /// How often a listener looks at the stop flag.
@@ -38,7 +40,7 @@ pub struct LoopPending {
     pub end: TargetEnd,
     /// The listener's address (a loop host has none of its own).
     pub peer: SocketAddr,
-    /// The listener it came in through ([`crate::nvmf::port::Port::id`]).
+    /// The listener it came in through ([`crate::nvmf::runtime::port::Port::id`]).
     pub listener: u64,
 }
 
@@ -46,9 +48,47 @@ pub struct LoopPending {
 #[derive(Debug)]
 pub struct LoopTransport;
 
+/// The loop transport in the transport table ([`super::TRANSPORTS`]).
+pub struct Loop;
+
+impl TransportKind for Loop {
+    fn name(&self) -> &'static str {
+        "loop"
+    }
+
+    fn check_listener(&self, l: &ListenerConfig) -> Result<(), (&'static str, String)> {
+        check_no_provider(l)
+    }
+
+    fn check_referral(&self) -> Result<(), String> {
+        Err(
+            "a loop target lives in its own process and cannot be referred to (use \"rdma\" \
+             or \"tcp\")"
+                .to_owned(),
+        )
+    }
+
+    fn variant(&self, _l: &ListenerConfig) -> Variant {
+        Variant::ONE
+    }
+
+    /// Loop's TRTYPE; TSAS all zero.
+    fn discovery_fields(&self, addr: IpAddr) -> DiscoveryFields {
+        DiscoveryFields::ip(trtype::LOOP, addr, [0; 16])
+    }
+
+    fn open(
+        &self,
+        _cfg: &Config,
+        arena: Arena,
+    ) -> Result<(Arc<dyn Transport>, Arena), TargetError> {
+        Ok((Arc::new(LoopTransport), arena))
+    }
+}
+
 impl Transport for LoopTransport {
     fn kind(&self) -> config::Transport {
-        config::Transport::Loop
+        config::Transport::of(&Loop)
     }
 
     fn listen(
@@ -84,7 +124,7 @@ impl Transport for LoopTransport {
 }
 
 fn accept_loop(listener: &Listener, shared: &Shared, id: u64, stop: &AtomicBool) {
-    let mut handoff = Handoff::new(shared, config::Transport::Loop);
+    let mut handoff = Handoff::new(shared, config::Transport::of(&Loop));
     let peer = listener.local_addr();
     while handoff.running(stop) {
         let Some(end) = listener.accept(POLL) else {

@@ -13,7 +13,7 @@ use std::time::Duration;
 use rdmablk::nvme::transport::loopback::{LoopError, TargetEnd, ToHost};
 use rdmablk::nvme::{Cqe, Sgl, SglLimits, Status};
 
-use crate::nvmf::data_phase::{check_sgl, Next, SglFit};
+use crate::nvmf::commands::data_phase::{check_sgl, Next, SglFit};
 use crate::nvmf::queue::Queue;
 use crate::nvmf::request::{DataDir, ReqState};
 use crate::nvmf::transport::QueueTransport;

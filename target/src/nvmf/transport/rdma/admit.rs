@@ -31,9 +31,8 @@ pub struct PendingConn {
     pub push_asked: bool,
     pub peer: SocketAddr,
     pub cqes: u32,
-    /// The listener the host came in through ([`crate::nvmf::port::Port::id`]).
+    /// The listener the host came in through ([`crate::nvmf::runtime::port::Port::id`]).
     pub listener: u64,
-    pub provider: crate::config::Provider,
 }
 
 impl RdmaGroup {
@@ -62,7 +61,6 @@ impl RdmaGroup {
             depth: p.depth,
             peer: p.peer,
             listener: p.listener,
-            provider: Some(p.provider),
         };
         let icd = shared.fixed.limits.in_capsule_data_size;
         let mut conn = Queue::new(xport, p.window, id, Phase::Binding, icd, Instant::now());

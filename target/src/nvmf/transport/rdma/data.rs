@@ -7,7 +7,7 @@ use rdmablk::nvme::transport::rdma::PushedSgl;
 use rdmablk::nvme::{Sgl, SglLimits, Status};
 
 use super::queue::RdmaQueue;
-use crate::nvmf::data_phase::{check_sgl, Next, SglFit};
+use crate::nvmf::commands::data_phase::{check_sgl, Next, SglFit};
 use crate::nvmf::request::DataDir;
 use crate::nvmf::Shared;
 

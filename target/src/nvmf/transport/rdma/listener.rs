@@ -50,7 +50,6 @@ pub(super) fn start(
     let workers = shared.workers.get().cloned().unwrap_or_default();
     let mut l = Acceptor {
         listener: id,
-        provider: cfg.rdma_provider(),
         shared: Arc::clone(shared),
         dev: Arc::clone(dev),
         workers,
@@ -77,9 +76,8 @@ pub(super) fn start(
 }
 
 struct Acceptor {
-    /// This listener's id ([`crate::nvmf::port::Port::id`]).
+    /// This listener's id ([`crate::nvmf::runtime::port::Port::id`]).
     listener: u64,
-    provider: config::Provider,
     shared: Arc<Shared>,
     dev: Arc<RdmaDevice>,
     workers: Vec<WorkerTx>,
@@ -210,10 +208,9 @@ impl Acceptor {
             peer,
             cqes: cqes_per_connection(depth),
             listener: self.listener,
-            provider: self.provider,
         };
         let msg = WorkerMsg::Handover {
-            transport: config::Transport::Rdma,
+            transport: config::Transport::of(&super::Rdma),
             handover: Box::new(pending),
         };
         if let Err(e) = self.workers[worker].send(msg) {

@@ -21,16 +21,17 @@ pub mod listener;
 pub mod queue;
 pub mod wr_id;
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use rdmablk::fabric::{Cq, Device, DeviceAttr, FabricError, Pd, ProviderKind};
+use rdmablk::nvme::discovery::{trtype, DiscoveryLogEntry};
 
-use super::{PollGroup, Transport};
+use super::{DiscoveryFields, PollGroup, Transport, TransportKind, Variant};
 use crate::arena::Arena;
-use crate::config::{self, Config, ConfigError, ListenerConfig};
+use crate::config::{self, Config, ConfigError, ListenerConfig, Provider};
 use crate::nvmf::{Shared, TargetError};
 
 /// Send work requests one request may have outstanding (RDMA WRITE + response SEND).
@@ -157,9 +158,52 @@ impl RdmaTransport {
     }
 }
 
+/// NVMe/RDMA in the transport table ([`super::TRANSPORTS`]).
+pub struct Rdma;
+
+impl TransportKind for Rdma {
+    fn name(&self) -> &'static str {
+        "rdma"
+    }
+
+    fn check_listener(&self, l: &ListenerConfig) -> Result<(), (&'static str, String)> {
+        match l.provider {
+            None => Err((
+                "provider",
+                "an rdma listener needs a provider: \"verbs\" (an RNIC, rxe or siw) or \
+                 \"soft\" (rdmablk's userspace provider)"
+                    .to_owned(),
+            )),
+            Some(_) => Ok(()),
+        }
+    }
+
+    fn check_referral(&self) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// The listener's provider; soft is rdmablk's own.
+    fn variant(&self, l: &ListenerConfig) -> Variant {
+        Variant {
+            name: l.provider.map_or("", Provider::as_str),
+            rdmablk_only: l.provider == Some(Provider::Soft),
+        }
+    }
+
+    /// RDMA's TRTYPE and TSAS (reliable connected, no provider type, RDMA CM).
+    fn discovery_fields(&self, addr: IpAddr) -> DiscoveryFields {
+        DiscoveryFields::ip(trtype::RDMA, addr, DiscoveryLogEntry::rdma_tsas())
+    }
+
+    fn open(&self, cfg: &Config, arena: Arena) -> Result<(Arc<dyn Transport>, Arena), TargetError> {
+        let (rdma, registered) = RdmaTransport::open(cfg, arena)?;
+        Ok((Arc::new(rdma), registered))
+    }
+}
+
 impl Transport for RdmaTransport {
     fn kind(&self) -> config::Transport {
-        config::Transport::Rdma
+        config::Transport::of(&Rdma)
     }
 
     fn listen(
@@ -189,7 +233,7 @@ fn open_device(cfg: &Config) -> Result<Device, TargetError> {
         .listeners
         .iter()
         .enumerate()
-        .filter(|(_, l)| l.transport == config::Transport::Rdma);
+        .filter(|(_, l)| l.transport == config::Transport::of(&Rdma));
     for (index, l) in rdma {
         let provider = provider_kind(l);
         let d =

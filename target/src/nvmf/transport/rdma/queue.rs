@@ -48,7 +48,7 @@ use rdmablk::nvme::{Cqe, Sgl, Status};
 use super::data::map_data;
 use super::wr_id::{WrId, WrKind};
 use crate::arena::pool::DataBuf;
-use crate::nvmf::data_phase::{Next, SglFit};
+use crate::nvmf::commands::data_phase::{Next, SglFit};
 use crate::nvmf::queue::{begin_close, Queue, SendWatch};
 use crate::nvmf::request::{DataDir, ReqState};
 use crate::nvmf::transport::QueueTransport;

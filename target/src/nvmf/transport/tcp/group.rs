@@ -293,7 +293,6 @@ impl TcpGroup {
             depth,
             peer: p.peer,
             listener: p.listener,
-            provider: None,
         };
         let xport = TcpXport::new(p.sock, neg, depth);
         let icd = limits.in_capsule_data_size;

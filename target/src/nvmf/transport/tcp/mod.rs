@@ -18,16 +18,19 @@ pub mod queue;
 pub mod receive;
 pub mod socket;
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use rdmablk::nvme::discovery::trtype;
+
 use super::handoff::Handoff;
-use super::{PollGroup, Transport};
-use crate::config::{self, ListenerConfig};
+use super::{check_no_provider, DiscoveryFields, PollGroup, Transport, TransportKind, Variant};
+use crate::arena::Arena;
+use crate::config::{self, Config, ListenerConfig};
 use crate::nvmf::{Shared, TargetError};
 
 /// In-capsule data bytes admin and fabrics commands may carry (the Linux host's
@@ -52,7 +55,7 @@ pub struct ListenError {
 pub struct TcpPending {
     pub stream: TcpStream,
     pub peer: SocketAddr,
-    /// The listener it came in through ([`crate::nvmf::port::Port::id`]).
+    /// The listener it came in through ([`crate::nvmf::runtime::port::Port::id`]).
     pub listener: u64,
     /// Over `limits.max_connections`: its Connect is answered Controller Busy (it counts in
     /// `Shared::refusing`, not `queues_open`).
@@ -66,9 +69,42 @@ pub struct TcpTransport {
     pub max_queue_depth: u32,
 }
 
+/// NVMe/TCP in the transport table ([`super::TRANSPORTS`]).
+pub struct Tcp;
+
+impl TransportKind for Tcp {
+    fn name(&self) -> &'static str {
+        "tcp"
+    }
+
+    fn check_listener(&self, l: &ListenerConfig) -> Result<(), (&'static str, String)> {
+        check_no_provider(l)
+    }
+
+    fn check_referral(&self) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn variant(&self, _l: &ListenerConfig) -> Variant {
+        Variant::ONE
+    }
+
+    /// TCP's TRTYPE; TSAS all zero (no TLS).
+    fn discovery_fields(&self, addr: IpAddr) -> DiscoveryFields {
+        DiscoveryFields::ip(trtype::TCP, addr, [0; 16])
+    }
+
+    fn open(&self, cfg: &Config, arena: Arena) -> Result<(Arc<dyn Transport>, Arena), TargetError> {
+        let tcp = TcpTransport {
+            max_queue_depth: cfg.limits.max_queue_depth,
+        };
+        Ok((Arc::new(tcp), arena))
+    }
+}
+
 impl Transport for TcpTransport {
     fn kind(&self) -> config::Transport {
-        config::Transport::Tcp
+        config::Transport::of(&Tcp)
     }
 
     fn listen(
@@ -110,7 +146,7 @@ impl Transport for TcpTransport {
 }
 
 fn accept_loop(listener: &TcpListener, shared: &Shared, id: u64, stop: &AtomicBool) {
-    let mut handoff = Handoff::new(shared, config::Transport::Tcp);
+    let mut handoff = Handoff::new(shared, config::Transport::of(&Tcp));
     while handoff.running(stop) {
         let mut pfd = libc::pollfd {
             fd: listener.as_raw_fd(),

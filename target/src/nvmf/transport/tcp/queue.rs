@@ -20,7 +20,7 @@ use rdmablk::nvme::{Cqe, Sgl, SglLimits, Sqe, Status};
 
 use super::socket::{Socket, TxPdu, TX_HEADER_BYTES};
 use super::ADMIN_CAPSULE_DATA;
-use crate::nvmf::data_phase::{check_sgl, Next, SglFit};
+use crate::nvmf::commands::data_phase::{check_sgl, Next, SglFit};
 use crate::nvmf::queue::{Queue, SendWatch};
 use crate::nvmf::request::{DataDir, ReqState};
 use crate::nvmf::transport::QueueTransport;

@@ -1,7 +1,7 @@
 //! Checking a received command, before anything executes: the dispatcher. Fabrics commands go
-//! to [`super::fabrics`], admin commands to [`super::admin`], I/O commands to
-//! [`super::io_commands`]; each command set checks its own fields and sets up its data phase
-//! with [`super::data_phase`] (which none of them reaches through this module, so the
+//! to [`fabrics`], admin commands to [`admin`], I/O commands to
+//! [`io_commands`]; each command set checks its own fields and sets up its data phase
+//! with [`data_phase`] (which none of them reaches through this module, so the
 //! dispatcher and the command sets depend one way only).
 //!
 //! Every field from the host is checked here or in the command-set modules, and each
@@ -9,13 +9,20 @@
 //! and never reaches a backend. The one fatal case, a capsule shorter than an SQE, is the
 //! worker's to handle (it tears the queue down).
 
+pub mod admin;
+pub mod auth;
+pub mod data_phase;
+pub mod discovery;
+pub mod fabrics;
+pub mod io_commands;
+
 use rdmablk::nvme::opcodes;
 use rdmablk::nvme::Status;
 
-use super::data_phase::Next;
 use super::queue::Queue;
 use super::transport::QueueTransport;
-use super::{admin, auth, fabrics, io_commands, Shared};
+use super::Shared;
+use data_phase::Next;
 
 /// Checks the command in request `slot` and decides its course. Fills `status` on failure.
 pub fn prepare<X: QueueTransport>(q: &mut Queue<X>, slot: u32, shared: &Shared) -> Next {

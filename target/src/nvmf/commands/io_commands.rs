@@ -12,16 +12,16 @@ use rdmablk::nvme::reservation::{
 };
 use rdmablk::nvme::{Dsm, ReadWrite, Sct, Status, WriteZeroes};
 
-use super::controller::Controller;
 use super::data_phase::{data_phase, Next, SglFit};
-use super::fence::Fence;
-use super::ns_queues::NsQueues;
-use super::queue::Queue;
-use super::request::{Action, DataDir, Tag};
-use super::transport::QueueTransport;
-use super::Shared;
 use crate::backend::{IoBuf, IoError, IoErrorKind, IoOp, IoRequest, SubmitError};
 use crate::namespace::reservation::{HostId, ResvError};
+use crate::nvmf::queue::Queue;
+use crate::nvmf::request::{Action, DataDir, Tag};
+use crate::nvmf::runtime::fence::Fence;
+use crate::nvmf::subsystems::controller::Controller;
+use crate::nvmf::transport::QueueTransport;
+use crate::nvmf::worker::ns_queues::NsQueues;
+use crate::nvmf::Shared;
 use rdmablk::nvme::reservation::{notice, racqa};
 
 /// Broadcast NSID (Flush of every namespace).
@@ -192,7 +192,7 @@ fn check<X: QueueTransport>(
 
 /// Runs a Reservation Register, Acquire or Release whose keys are in the data slot; a failure
 /// is the request's status. A preempt and abort that preempted hosts returns its fence: the
-/// command completes once the fence is done ([`super::fence`]).
+/// command completes once the fence is done ([`crate::nvmf::runtime::fence`]).
 pub fn reservation<X: QueueTransport>(
     q: &mut Queue<X>,
     slot: u32,

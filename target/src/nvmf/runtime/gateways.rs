@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::namespace::reservation::{HostId, Notices, RemoteHook};
 use crate::namespace::Namespace;
 
-use super::Shared;
+use crate::nvmf::Shared;
 
 #[derive(Debug)]
 struct GatewayHook {

@@ -18,6 +18,7 @@ use rdmablk::nvme::{Cc, Csts};
 use super::ana::AnaPort;
 use super::subsystem::Subsystem;
 use crate::namespace::Namespace;
+use crate::nvmf::transport::Variant;
 
 /// Register and feature state of one controller.
 #[derive(Debug)]
@@ -337,13 +338,13 @@ impl Controller {
 }
 
 /// How a host reached its controller: the transport of the listener its admin queue came
-/// through, the transport's own word for how (the RDMA provider: "verbs", "soft"), and the
-/// host's address (`rdmablk-ctl status` and `top`). Plain values: the controller knows no
-/// transport type.
+/// through, that listener's variant of it (the RDMA provider: "verbs", "soft"), and the
+/// host's address (`rdmablk-ctl status` and `top`; discovery lists what the variant may
+/// reach). Plain values: the controller knows no transport type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HostPath {
     pub transport: crate::config::Transport,
-    pub provider: &'static str,
+    pub variant: Variant,
     pub peer: std::net::SocketAddr,
 }
 

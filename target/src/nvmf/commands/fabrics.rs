@@ -9,14 +9,14 @@ use rdmablk::nvme::{
     Cap, Connect, ConnectData, ConnectFailure, Disconnect, PropertyGet, PropertySet, Status, Vs,
 };
 
-use super::controller::{HostPath, NewController};
 use super::data_phase::{data_phase, Next, SglFit};
-use super::queue::Queue;
-use super::request::{Action, DataDir};
-use super::transport::QueueTransport;
-use super::Shared;
 use super::{auth, discovery};
 use crate::arena::pool::host_key;
+use crate::nvmf::queue::Queue;
+use crate::nvmf::request::{Action, DataDir};
+use crate::nvmf::subsystems::controller::{HostPath, NewController};
+use crate::nvmf::transport::QueueTransport;
+use crate::nvmf::Shared;
 
 /// CAP.TO: worst-case time to ready, in 500 ms units (as nvmet: 7.5 s).
 const CAP_TIMEOUT_500MS: u8 = 15;
@@ -98,7 +98,7 @@ pub fn prepare<X: QueueTransport>(q: &mut Queue<X>, slot: u32, shared: &Shared) 
 
 /// Property value and its natural size.
 fn property_value(
-    ctrl: &super::controller::Controller,
+    ctrl: &crate::nvmf::subsystems::controller::Controller,
     offset: u32,
     shared: &Shared,
 ) -> Option<(u64, PropertySize)> {
@@ -229,9 +229,10 @@ fn connect_controller<X: QueueTransport>(
             .lock_ports()
             .iter()
             .find(|l| l.id == q.listener)
-            .map(|l| (Arc::clone(&l.ana), l.cfg.transport));
+            .map(|l| (Arc::clone(&l.ana), l.cfg.transport, l.cfg.variant()));
         // The listener was removed since this queue connected: its connections are closing.
-        let (ana, transport) = port.ok_or(ConnectFailure::from(Status::CONNECT_CONTROLLER_BUSY))?;
+        let (ana, transport, variant) =
+            port.ok_or(ConnectFailure::from(Status::CONNECT_CONTROLLER_BUSY))?;
         let new = NewController {
             subsys: subsys.clone(),
             hostnqn: d.hostnqn_str().to_owned(),
@@ -239,7 +240,7 @@ fn connect_controller<X: QueueTransport>(
             ana,
             path: HostPath {
                 transport,
-                provider: q.provider.map_or("", |p| p.as_str()),
+                variant,
                 peer: q.peer,
             },
             kato_ms: kato,

@@ -24,16 +24,16 @@ use std::time::Duration;
 
 use crossbeam_channel::bounded;
 
-use super::ns_queues::Ack;
 use super::port::Port;
-use super::subsystem::{HostList, Subsystem};
-use super::worker::WorkerMsg;
-use super::{open_namespace, Shared, TargetHandle};
 use crate::config::{
     Config, ConfigError, ListenerConfig, NamespaceConfig, QosConfig, SubsystemConfig,
 };
 use crate::namespace::visibility::Visibility;
 use crate::namespace::Namespace;
+use crate::nvmf::subsystems::subsystem::{HostList, Subsystem};
+use crate::nvmf::worker::ns_queues::Ack;
+use crate::nvmf::worker::WorkerMsg;
+use crate::nvmf::{open_namespace, Shared, TargetHandle};
 
 /// How long workers get to open a namespace queue.
 const OPEN_TIMEOUT: Duration = Duration::from_secs(10);

@@ -18,17 +18,17 @@ use rdmablk::nvme::{
     NsDescriptor, NumQueues, SetFeatures, Status,
 };
 
-use super::ana::ANATT_SECS;
-use super::controller::{Controller, RESV_NOTICE_MASK_BITS};
 use super::data_phase::{data_phase, Next, SglFit};
 use super::discovery;
-use super::queue::{Queue, MAX_HELD_AERS};
-use super::request::DataDir;
-use super::subsystem::fnv1a;
-use super::transport::QueueTransport;
-use super::{mdts, Shared, FIRMWARE_REVISION, MODEL};
 use crate::config::{ANA_GROUP_MAX, MAX_NAMESPACES_PER_SUBSYSTEM};
 use crate::namespace::reservation::ResvError;
+use crate::nvmf::queue::{Queue, MAX_HELD_AERS};
+use crate::nvmf::request::DataDir;
+use crate::nvmf::subsystems::ana::ANATT_SECS;
+use crate::nvmf::subsystems::controller::{Controller, RESV_NOTICE_MASK_BITS};
+use crate::nvmf::subsystems::subsystem::fnv1a;
+use crate::nvmf::transport::QueueTransport;
+use crate::nvmf::{mdts, Shared, FIRMWARE_REVISION, MODEL};
 
 /// Checks and runs an admin command on the admin queue of `ctrl`.
 pub fn prepare<X: QueueTransport>(
@@ -362,7 +362,7 @@ fn get_log_page<X: QueueTransport>(
         if glp.lid != lid::DISCOVERY {
             return Err(Status::INVALID_FIELD.with_dnr());
         }
-        let log = discovery::log_page(shared, ctrl, q.provider);
+        let log = discovery::log_page(shared, ctrl);
         ctrl.discovery_log_read(glp.rae);
         let window = glp.window(&log)?.to_vec();
         return send_page(q, slot, shared, len, &window);

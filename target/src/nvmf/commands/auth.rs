@@ -34,11 +34,11 @@ use rdmablk::nvme::opcodes::fctype;
 use rdmablk::nvme::Status;
 
 use super::data_phase::{data_phase, Next, SglFit};
-use super::queue::Queue;
-use super::request::{Action, DataDir};
-use super::transport::QueueTransport;
-use super::Shared;
 use crate::config::HostAuth;
+use crate::nvmf::queue::Queue;
+use crate::nvmf::request::{Action, DataDir};
+use crate::nvmf::transport::QueueTransport;
+use crate::nvmf::Shared;
 
 /// How long a transaction may take, and how long after Connect a queue that must authenticate
 /// may go without having done so.

@@ -9,9 +9,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use super::ana::AnaPort;
-use super::{Shared, TargetError};
 use crate::config::ListenerConfig;
+use crate::nvmf::subsystems::ana::AnaPort;
+use crate::nvmf::{Shared, TargetError};
 
 /// A listener that runs: its configuration, the address it is bound to, and its thread.
 pub struct Port {

@@ -6,11 +6,11 @@
 
 use rdmablk::nvme::{InCapsuleSgl, Sgl, SglLimits, Status, SQE_LEN};
 
-use super::queue::Queue;
-use super::request::DataDir;
-use super::transport::QueueTransport;
-use super::Shared;
 use crate::arena::Region;
+use crate::nvmf::queue::Queue;
+use crate::nvmf::request::DataDir;
+use crate::nvmf::transport::QueueTransport;
+use crate::nvmf::Shared;
 
 /// What the worker does with a checked request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -17,7 +17,7 @@ pub enum SubsystemKind {
     /// An NVM subsystem: namespaces, I/O queues.
     Nvm,
     /// The discovery subsystem: an admin queue and the Discovery Log Page only (see
-    /// [`super::discovery`]).
+    /// [`crate::nvmf::commands::discovery`]).
     Discovery,
 }
 

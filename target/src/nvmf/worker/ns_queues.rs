@@ -1,6 +1,6 @@
-//! One worker's backend queues, one per namespace slot ([`super::ns_table`]), and their life:
-//! opened when a namespace is added, closed (after its I/O in flight, then a flush) when it
-//! is removed. Each also holds the worker's commands that its namespace's QoS limits hold
+//! One worker's backend queues, one per namespace slot
+//! ([`crate::nvmf::subsystems::ns_table`]), and their life: opened when a namespace is added,
+//! closed (after its I/O in flight, then a flush) when it is removed. Each also holds the worker's commands that its namespace's QoS limits hold
 //! back ([`crate::namespace::qos`]), in arrival order, until the limits admit them: the
 //! namespace's limits (`qos`) keep that order for every host; a command held only by its
 //! host's limits (`host_qos`) lets the other hosts' commands pass.

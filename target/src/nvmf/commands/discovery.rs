@@ -10,21 +10,23 @@
 //! The log a host reads lists, for every subsystem whose allow-list admits the host's NQN, one
 //! entry per listener a host like it can use (a host on the soft provider learns of soft
 //! listeners, which only rdmablk's own initiator speaks; any other host, of every other
-//! listener: RDMA on an RNIC and NVMe/TCP), then one referral entry per `[[referral]]`. A host never learns of a
-//! subsystem it may not connect to. The generation counter changes whenever what the log
-//! could say changes.
+//! listener: RDMA on an RNIC and NVMe/TCP: [`Variant::shown_to`]), then one referral entry
+//! per `[[referral]]`. A host never learns of a subsystem it may not connect to. Each entry's
+//! TRTYPE, ADRFAM and TSAS are its transport's
+//! ([`crate::nvmf::transport::TransportKind::discovery_fields`]). The generation counter
+//! changes whenever what the log could say changes.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 
-use rdmablk::nvme::discovery::{adrfam, encode_log, subtype, treq, trtype, DiscoveryLogEntry};
+use rdmablk::nvme::discovery::{encode_log, subtype, treq, DiscoveryLogEntry};
 use rdmablk::nvme::identify::CNTRLTYPE_DISCOVERY;
 use rdmablk::nvme::opcodes::admin as op;
 use rdmablk::nvme::{IdentifyController, Nqn};
 
-use super::controller::Controller;
-use super::transport::QueueTransport;
-use super::{Shared, ADMIN_QUEUE_DEPTH};
-use crate::config::{Provider, Transport};
+use crate::config::Transport;
+use crate::nvmf::subsystems::controller::Controller;
+use crate::nvmf::transport::{QueueTransport, Variant};
+use crate::nvmf::{Shared, ADMIN_QUEUE_DEPTH};
 
 /// Keep-alive timeout of a discovery controller whose host asked for none (KATO 0), so that
 /// hosts that vanish do not hold controllers forever (nvmet: NVMET_DISC_KATO_MS).
@@ -61,24 +63,22 @@ pub fn identify_controller<X: QueueTransport>(
     id.ioccsz = 0;
     id.iorcsz = 0;
     id.lpa = rdmablk::nvme::identify::lpa::EXTENDED;
-    id.mdts = super::mdts(shared.fixed.limits.max_io_size);
+    id.mdts = crate::nvmf::mdts(shared.fixed.limits.max_io_size);
     id.maxcmd = shared.fixed.limits.max_queue_depth.min(0xFFFF) as u16;
     id.kas = (shared.fixed.target.keep_alive_granularity_ms / 100).clamp(1, 0xFFFF) as u16;
-    id.aerl = (super::queue::MAX_HELD_AERS - 1) as u8;
+    id.aerl = (crate::nvmf::queue::MAX_HELD_AERS - 1) as u8;
     id
 }
 
-/// The whole Discovery Log Page for the host of `ctrl`, which came in through listener
-/// `listener`.
-pub fn log_page(shared: &Shared, ctrl: &Controller, provider: Option<Provider>) -> Vec<u8> {
-    // rdmablk's soft provider is its own: a host on it learns of soft ports only, and every
-    // other host of every other port (RDMA on an RNIC, NVMe/TCP).
-    let soft = Some(Provider::Soft);
+/// The whole Discovery Log Page for the host of `ctrl`, as the path it came in on
+/// (`ctrl.path`) may reach.
+pub fn log_page(shared: &Shared, ctrl: &Controller) -> Vec<u8> {
+    let host: Variant = ctrl.path.variant;
     let ports: Vec<(u16, SocketAddr, Transport)> = shared
         .lock_ports()
         .iter()
         .enumerate()
-        .filter(|(_, l)| (l.cfg.provider == soft) == (provider == soft))
+        .filter(|(_, l)| l.cfg.variant().shown_to(host))
         .map(|(i, l)| {
             let portid = u16::try_from(i + 1).unwrap_or(u16::MAX);
             (portid, l.addr, l.cfg.transport)
@@ -92,10 +92,10 @@ pub fn log_page(shared: &Shared, ctrl: &Controller, provider: Option<Provider>) 
         .filter(|s| s.allows(&ctrl.hostnqn))
     {
         for &(portid, addr, transport) in &ports {
-            let (trtype, tsas) = transport_fields(transport);
+            let f = transport.kind().discovery_fields(addr.ip());
             entries.push(DiscoveryLogEntry {
-                trtype,
-                adrfam: family(addr.ip()),
+                trtype: f.trtype,
+                adrfam: f.adrfam,
                 subtype: subtype::NVME,
                 treq: treq::NOT_SPECIFIED,
                 portid,
@@ -105,16 +105,16 @@ pub fn log_page(shared: &Shared, ctrl: &Controller, provider: Option<Provider>) 
                 trsvcid: addr.port().to_string(),
                 traddr: addr.ip().to_string(),
                 subnqn: s.nqn.clone(),
-                tsas,
+                tsas: f.tsas,
             });
         }
     }
     let config = shared.live.load();
     for r in &config.referrals {
-        let (trtype, tsas) = transport_fields(r.transport);
+        let f = r.transport.kind().discovery_fields(r.address);
         entries.push(DiscoveryLogEntry {
-            trtype,
-            adrfam: family(r.address),
+            trtype: f.trtype,
+            adrfam: f.adrfam,
             subtype: subtype::REFERRAL,
             treq: treq::NOT_SPECIFIED,
             portid: 0,
@@ -124,28 +124,11 @@ pub fn log_page(shared: &Shared, ctrl: &Controller, provider: Option<Provider>) 
             trsvcid: r.port.to_string(),
             traddr: r.address.to_string(),
             subnqn: crate::config::DISCOVERY_NQN.to_owned(),
-            tsas,
+            tsas: f.tsas,
         });
     }
     let genctr = shared
         .discovery_genctr
         .load(std::sync::atomic::Ordering::Acquire);
     encode_log(genctr, &entries)
-}
-
-/// The entry's TRTYPE and transport-specific address subtype (TSAS) for `t`: RDMA's
-/// (reliable connected, no provider type, RDMA CM), or TCP's and loop's (all zero).
-fn transport_fields(t: Transport) -> (u8, [u8; 16]) {
-    match t {
-        Transport::Rdma => (trtype::RDMA, DiscoveryLogEntry::rdma_tsas()),
-        Transport::Tcp => (trtype::TCP, [0u8; 16]),
-        Transport::Loop => (trtype::LOOP, [0u8; 16]),
-    }
-}
-
-fn family(ip: IpAddr) -> u8 {
-    match ip {
-        IpAddr::V4(_) => adrfam::IPV4,
-        IpAddr::V6(_) => adrfam::IPV6,
-    }
 }

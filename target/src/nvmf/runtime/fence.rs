@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::namespace::reservation::{Announce, HostId};
 
-use super::request::{Action, ReqState, Request};
+use crate::nvmf::request::{Action, ReqState, Request};
 
 /// One preempt-and-abort waiting for the preempted hosts' commands.
 #[derive(Debug)]

@@ -1,0 +1,9 @@
+//! What changes while the target runs, beside the I/O path: the port table of running
+//! listeners ([`port`]), live reconfiguration ([`reload`]), reservation fences every poll
+//! group clears ([`fence`]), and following the other gateways of a shared namespace
+//! ([`gateways`]).
+
+pub mod fence;
+pub(super) mod gateways;
+pub mod port;
+pub mod reload;
