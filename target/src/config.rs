@@ -33,7 +33,7 @@ pub use nqn::{
 };
 pub use validate::{ana_state_names, parse_ana_group, Problem};
 
-use crate::arena::WindowLayout;
+use crate::arena::ParcelLayout;
 
 /// The NVMe-oF well-known port (IANA): the default port of every listener and referral,
 /// whatever its transport.
@@ -113,7 +113,7 @@ pub struct Config {
     /// `[target]`: threads and polling.
     #[serde(default)]
     pub target: TargetConfig,
-    /// `[arena]`: the pinned buffer all connections' windows are carved from. Optional: without
+    /// `[arena]`: the pinned buffer all connections' parcels are carved from. Optional: without
     /// `bytes` it is sized from the limits ([`ArenaConfig::bytes_for`]).
     #[serde(default)]
     pub arena: ArenaConfig,
@@ -410,8 +410,8 @@ pub enum PollMode {
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct ArenaConfig {
-    /// Total bytes, pinned at start. Must hold at least one connection's window at
-    /// `limits.max_queue_depth`; each connection takes one window. Absent (or 0): sized from
+    /// Total bytes, pinned at start. Must hold at least one connection's parcel at
+    /// `limits.max_queue_depth`; each connection takes one parcel. Absent (or 0): sized from
     /// the limits when the file is read ([`ArenaConfig::bytes_for`]).
     #[serde(default)]
     pub bytes: ByteSize,
@@ -444,7 +444,7 @@ impl ArenaConfig {
     /// opens on a 15-CPU machine, or several smaller hosts.
     pub const DEFAULT_CONNECTIONS: u32 = 16;
 
-    /// The arena an absent `bytes` means: [`Self::DEFAULT_CONNECTIONS`] windows at the
+    /// The arena an absent `bytes` means: [`Self::DEFAULT_CONNECTIONS`] parcels at the
     /// largest queue depth, rounded up to 2 MiB (a huge page). `None` if the limits are out of
     /// range (validation names them).
     pub fn bytes_for(limits: &Limits) -> Option<u64> {
@@ -454,9 +454,9 @@ impl ArenaConfig {
         {
             return None;
         }
-        let window = limits.window_layout(limits.max_queue_depth).total_bytes as u64;
+        let parcel = limits.parcel_layout(limits.max_queue_depth).total_bytes as u64;
         let n = u64::from(limits.max_connections.clamp(1, Self::DEFAULT_CONNECTIONS));
-        Some((window * n).next_multiple_of(2 << 20))
+        Some((parcel * n).next_multiple_of(2 << 20))
     }
 }
 
@@ -495,9 +495,9 @@ impl Default for Limits {
 }
 
 impl Limits {
-    /// The window a connection of `queue_depth` entries takes from the arena.
-    pub fn window_layout(&self, queue_depth: u32) -> WindowLayout {
-        WindowLayout::new(queue_depth, self.in_capsule_data_size, self.max_io_size)
+    /// The parcel a connection of `queue_depth` entries takes from the arena.
+    pub fn parcel_layout(&self, queue_depth: u32) -> ParcelLayout {
+        ParcelLayout::new(queue_depth, self.in_capsule_data_size, self.max_io_size)
     }
 }
 
@@ -946,9 +946,9 @@ impl Config {
         }
     }
 
-    /// The window of a connection at the largest queue depth hosts may ask for.
-    pub fn max_window_layout(&self) -> WindowLayout {
-        self.limits.window_layout(self.limits.max_queue_depth)
+    /// The parcel of a connection at the largest queue depth hosts may ask for.
+    pub fn max_parcel_layout(&self) -> ParcelLayout {
+        self.limits.parcel_layout(self.limits.max_queue_depth)
     }
 }
 

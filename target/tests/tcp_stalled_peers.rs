@@ -80,7 +80,7 @@ fn silent_and_half_sent_connections_cost_a_host_nothing_and_end_at_the_connect_t
     let mut half_cmd = Host::connect(addr, false, false);
     half_a_capsule(&mut half_cmd);
     quiet.push(half_cmd.s);
-    // Every one of them is the target's (counted from its accept), and none has a window.
+    // Every one of them is the target's (counted from its accept), and none has a parcel.
     wait_held(&t, SILENT_PEERS + 2, 0);
 
     // Meanwhile a host connects and does its I/O on the same worker, without waiting for the
@@ -181,8 +181,8 @@ fn neighbour_unaffected(t: &rdmablk_target::Target, q: &mut Host) {
     }
     let now = t.arena_stats();
     assert_eq!(
-        (now.bytes_in_use, now.windows),
-        (held.bytes_in_use, held.windows),
+        (now.bytes_in_use, now.parcels),
+        (held.bytes_in_use, held.parcels),
         "the target's memory in use changed while a host did not read"
     );
 }

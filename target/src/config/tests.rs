@@ -137,7 +137,7 @@ fn from_file_names_the_path() {
 }
 
 #[test]
-fn arena_smaller_than_one_window_is_refused_with_the_size_needed() {
+fn arena_smaller_than_one_parcel_is_refused_with_the_size_needed() {
     let text = MINIMAL.replace("bytes = \"64MiB\"", "bytes = \"16MiB\"");
     let p = problems(&text);
     assert_eq!(p.len(), 1, "{p:?}");
@@ -519,18 +519,18 @@ fn rbd_backend_gets_its_defaults_and_bad_keys_are_named() {
 }
 
 /// A newcomer's first file (a listener, a subsystem, a RAM namespace) needs no `[arena]`: the
-/// arena is sized from the limits, 16 windows at the largest queue depth, and says so.
+/// arena is sized from the limits, 16 parcels at the largest queue depth, and says so.
 #[test]
 fn a_config_without_arena_gets_one_sized_from_the_limits() {
     let text = MINIMAL.replace("[arena]\nbytes = \"64MiB\"\n", "");
     let c = Config::from_str(&text).unwrap();
-    let window = c.max_window_layout().total_bytes as u64;
+    let parcel = c.max_parcel_layout().total_bytes as u64;
     assert!(c.arena.sized_from_limits && c.arena.lock && !c.arena.hugepages);
     assert_eq!(
         c.arena.bytes.bytes(),
-        (16 * window).next_multiple_of(2 << 20)
+        (16 * parcel).next_multiple_of(2 << 20)
     );
-    // Fewer connections allowed, fewer windows; a table without `bytes` is sized the same way.
+    // Fewer connections allowed, fewer parcels; a table without `bytes` is sized the same way.
     let few = text.replace(
         "[[listener]]",
         "[limits]\nmax_connections = 3\n[[listener]]",
@@ -541,7 +541,7 @@ fn a_config_without_arena_gets_one_sized_from_the_limits() {
     assert!(few.arena.sized_from_limits && !few.arena.lock);
     assert_eq!(
         few.arena.bytes.bytes(),
-        (3 * window).next_multiple_of(2 << 20)
+        (3 * parcel).next_multiple_of(2 << 20)
     );
     // A size given is kept as given.
     assert!(!Config::from_str(MINIMAL).unwrap().arena.sized_from_limits);

@@ -307,11 +307,11 @@ fn check_arena(cfg: &Config, c: &mut Checker) {
         || l.max_io_size == 0
         || l.max_io_size > MAX_IO_SIZE
     {
-        return; // reported above; the window size would be meaningless
+        return; // reported above; the parcel size would be meaningless
     }
-    let window = cfg.max_window_layout().total_bytes as u64;
+    let parcel = cfg.max_parcel_layout().total_bytes as u64;
     let bytes = cfg.arena.bytes.bytes();
-    if bytes < window {
+    if bytes < parcel {
         c.fail(
             "arena.bytes",
             format!(
@@ -321,12 +321,12 @@ fn check_arena(cfg: &Config, c: &mut Checker) {
                  limits.max_queue_depth / limits.max_io_size",
                 cfg.arena.bytes,
                 l.max_queue_depth,
-                super::ByteSize(window),
+                super::ByteSize(parcel),
                 l.max_queue_depth,
-                cfg.max_window_layout().capsule_slot_bytes,
+                cfg.max_parcel_layout().capsule_slot_bytes,
                 l.max_queue_depth,
                 l.max_io_size,
-                super::ByteSize(window),
+                super::ByteSize(parcel),
             ),
         );
     }

@@ -445,17 +445,17 @@ pub fn io_queue(addr: SocketAddr, ddgst: bool, qid: u16, cntlid: u16, depth: u16
 }
 
 /// Waits (up to [`HANG_GUARD`]) until the target holds `connections` connections and
-/// `windows` arena windows.
-pub fn wait_held(t: &Target, connections: usize, windows: usize) {
+/// `parcels` arena parcels.
+pub fn wait_held(t: &Target, connections: usize, parcels: usize) {
     let deadline = Instant::now() + HANG_GUARD;
     loop {
         let s = t.arena_stats();
-        if t.queues_open() == connections && s.windows == windows {
+        if t.queues_open() == connections && s.parcels == parcels {
             return;
         }
         assert!(
             Instant::now() < deadline,
-            "the target holds {} connections and {s:?}, not {connections} and {windows} windows",
+            "the target holds {} connections and {s:?}, not {connections} and {parcels} parcels",
             t.queues_open()
         );
         std::thread::sleep(Duration::from_millis(20));

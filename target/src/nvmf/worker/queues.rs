@@ -223,7 +223,7 @@ impl<X: QueueTransport> Queues<X> {
         }
     }
 
-    /// Drops a drained queue: its transport state, then its window.
+    /// Drops a drained queue: its transport state, then its parcel.
     fn finish(&mut self, i: usize, shared: &Shared, finished: &mut impl FnMut(&Queue<X>)) {
         let Some(q) = self.slab[i].take() else {
             return;

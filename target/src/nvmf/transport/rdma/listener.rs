@@ -1,5 +1,5 @@
 //! Connection requests: check the NVMe/RDMA CM private data, size the queue, carve its
-//! window from the arena, create the QP on a worker's completion queue and hand it over.
+//! parcel from the arena, create the QP on a worker's completion queue and hand it over.
 //!
 //! Every refusal is an RDMA CM reject with the NVMe/RDMA status the host expects:
 //! bad record (INVALID_LEN / INVALID_RECFMT), queue ID past the controller's limit
@@ -144,8 +144,8 @@ impl Acceptor {
         cm: CmRequest,
         depth: u32,
     ) -> Result<(), (ConnRequest, CmRejectStatus)> {
-        let layout = self.shared.fixed.limits.window_layout(depth);
-        let window = match self.shared.arena.carve(layout) {
+        let layout = self.shared.fixed.limits.parcel_layout(depth);
+        let parcel = match self.shared.arena.carve(layout) {
             Ok(w) => w,
             Err(e @ ArenaError::Full { .. }) | Err(e @ ArenaError::BadSize { .. }) => {
                 tracing::warn!(error = %e, qid = cm.qid, "no arena space for a queue");
@@ -191,7 +191,7 @@ impl Acceptor {
         };
         let pending = PendingConn {
             qp,
-            window,
+            parcel,
             qid: cm.qid,
             depth,
             read_depth: read_depth.max(1),

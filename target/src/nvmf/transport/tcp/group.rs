@@ -22,7 +22,7 @@ use super::queue::{capsule_resp, TcpXport};
 use super::receive::{check_header_digest, receive};
 use super::socket::{Socket, TxPdu, TX_HEADER_BYTES};
 use super::{TcpPending, ADMIN_CAPSULE_DATA, MAXH2CDATA};
-use crate::arena::WindowLayout;
+use crate::arena::ParcelLayout;
 use crate::backend::Completion;
 use crate::nvmf::queue::{begin_close, Phase, Queue, QueueId};
 use crate::nvmf::request::Tag;
@@ -269,12 +269,12 @@ impl TcpGroup {
         // A host asking for more than allowed gets the core's Connect answer (SQSIZE
         // invalid) on a queue of the largest depth allowed.
         let depth = c.queue_entries().clamp(1, max);
-        let layout = WindowLayout::new(
+        let layout = ParcelLayout::new(
             depth,
             limits.in_capsule_data_size.max(ADMIN_CAPSULE_DATA),
             limits.max_io_size,
         );
-        let window = match shared.arena.carve(layout) {
+        let parcel = match shared.arena.carve(layout) {
             Ok(w) => w,
             Err(e) => {
                 // The host is told why (Controller Busy, without DNR: space comes back as other
@@ -304,9 +304,9 @@ impl TcpGroup {
         };
         let xport = TcpXport::new(p.sock, neg, depth);
         let icd = limits.in_capsule_data_size;
-        let q = Queue::new(xport, window, id, Phase::Live, icd, p.created);
+        let q = Queue::new(xport, parcel, id, Phase::Live, icd, p.created);
         tracing::info!(peer = %q.peer, qid = q.qid, depth, hdgst = neg.hdgst, ddgst = neg.ddgst,
-            window_bytes = q.window.len(), "queue connected (NVMe/TCP)");
+            window_bytes = q.parcel.len(), "queue connected (NVMe/TCP)");
         shared.log_arena("queue connected");
         self.queues.put(q);
         self.on_queue(key, ctx);
