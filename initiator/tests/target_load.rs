@@ -36,7 +36,7 @@ const RUN: Duration = Duration::from_secs(10);
 /// lazily is touched in warm-up: each queue first writes its whole region with full-size
 /// transfers (every page of the RAM namespace, of every data slot in the arena and of the
 /// buffer pools). Everything else the target and the initiator use per I/O is preallocated
-/// (windows, request tables); what remains is the allocator's per-thread caches settling:
+/// (parcels, request tables); what remains is the allocator's per-thread caches settling:
 /// measured 0.4-3 MiB on the soft provider (64 driver threads, 2 cores).
 const RSS_TOLERANCE_BYTES: u64 = 8 << 20;
 
@@ -53,7 +53,7 @@ fn free_port() -> u16 {
 }
 
 /// A target sized for 96+ small queues: 16 KiB transfers, and the hosts ask for 16-entry I/O
-/// queues, so an I/O window is about 330 KiB and an admin window (32 entries) about 650 KiB:
+/// queues, so an I/O parcel is about 330 KiB and an admin parcel (32 entries) about 650 KiB:
 /// 64 MiB of arena holds them all.
 fn start_target() -> Target {
     let _ = tracing_subscriber::fmt()
@@ -372,7 +372,7 @@ fn many_connections_sustained_verified_io_without_growth() {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let s = t.arena_stats();
-        if s.bytes_in_use == 0 && s.windows == 0 && t.queues_open() == 0 && t.controllers() == 0 {
+        if s.bytes_in_use == 0 && s.parcels == 0 && t.queues_open() == 0 && t.controllers() == 0 {
             break;
         }
         assert!(
@@ -434,7 +434,7 @@ fn allow_list_refusals_say_why() {
     drop(listed);
     drop(any);
     let deadline = Instant::now() + Duration::from_secs(10);
-    while t.queues_open() != 0 || t.arena_stats().windows != 0 {
+    while t.queues_open() != 0 || t.arena_stats().parcels != 0 {
         assert!(Instant::now() < deadline, "not idle: {:?}", t.arena_stats());
         std::thread::sleep(Duration::from_millis(20));
     }

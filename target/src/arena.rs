@@ -1,4 +1,4 @@
-//! The buffer arena: one pinned mapping, registered once, carved into per-connection windows.
+//! The buffer arena: one pinned mapping, registered once, carved into per-connection parcels.
 //!
 //! At start the target maps `arena.bytes` ([`MemBuf`]: populated, optionally locked and on huge
 //! pages) and registers it once as a memory region with `LOCAL_WRITE | MW_BIND` only: no remote
@@ -6,22 +6,22 @@
 //! worker's io_uring as fixed buffers ([`Arena::fixed_region`]), so block I/O goes straight
 //! between the disk and the buffers RDMA reads from and writes to.
 //!
-//! Each accepted connection gets a [`Window`]: a contiguous, page-aligned slice sized for its
-//! negotiated queue depth ([`WindowLayout`]):
+//! Each accepted connection gets a [`Parcel`]: a contiguous, page-aligned slice sized for its
+//! negotiated queue depth ([`ParcelLayout`]):
 //!
 //! ```text
-//! window offset 0                                                              total_bytes
+//! parcel offset 0                                                              total_bytes
 //! | recv slots: depth x capsule slot | resp slots: depth x 16 | pad | data slots: depth x io |
 //!   capsule slot = round_up(64 + in_capsule_data_size, 64)    4 KiB-aligned, one per request
 //! ```
 //!
-//! On RDMA, a push-write connection's host gets a key over its window's data area only (a
+//! On RDMA, a push-write connection's host gets a key over its parcel's data area only (a
 //! type-2 memory window bound over a region registered for that area, or such a region
-//! itself: `nvmf/transport/rdma/queue.rs`); everything else of the window is only ever used
+//! itself: `nvmf/transport/rdma/queue.rs`); everything else of the parcel is only ever used
 //! with the arena region's lkey.
 //!
 //! The carving itself is [`ArenaAllocator`], a plain first-fit free list over 4 KiB pages with
-//! coalescing, testable without a device. Its free list is preallocated for the most windows
+//! coalescing, testable without a device. Its free list is preallocated for the most parcels
 //! the arena can hold, so carving never allocates.
 
 use std::sync::{Arc, Mutex};
@@ -38,14 +38,14 @@ pub const SQE_BYTES: usize = 64;
 pub const CQE_BYTES: usize = 16;
 /// Alignment of a receive (command capsule) slot.
 pub const CAPSULE_SLOT_ALIGN: usize = 64;
-/// Alignment and allocation granularity of windows and of data slots (O_DIRECT needs at
+/// Alignment and allocation granularity of parcels and of data slots (O_DIRECT needs at
 /// least the logical block size; 4 KiB covers 512 B and 4 KiB devices).
 pub const PAGE_BYTES: usize = 4096;
 
-/// Where everything lies inside a connection's window, all offsets relative to its start.
+/// Where everything lies inside a connection's parcel, all offsets relative to its start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct WindowLayout {
-    /// Requests (receive slots, response slots, data slots) the window holds.
+pub struct ParcelLayout {
+    /// Requests (receive slots, response slots, data slots) the parcel holds.
     pub queue_depth: u32,
     /// One receive buffer: a command capsule (64-byte SQE + in-capsule data), 64 B-rounded.
     pub capsule_slot_bytes: usize,
@@ -87,7 +87,7 @@ impl WindowLayout {
         let data_offset = round_up(resp_offset + depth * CQE_BYTES, PAGE_BYTES);
         let data_slot_bytes = round_up(max_io_size as usize, PAGE_BYTES);
         let total_bytes = round_up(data_offset + depth * data_slot_bytes, PAGE_BYTES);
-        WindowLayout {
+        ParcelLayout {
             queue_depth,
             capsule_slot_bytes,
             in_capsule_data_bytes: in_capsule_data_size as usize,
@@ -154,7 +154,7 @@ pub enum ArenaError {
         #[source]
         source: FabricError,
     },
-    /// No free range is large enough for the window (the engine rejects the connection with
+    /// No free range is large enough for the parcel (the engine rejects the connection with
     /// NO_RESOURCES).
     #[error(
         "arena full: a window of {wanted} bytes was asked for, {free} bytes are free \
@@ -166,7 +166,7 @@ pub enum ArenaError {
         free: usize,
         largest_free: usize,
     },
-    /// A window of zero bytes, or larger than the arena.
+    /// A parcel of zero bytes, or larger than the arena.
     #[error("invalid window of {wanted} bytes for an arena of {arena} bytes")]
     BadSize { wanted: usize, arena: usize },
 }
@@ -183,10 +183,10 @@ pub struct Extent {
 pub struct ArenaStats {
     pub total_bytes: usize,
     pub bytes_in_use: usize,
-    pub windows: usize,
+    pub parcels: usize,
     /// Most bytes ever in use at once.
     pub high_water_bytes: usize,
-    /// Largest window that could be carved right now.
+    /// Largest parcel that could be carved right now.
     pub largest_free_bytes: usize,
     /// Carvings refused for lack of space.
     pub refused: u64,
@@ -198,7 +198,7 @@ pub struct ArenaStats {
 /// arena, without any memory behind it.
 ///
 /// Deterministic (the same sequence of calls gives the same offsets). Cost per carve or free
-/// is linear in the number of free extents, which is at most one more than the live windows;
+/// is linear in the number of free extents, which is at most one more than the live parcels;
 /// the free list never reallocates.
 #[derive(Debug)]
 pub struct ArenaAllocator {
@@ -212,7 +212,7 @@ impl ArenaAllocator {
     /// An allocator over `total_bytes` (rounded down to whole pages).
     pub fn new(total_bytes: usize) -> Self {
         let total = total_bytes / PAGE_BYTES * PAGE_BYTES;
-        // Free extents are separated by live windows, so there are at most windows + 1 of
+        // Free extents are separated by live parcels, so there are at most parcels + 1 of
         // them; reserve for a generous count so carving at connect time rarely reallocates.
         let mut free = Vec::with_capacity((total / PAGE_BYTES / 2 + 1).min(4096));
         if total > 0 {
@@ -261,7 +261,7 @@ impl ArenaAllocator {
             e.len -= len;
         }
         self.stats.bytes_in_use += len;
-        self.stats.windows += 1;
+        self.stats.parcels += 1;
         self.stats.high_water_bytes = self.stats.high_water_bytes.max(self.stats.bytes_in_use);
         self.stats.largest_free_bytes = self.largest_free();
         Ok(out)
@@ -304,7 +304,7 @@ impl ArenaAllocator {
             }
         }
         self.stats.bytes_in_use -= x.len;
-        self.stats.windows -= 1;
+        self.stats.parcels -= 1;
         self.stats.largest_free_bytes = self.largest_free();
     }
 
@@ -348,7 +348,7 @@ enum Memory {
     Registered(Mr),
 }
 
-/// The pinned buffer arena. Share it as `Arc<Arena>`; windows keep it alive.
+/// The pinned buffer arena. Share it as `Arc<Arena>`; parcels keep it alive.
 pub struct Arena {
     memory: Memory,
     ptr: *mut u8,
@@ -358,7 +358,7 @@ pub struct Arena {
 
 // SAFETY: the raw pointer is the address of a mapping the Arena owns (through its MemBuf or
 // Mr) for its whole life; the allocator state is behind a Mutex; the bytes themselves are only
-// reached through windows, which hand out raw pointers under their own documented rules.
+// reached through parcels, which hand out raw pointers under their own documented rules.
 unsafe impl Send for Arena {}
 // SAFETY: as above; every `&self` method either reads immutable fields or locks the Mutex.
 unsafe impl Sync for Arena {}
@@ -416,7 +416,7 @@ impl Arena {
 
     /// Registers the arena with `pd` as one memory region with `LOCAL_WRITE | MW_BIND` (never
     /// remote access: peers reach the arena only through memory windows the engine binds).
-    /// Consumes the arena, so no window can exist yet. Registering twice is a bug (panics).
+    /// Consumes the arena, so no parcel can exist yet. Registering twice is a bug (panics).
     pub fn register(self, pd: &Pd) -> Result<Arena, ArenaError> {
         let Arena { memory, len, .. } = self;
         let Memory::Plain(buf) = memory else {
@@ -477,9 +477,9 @@ impl Arena {
                 .is_some_and(|end| end <= start + self.len)
     }
 
-    /// Carves a window laid out as `layout` for one connection. On
+    /// Carves a parcel laid out as `layout` for one connection. On
     /// [`ArenaError::Full`], reject the connection with NO_RESOURCES.
-    pub fn carve(self: &Arc<Self>, layout: WindowLayout) -> Result<Window, ArenaError> {
+    pub fn carve(self: &Arc<Self>, layout: ParcelLayout) -> Result<Parcel, ArenaError> {
         let extent = self.lock().alloc(layout.total_bytes)?;
         tracing::debug!(
             offset = extent.offset,
@@ -508,19 +508,19 @@ impl Arena {
 
 /// One connection's slice of the arena. Frees its space when dropped or [`released`].
 ///
-/// A window's memory may be the target of RDMA through memory windows bound on the
+/// A parcel's memory may be the target of RDMA through memory windows bound on the
 /// connection's QP. The space must not return to the arena (and reach another connection)
-/// while that is possible, so keep the `Window` in the connection **after** its QP and memory
-/// windows (struct fields drop in declaration order): the QP is destroyed, or the windows are
-/// invalidated, before the space is freed. [`Window::release`] takes the window by value, so
-/// the engine frees it exactly once, at the point it chooses.
+/// while that is possible, so keep the `Parcel` in the connection **after** its QP and memory
+/// windows (struct fields drop in declaration order): the QP is destroyed, or the memory
+/// windows are invalidated, before the space is freed. [`Parcel::release`] takes the parcel by
+/// value, so the engine frees it exactly once, at the point it chooses.
 ///
-/// [`released`]: Window::release
+/// [`released`]: Parcel::release
 #[derive(Debug)]
 pub struct Window {
     memory: WindowMemory,
     extent: Extent,
-    layout: WindowLayout,
+    layout: ParcelLayout,
 }
 
 /// What a window's bytes are.
@@ -593,7 +593,7 @@ impl Window {
         matches!(self.memory, WindowMemory::Arena(_))
     }
 
-    /// Offset of the window's first byte inside the arena (and its memory region).
+    /// Offset of the parcel's first byte inside the arena (and its memory region).
     pub fn arena_offset(&self) -> usize {
         self.extent.offset
     }
@@ -619,7 +619,7 @@ impl Window {
         }
     }
 
-    /// The whole window.
+    /// The whole parcel.
     pub fn whole(&self) -> Region {
         self.region(0, self.extent.len)
     }
@@ -645,13 +645,13 @@ impl Window {
     }
 
     /// Returns the space to the arena. Call it only after the connection's QP is destroyed or
-    /// every memory window bound over this window has been invalidated.
+    /// every memory window bound over this parcel has been invalidated.
     pub fn release(self) {
         drop(self)
     }
 }
 
-impl Drop for Window {
+impl Drop for Parcel {
     fn drop(&mut self) {
         let arena = match &self.memory {
             WindowMemory::Arena(a) => a,

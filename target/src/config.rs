@@ -113,7 +113,7 @@ pub struct Config {
     /// `[target]`: threads and polling.
     #[serde(default)]
     pub target: TargetConfig,
-    /// `[arena]`: the pinned buffer all connections' windows are carved from. Optional: without
+    /// `[arena]`: the pinned buffer all connections' parcels are carved from. Optional: without
     /// `bytes` it is sized from the limits ([`ArenaConfig::bytes_for`]).
     #[serde(default)]
     pub arena: ArenaConfig,

@@ -1,7 +1,7 @@
 //! rdmablk target daemon library.
 //!
 //! - [`config`]: the TOML configuration, validated at load.
-//! - [`arena`]: the pinned, registered buffer arena and its per-connection windows.
+//! - [`arena`]: the pinned, registered buffer arena and its per-connection parcels.
 //! - [`backend`]: block backends (io_uring files and devices, null, ram, fault injection) and
 //!   the namespace wrapper that fences writes after a failed flush.
 //! - [`io`]: the per-worker io_uring engine the file and block backends submit through.

@@ -410,7 +410,7 @@ fn arena_full_rejects_with_no_resources() {
         );
     }
     assert_eq!(
-        t.arena_stats().windows,
+        t.arena_stats().parcels,
         1,
         "nothing allocated for the refused queue"
     );
@@ -727,17 +727,18 @@ fn push_slot_reusable_as_soon_as_the_response_arrives() {
     t.shutdown();
 }
 
-/// Isolation of push windows: a host that learns another host's window key and address, uses
-/// its own key outside its own window, or guesses keys (the arena region's, neighbours of the
-/// victim's) cannot read or write anything: each operation completes with REMOTE_ACCESS_ERROR
-/// (which also kills the attacker's queue, so each attempt gets a fresh one) and the victim's
-/// pushed data is intact.
+/// Isolation of push windows: a host that learns another host's push window key and address,
+/// uses its own key outside its own push window, or guesses keys (the arena region's,
+/// neighbours of the victim's) cannot read or write anything: each operation completes with
+/// REMOTE_ACCESS_ERROR (which also kills the attacker's queue, so each attempt gets a fresh
+/// one) and the victim's pushed data is intact.
 ///
-/// On Soft-RoCE (Linux 6.1) a window's accesses are checked against its memory region's range,
-/// not the window's bounds; the target therefore binds each window over a region covering
-/// exactly that connection's data area (never the arena's region), so on rxe too nothing
-/// outside the attacker's own data area is reachable with its own key. The window covers that
-/// whole region, so "outside the window but inside the region" does not exist here.
+/// On Soft-RoCE (Linux 6.1) a memory window's accesses are checked against its memory region's
+/// range, not the memory window's bounds; the target therefore binds each memory window over a
+/// region covering exactly that connection's data area (never the arena's region), so on rxe
+/// too nothing outside the attacker's own data area is reachable with its own key. The memory
+/// window covers that whole region, so "outside the window but inside the region" does not
+/// exist here.
 #[test]
 fn push_windows_isolate_clients() {
     if skip_unless_rdma("push_windows_isolate_clients") {
@@ -763,7 +764,7 @@ fn push_windows_isolate_clients() {
 
     let arena_rkey = t.arena_rkey().expect("the arena is registered");
     let attacks: Vec<(&str, bool, Option<u64>, Option<u32>)> = vec![
-        // (what, write?, address (None: own window relative), key (None: own key))
+        // (what, write?, address (None: own push window relative), key (None: own key))
         (
             "victim's key and address, WRITE",
             true,
@@ -828,8 +829,8 @@ fn push_windows_isolate_clients() {
             "{what}: {remote:#x} rkey {rkey:#x}"
         );
     }
-    // Own key just outside both ends of the own window (own response slots before it, the
-    // neighbouring window or free arena after it).
+    // Own key just outside both ends of the own push window (own response slots before it,
+    // the neighbouring parcel or free arena after it).
     for (what, edge) in [("before own window", -4096i64), ("past own window end", 0)] {
         let (mut b, wb) = push_queue_cm(addr, 1);
         let _ = b.property_get(properties::CAP, PropertySize::Eight);

@@ -1,6 +1,6 @@
 //! Connection lifecycle under failure: hosts that vanish mid-I/O (RDMA READs in flight, backend
 //! I/O in flight, the whole host process killed), silent hosts and keep-alive, the subsystem
-//! allow-list. After each, the target must be back to idle: no arena bytes or windows, no
+//! allow-list. After each, the target must be back to idle: no arena bytes or parcels, no
 //! connections, no controllers; and over many cycles no threads, fds or arena high water may
 //! grow.
 //!
@@ -268,7 +268,7 @@ fn repeated_abort_mid_io_leaks_nothing() {
         wait_resources(base, &format!("cycle {cycle}"));
     }
     let s = t.arena_stats();
-    assert_eq!((s.bytes_in_use, s.windows, s.refused), (0, 0, 0), "{s:?}");
+    assert_eq!((s.bytes_in_use, s.parcels, s.refused), (0, 0, 0), "{s:?}");
     assert_eq!(
         s.largest_free_bytes + s.pool_bytes,
         s.total_bytes,
@@ -306,7 +306,7 @@ fn wait_back_to(t: &Target, conns: usize, usage: rdmablk_target::arena::ArenaSta
     let deadline = Instant::now() + HANG_GUARD;
     loop {
         let s = t.arena_stats();
-        let ok = s.bytes_in_use == usage.bytes_in_use && s.windows == usage.windows;
+        let ok = s.bytes_in_use == usage.bytes_in_use && s.parcels == usage.parcels;
         if ok && t.queues_open() == conns && t.controllers() == 1 {
             return;
         }
@@ -411,7 +411,7 @@ fn hold_backend_io(q: &mut Host) {
     assert!(c.status.is_success(), "fast read: {}", c.status);
 }
 
-/// The host vanishes while the backend holds its I/O: the target keeps each window until the
+/// The host vanishes while the backend holds its I/O: the target keeps each parcel until the
 /// backend is done with it, then releases everything.
 #[test]
 fn abort_with_backend_io_in_flight_releases_after_the_backend() {
@@ -568,14 +568,14 @@ fn max_connections_refuses_with_no_resources() {
     let addr = t.local_addrs()[0];
     let (admin, cntlid) = admin_queue(addr, 0);
     let q = io_queue(addr, 1, cntlid);
-    let windows = t.arena_stats().windows;
+    let parcels = t.arena_stats().parcels;
     assert_eq!(
         reject_status(Host::connect(addr, cm_request(2, DEPTH as u16))),
         rdmablk::nvme::transport::rdma::CmRejectStatus::NoResources
     );
     assert_eq!(
-        t.arena_stats().windows,
-        windows,
+        t.arena_stats().parcels,
+        parcels,
         "nothing carved for the refused queue"
     );
     assert_eq!(t.queues_open(), 2);
@@ -594,7 +594,7 @@ fn max_connections_refuses_with_no_resources() {
 
 /// A host that opens queues (RDMA CM) but never sends the Fabrics Connect: no controller, so
 /// no keep-alive applies; the target drops such queues after
-/// `target.connect_timeout_ms` instead of holding their windows for ever.
+/// `target.connect_timeout_ms` instead of holding their parcels for ever.
 #[test]
 fn queue_without_fabrics_connect_is_dropped_after_connect_timeout() {
     let _g = serial();

@@ -55,7 +55,7 @@ fn fifty_silent_tcp_peers_do_not_delay_a_host_connect() {
         alone.as_secs_f64() * 1e3,
         behind.as_secs_f64() * 1e3
     );
-    // Idle with the silent peers still open: they hold no connection, arena or window.
+    // Idle with the silent peers still open: they hold no connection, arena or parcel.
     wait_idle(&t);
     drop(silent);
     t.shutdown();

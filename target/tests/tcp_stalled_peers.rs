@@ -181,8 +181,8 @@ fn neighbour_unaffected(t: &rdmablk_target::Target, q: &mut Host) {
     }
     let now = t.arena_stats();
     assert_eq!(
-        (now.bytes_in_use, now.windows),
-        (held.bytes_in_use, held.windows),
+        (now.bytes_in_use, now.parcels),
+        (held.bytes_in_use, held.parcels),
         "the target's memory in use changed while a host did not read"
     );
 }

@@ -5,7 +5,7 @@ const MIB: usize = 1 << 20;
 #[test]
 fn layout_matches_the_documented_formula() {
     // SPDK defaults: depth 128, 4 KiB in-capsule data, 128 KiB I/O.
-    let l = WindowLayout::new(128, 4096, 128 << 10);
+    let l = ParcelLayout::new(128, 4096, 128 << 10);
     assert_eq!(l.capsule_slot_bytes, 64 + 4096);
     assert_eq!(l.resp_offset, 128 * 4160);
     assert_eq!(l.data_offset % PAGE_BYTES, 0);
@@ -15,8 +15,8 @@ fn layout_matches_the_documented_formula() {
     // 520 KiB of receive slots + 2 KiB of responses, page-rounded, then 16 MiB of data.
     assert_eq!(l.total_bytes, 536_576 + 16 * MIB);
     // An in-capsule size that is not a multiple of 64 rounds the slot up.
-    assert_eq!(WindowLayout::new(32, 16, 4096).capsule_slot_bytes, 128);
-    assert_eq!(WindowLayout::new(32, 0, 4096).capsule_slot_bytes, 64);
+    assert_eq!(ParcelLayout::new(32, 16, 4096).capsule_slot_bytes, 128);
+    assert_eq!(ParcelLayout::new(32, 0, 4096).capsule_slot_bytes, 64);
 }
 
 #[test]
@@ -59,7 +59,7 @@ fn carve_free_and_coalesce() {
         }]
     );
     let s = a.stats();
-    assert_eq!((s.bytes_in_use, s.windows), (0, 0));
+    assert_eq!((s.bytes_in_use, s.parcels), (0, 0));
     assert_eq!(s.high_water_bytes, 12 * PAGE_BYTES);
     assert_eq!(s.largest_free_bytes, 16 * PAGE_BYTES);
 }
@@ -150,48 +150,48 @@ fn random_carving_keeps_accounting_exact() {
 }
 
 #[test]
-fn windows_are_aligned_and_return_their_space() {
-    let layout = WindowLayout::new(32, 4096, 128 << 10);
+fn parcels_are_aligned_and_return_their_space() {
+    let layout = ParcelLayout::new(32, 4096, 128 << 10);
     let arena = Arc::new(Arena::unpinned(3 * layout.total_bytes).unwrap());
     assert!(arena.mr().is_none());
     let idle = arena.stats();
     assert_eq!(idle.bytes_in_use, 0);
 
-    let w1 = arena.carve(layout).unwrap();
-    let w2 = arena.carve(layout).unwrap();
-    let w3 = arena.carve(layout).unwrap();
+    let p1 = arena.carve(layout).unwrap();
+    let p2 = arena.carve(layout).unwrap();
+    let p3 = arena.carve(layout).unwrap();
     assert!(matches!(arena.carve(layout), Err(ArenaError::Full { .. })));
-    for w in [&w1, &w2, &w3] {
-        assert_eq!(w.whole().addr % PAGE_BYTES as u64, 0);
+    for p in [&p1, &p2, &p3] {
+        assert_eq!(p.whole().addr % PAGE_BYTES as u64, 0);
         for i in 0..32 {
-            let d = w.data_slot(i);
+            let d = p.data_slot(i);
             assert_eq!(
                 d.addr % PAGE_BYTES as u64,
                 0,
                 "data slot {i} not 4 KiB-aligned"
             );
             assert!(arena.contains(d.as_ptr(), d.len));
-            assert_eq!(w.recv_slot(i).addr % CAPSULE_SLOT_ALIGN as u64, 0);
-            assert_eq!(w.resp_slot(i).len, CQE_BYTES);
+            assert_eq!(p.recv_slot(i).addr % CAPSULE_SLOT_ALIGN as u64, 0);
+            assert_eq!(p.resp_slot(i).len, CQE_BYTES);
         }
-        let data = w.data_area();
+        let data = p.data_area();
         assert_eq!(data.len, 32 * (128 << 10));
-        assert_eq!(data.addr + data.len as u64, w.whole().addr + w.len() as u64);
+        assert_eq!(data.addr + data.len as u64, p.whole().addr + p.len() as u64);
     }
-    assert_eq!(arena.stats().windows, 3);
-    drop(w2);
-    w1.release();
-    let w4 = arena.carve(WindowLayout::new(32, 4096, 256 << 10)).unwrap();
+    assert_eq!(arena.stats().parcels, 3);
+    drop(p2);
+    p1.release();
+    let p4 = arena.carve(ParcelLayout::new(32, 4096, 256 << 10)).unwrap();
     assert_eq!(
-        w4.arena_offset(),
+        p4.arena_offset(),
         0,
         "two freed neighbours coalesce into one range"
     );
-    drop(w4);
-    drop(w3);
+    drop(p4);
+    drop(p3);
     let s = arena.stats();
     assert_eq!(
-        (s.bytes_in_use, s.windows),
+        (s.bytes_in_use, s.parcels),
         (0, 0),
         "arena usage returns to idle"
     );
@@ -200,22 +200,22 @@ fn windows_are_aligned_and_return_their_space() {
 }
 
 #[test]
-fn window_memory_is_usable() {
-    let layout = WindowLayout::new(32, 0, 4096);
+fn parcel_memory_is_usable() {
+    let layout = ParcelLayout::new(32, 0, 4096);
     let arena = Arc::new(Arena::unpinned(layout.total_bytes).unwrap());
-    let w = arena.carve(layout).unwrap();
-    let slot = w.data_slot(31);
+    let p = arena.carve(layout).unwrap();
+    let slot = p.data_slot(31);
     // SAFETY: the slot is inside the live arena and nothing else accesses it in this test.
     unsafe {
         std::ptr::write_bytes(slot.as_ptr(), 0xAB, slot.len);
         assert_eq!(*slot.as_ptr().add(slot.len - 1), 0xAB);
     }
-    assert_eq!(w.recv_slot(0).sge(7).lkey, 7);
+    assert_eq!(p.recv_slot(0).sge(7).lkey, 7);
 }
 
 #[test]
 fn arena_is_send_and_sync() {
     fn check<T: Send + Sync>() {}
     check::<Arena>();
-    check::<Window>();
+    check::<Parcel>();
 }

@@ -7,7 +7,7 @@ use std::ptr::NonNull;
 /// A data buffer of one request: raw memory the backend reads from (writes) or fills (reads)
 /// between submission and the completion that carries the request's tag.
 ///
-/// Usually a data slot of a connection's arena window, which is registered with the worker's
+/// Usually a data slot of a connection's arena parcel, which is registered with the worker's
 /// io_uring so file I/O uses fixed buffers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IoBuf {

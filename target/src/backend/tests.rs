@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use rdmablk::fabric::MemBuf;
 
 use super::*;
-use crate::arena::{Arena, WindowLayout};
+use crate::arena::{Arena, ParcelLayout};
 use crate::config::{
     ByteSize, ErrorBackendConfig, FaultConfig, FileBackendConfig, SizedBackendConfig,
 };
@@ -255,7 +255,7 @@ fn file_backend_roundtrip_on_tmpfs() {
 fn file_backend_uses_the_arena_as_fixed_buffers() {
     let p = TempPath::new(&std::env::temp_dir());
     let f = file::UringFile::open_file(&file_cfg(&p.0, true), BS, false).unwrap();
-    let layout = WindowLayout::new(32, 4096, 64 << 10);
+    let layout = ParcelLayout::new(32, 4096, 64 << 10);
     let arena = Arc::new(Arena::unpinned(layout.total_bytes).unwrap());
     let io = WorkerIo::new(64, Some(Arc::clone(&arena)));
     let mut q = f.open_queue(&io, 16).unwrap();
@@ -266,7 +266,7 @@ fn file_backend_uses_the_arena_as_fixed_buffers() {
         ring.borrow().fixed_index(a.as_ptr(), a.len).is_some(),
         "arena not registered"
     );
-    // SAFETY: the slots are in the live arena, the window lives until the end of the test,
+    // SAFETY: the slots are in the live arena, the parcel lives until the end of the test,
     // and nothing else touches them while requests run.
     let (wbuf, rbuf) = unsafe {
         std::ptr::write_bytes(a.as_ptr(), 0x5A, 8 * 4096);

@@ -536,12 +536,12 @@ fn rbd_backend_gets_its_defaults_and_bad_keys_are_named() {
 }
 
 /// A newcomer's first file (a listener, a subsystem, a RAM namespace) needs no `[arena]`: the
-/// arena is sized from the limits, 16 windows at the largest queue depth, and says so.
+/// arena is sized from the limits, 16 parcels at the largest queue depth, and says so.
 #[test]
 fn a_config_without_arena_gets_one_sized_from_the_limits() {
     let text = MINIMAL.replace("[arena]\nbytes = \"64MiB\"\n", "");
     let c = Config::from_str(&text).unwrap();
-    let window = c.max_window_layout().total_bytes as u64;
+    let parcel = c.max_parcel_layout().total_bytes as u64;
     assert!(c.arena.sized_from_limits && c.arena.lock && !c.arena.hugepages);
     // The data pools (128 MiB) and 64 RDMA windows (receive and response slots only).
     assert_eq!(window, 536_576);

@@ -307,9 +307,9 @@ fn check_arena(cfg: &Config, c: &mut Checker) {
         || l.max_io_size == 0
         || l.max_io_size > MAX_IO_SIZE
     {
-        return; // reported above; the window size would be meaningless
+        return; // reported above; the parcel size would be meaningless
     }
-    let window = cfg.max_window_layout().total_bytes as u64;
+    let parcel = cfg.max_parcel_layout().total_bytes as u64;
     let bytes = cfg.arena.bytes.bytes();
     let data = cfg.data_pool_bytes();
     let workers = u64::from(cfg.target.worker_threads.max(1));
@@ -338,7 +338,7 @@ fn check_arena(cfg: &Config, c: &mut Checker) {
                 cfg.arena.bytes,
                 super::ByteSize(data),
                 l.max_queue_depth,
-                super::ByteSize(window),
+                super::ByteSize(parcel),
                 l.max_queue_depth,
                 cfg.max_window_layout().capsule_slot_bytes,
                 super::ByteSize(window),

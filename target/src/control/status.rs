@@ -101,7 +101,7 @@ impl TargetHandle {
                 "bytes": a.total_bytes,
                 "bytes_in_use": a.bytes_in_use,
                 "bytes_free": a.total_bytes.saturating_sub(a.bytes_in_use),
-                "windows": a.windows,
+                "windows": a.parcels,
                 "high_water_bytes": a.high_water_bytes,
             },
             // The process heap (glibc's mallinfo2; null elsewhere): a leak shows here, not

@@ -7,12 +7,12 @@
 //!  transport's)                                ───────────────────────────────────────
 //!  ───────────────────────────────────         own: a poll group per transport, the
 //!  accept ─▶ transport checks                       namespace queues (io_uring)
-//!         ─▶ carve a Window (arena)            poll groups ─▶ requests' state machines
+//!         ─▶ carve a Parcel (arena)            poll groups ─▶ requests' state machines
 //!         ─▶ hand to a worker (round robin) ──▶ poll backends ─▶ responses with data
 //!                                              timers, connection events, teardown
 //! ```
 //!
-//! - [`queue`]: one NVMe queue with its window, requests and teardown.
+//! - [`queue`]: one NVMe queue with its parcel, requests and teardown.
 //! - [`request`]: the request state machine; [`request_flow`]: its transitions.
 //! - [`commands`]: the dispatcher; [`commands::data_phase`]: a command's data;
 //!   [`commands::fabrics`], [`commands::admin`], [`commands::io_commands`],
@@ -26,7 +26,7 @@
 //! - [`worker`]: the poll loop, and [`worker::ns_queues`]: its backend queues.
 //! - [`transport`]: the seam, and [`transport::rdma`].
 //!
-//! Memory: everything a queue uses is its window, carved at connect and returned at
+//! Memory: everything a queue uses is its parcel, carved at connect and returned at
 //! teardown; per-I/O processing allocates nothing.
 
 pub mod commands;
@@ -240,7 +240,7 @@ impl Shared {
         tracing::info!(
             event,
             arena_bytes_in_use = s.bytes_in_use,
-            arena_windows = s.windows,
+            arena_windows = s.parcels,
             arena_bytes = s.total_bytes,
             connections = self.queues_open.load(Ordering::Relaxed),
             "arena usage"

@@ -1,13 +1,13 @@
 //! One NVMe queue as the core sees it, whatever carries it: its submission-queue state, its
 //! request contexts and their free list, its controller, held Async Event Requests and
-//! authentication, its window of the arena (receive, response and data slots), and the
+//! authentication, its parcel of the arena (receive, response and data slots), and the
 //! transport's own state for it (`xport`, behind [`super::transport::QueueTransport`]).
 //!
-//! # Teardown and the window's memory
-//! A queue's window may be named by things that outlive a disconnect: the transport's
+//! # Teardown and the parcel's memory
+//! A queue's parcel may be named by things that outlive a disconnect: the transport's
 //! operations on it (an RDMA queue's work requests and remote key), and backend I/O into its
-//! data slots. The window returns to the arena only after all of them are gone: the
-//! transport's state (`xport`) is declared, and so dropped, before the window, and the worker
+//! data slots. The parcel returns to the arena only after all of them are gone: the
+//! transport's state (`xport`) is declared, and so dropped, before the parcel, and the worker
 //! drops a queue only once it is drained ([`super::transport::QueueTransport::drained`] and
 //! no backend operation in flight). What each transport must revoke first is in its own
 //! module (for RDMA, [`super::transport::rdma::queue`]).
@@ -44,12 +44,12 @@ pub enum Phase {
     Draining { since: Instant },
 }
 
-/// One queue. Field order is drop order: the transport's state before the window (see the
+/// One queue. Field order is drop order: the transport's state before the parcel (see the
 /// module documentation).
 pub struct Queue<X> {
     /// The transport's state of this queue.
     pub xport: X,
-    pub window: Window,
+    pub parcel: Parcel,
     /// Key of this queue in its worker (slab index | generation << 16).
     pub key: u32,
     pub qid: u16,
@@ -110,12 +110,12 @@ pub struct QueueId {
 }
 
 impl<X> Queue<X> {
-    /// A queue of `id.depth` request contexts over transport state `xport` and `window`,
+    /// A queue of `id.depth` request contexts over transport state `xport` and `parcel`,
     /// in `phase`, created at `created` (the Fabrics Connect deadline runs from there); I/O
     /// queues accept `icd_bytes` of in-capsule data.
     pub fn new(
         xport: X,
-        window: Window,
+        parcel: Parcel,
         id: QueueId,
         phase: Phase,
         icd_bytes: u32,
@@ -124,7 +124,7 @@ impl<X> Queue<X> {
         let depth = id.depth;
         Queue {
             xport,
-            window,
+            parcel,
             key: id.key,
             qid: id.qid,
             depth,
@@ -205,12 +205,12 @@ impl<X> Queue<X> {
     /// None if the slot cannot hold it.
     pub fn capsule_sqe(&self, recv: u32, len: u32) -> Option<rdmablk::nvme::Sqe> {
         use rdmablk::nvme::SQE_LEN;
-        let region = self.window.recv_slot(recv);
+        let region = self.parcel.recv_slot(recv);
         if (len as usize) < SQE_LEN || region.len < len as usize {
             return None;
         }
         let mut b = [0u8; SQE_LEN];
-        // SAFETY: the receive slot lies inside this queue's window, mapped while the queue
+        // SAFETY: the receive slot lies inside this queue's parcel, mapped while the queue
         // lives; its capsule arrived and the slot is not given back to the transport until
         // the capsule is consumed, so nothing writes it now.
         unsafe { std::ptr::copy_nonoverlapping(region.as_ptr(), b.as_mut_ptr(), SQE_LEN) };

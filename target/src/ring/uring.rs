@@ -3,7 +3,7 @@
 //! Each worker owns one [`Ring`], sized for the sum of its queues' depths, shared by the
 //! worker's backend queues (one per namespace). The arena is registered with the ring as
 //! fixed buffers once, in chunks of at most 1 GiB (the kernel's per-buffer limit), so reads
-//! and writes into window data slots use READ_FIXED / WRITE_FIXED and skip per-I/O page
+//! and writes into parcel data slots use READ_FIXED / WRITE_FIXED and skip per-I/O page
 //! pinning.
 //!
 //! Every in-flight operation has a slot (preallocated, indexed by the SQE's user data) that

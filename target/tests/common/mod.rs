@@ -128,12 +128,12 @@ pub fn start_target(arena: &str, extra_target: &str) -> (Target, SocketAddr) {
     (t, addr)
 }
 
-/// Waits until the target's arena is idle (no windows) and no connection is left.
+/// Waits until the target's arena is idle (no parcels) and no connection is left.
 pub fn wait_idle(t: &Target) {
     let deadline = Instant::now() + HANG_GUARD;
     loop {
         let s = t.arena_stats();
-        if s.bytes_in_use == 0 && s.windows == 0 && t.queues_open() == 0 {
+        if s.bytes_in_use == 0 && s.parcels == 0 && t.queues_open() == 0 {
             return;
         }
         assert!(

@@ -104,7 +104,7 @@ pub fn check_sgl<X>(
         return Err(Status::SGL_INVALID_DATA_LENGTH.with_dnr());
     }
     if let Sgl::InCapsule(c) = sgl {
-        let capsule = q.window.recv_slot(q.reqs[slot as usize].recv_slot);
+        let capsule = q.parcel.recv_slot(q.reqs[slot as usize].recv_slot);
         copy_in_capsule(q, slot, capsule, c, len)?;
     }
     Ok(sgl)
@@ -135,12 +135,12 @@ pub fn copy_in_capsule<X>(
     if SQE_LEN + off + c.len as usize > capsule.len || len as usize > dst.len {
         return Err(Status::SGL_INVALID_DATA_LENGTH.with_dnr());
     }
-    // SAFETY: both ranges lie inside this queue's window (checked against the capsule and data
+    // SAFETY: both ranges lie inside this queue's parcel (checked against the capsule and data
     // slot sizes above), which the arena keeps mapped while the queue lives. Neither is in use
     // by any other operation right now: the capsule's buffer is given back to the transport
     // only once this request is prepared, and the data slot belongs to this request alone,
     // which has no transport or backend operation in flight yet. They do not overlap (the
-    // capsule and data areas of a window are disjoint).
+    // capsule and data areas of a parcel are disjoint).
     unsafe {
         std::ptr::copy_nonoverlapping(
             capsule.as_ptr().add(SQE_LEN + off),

@@ -398,7 +398,7 @@ fn backend_op<X: QueueTransport>(
             debug_assert!(r.data_len as usize <= region.len);
             let ptr = NonNull::new(region.as_ptr()).ok_or(())?;
             // SAFETY: the data slot belongs to this request until it is free again, which
-            // happens only after this operation's completion has been polled; the window
+            // happens only after this operation's completion has been polled; the parcel
             // stays mapped until the queue is dropped, which waits for every backend
             // operation of the queue (`Queue::backend_ops`). No transport operation names
             // the slot while the backend owns it (host data is fetched before, and

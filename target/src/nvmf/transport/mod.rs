@@ -177,7 +177,7 @@ pub fn open_served(
 }
 
 /// What a transport does for one queue. Each function takes the whole queue (the core's
-/// state and the transport's own, `q.xport`), so the transport can use the queue's window and
+/// state and the transport's own, `q.xport`), so the transport can use the queue's parcel and
 /// request contexts; the core calls them and nothing else of the transport.
 pub trait QueueTransport: Sized {
     /// Why an operation could not be started (the core closes the queue and logs it).

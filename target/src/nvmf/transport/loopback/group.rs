@@ -70,8 +70,8 @@ impl LoopGroup {
         };
         let icd = limits.in_capsule_data_size;
         let xport = LoopXport::new(p.end, depth);
-        let q = Queue::new(xport, window, id, Phase::Live, icd, Instant::now());
-        tracing::info!(peer = %q.peer, qid, depth, window_bytes = q.window.len(),
+        let q = Queue::new(xport, parcel, id, Phase::Live, icd, Instant::now());
+        tracing::info!(peer = %q.peer, qid, depth, window_bytes = q.parcel.len(),
             "queue connected (loop)");
         shared.log_arena("queue connected");
         self.queues.put(q);
@@ -98,12 +98,12 @@ fn on_taken(q: &mut LoopQueue, taken: &[(u32, u32)], ctx: &mut Ctx<'_>) {
             tracing::warn!(peer = %q.peer, qid = q.qid, "a command beyond the queue's size: closing the queue");
             return begin_close(q, "queue overrun", ctx.shared);
         };
-        let region = q.window.recv_slot(recv);
+        let region = q.parcel.recv_slot(recv);
         assert!(
             capsule.len() <= region.len,
             "receive slots hold the largest capsule"
         );
-        // SAFETY: the receive slot lies in this queue's window and is free (just taken from
+        // SAFETY: the receive slot lies in this queue's parcel and is free (just taken from
         // the free list); the source is the channel's capsule slot; they cannot overlap.
         unsafe { std::ptr::copy_nonoverlapping(capsule.as_ptr(), region.as_ptr(), capsule.len()) };
         q.xport.out.push(ToHost::Taken(slot));

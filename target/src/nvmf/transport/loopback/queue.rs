@@ -4,8 +4,8 @@
 //! copied in at once, responses (with any controller-to-host data copied out first) handed
 //! to the host in one batch per pass.
 //!
-//! # Teardown and the window's memory
-//! Nothing of the host's reaches the window: the target copies. [`QueueTransport::disconnect`]
+//! # Teardown and the parcel's memory
+//! Nothing of the host's reaches the parcel: the target copies. [`QueueTransport::disconnect`]
 //! closes the channel, after which the target copies nothing more into the host's memory.
 
 use std::time::Duration;
@@ -106,7 +106,7 @@ impl QueueTransport for LoopXport {
         let region = r.data.region();
         let len = r.data_len as usize;
         assert!(len <= region.len, "data phase longer than its slot");
-        // SAFETY: the data slot lies in this queue's window and belongs to this request
+        // SAFETY: the data slot lies in this queue's parcel and belongs to this request
         // until it is free again.
         let dst = unsafe { std::slice::from_raw_parts_mut(region.as_ptr(), len) };
         let copied = match keyed(q, slot) {
@@ -130,7 +130,7 @@ impl QueueTransport for LoopXport {
             let region = r.data.region();
             let len = r.data_len as usize;
             assert!(len <= region.len, "data phase longer than its slot");
-            // SAFETY: the data slot lies in this queue's window; the request's data is in
+            // SAFETY: the data slot lies in this queue's parcel; the request's data is in
             // place and nothing writes the slot until the request is free again.
             let src = unsafe { std::slice::from_raw_parts(region.as_ptr(), len) };
             let (addr, key) = keyed(q, slot).ok_or(LoopError::Closed)?;

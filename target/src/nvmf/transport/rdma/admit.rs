@@ -1,6 +1,6 @@
 //! A new connection on a worker: its request contexts and receives, the push window the host
 //! asked for (a memory window bound over exactly its data area, or a region where the device
-//! has no windows), the accept, and the bind right after it.
+//! has no memory windows), the accept, and the bind right after it.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -12,15 +12,15 @@ use rdmablk::nvme::transport::rdma::{CmAccept, PushAnswer, PushRequest, PushWind
 use super::group::RdmaGroup;
 use super::queue::{post_recv, RdmaQueue, RdmaXport, RemoteKey};
 use super::wr_id::{WrId, WrKind};
-use crate::arena::Window;
+use crate::arena::Parcel;
 use crate::nvmf::queue::{begin_close, Phase, Queue, QueueId, SendWatch};
 use crate::nvmf::Shared;
 
-/// A connection handed from a listener to a worker: QP created on the worker's CQ, window
+/// A connection handed from a listener to a worker: QP created on the worker's CQ, parcel
 /// carved, nothing posted yet.
 pub struct PendingConn {
     pub qp: Qp,
-    pub window: Window,
+    pub parcel: Parcel,
     pub qid: u16,
     pub depth: u32,
     pub read_depth: u32,
@@ -63,7 +63,7 @@ impl RdmaGroup {
             listener: p.listener,
         };
         let icd = shared.fixed.limits.in_capsule_data_size;
-        let mut conn = Queue::new(xport, p.window, id, Phase::Binding, icd, Instant::now());
+        let mut conn = Queue::new(xport, p.parcel, id, Phase::Binding, icd, Instant::now());
         for slot in 0..p.depth {
             if let Err(e) = post_recv(&mut conn, slot) {
                 tracing::warn!(peer = %p.peer, error = %e, "cannot post receives; dropping");
@@ -91,7 +91,7 @@ impl RdmaGroup {
     }
 
     /// Sets up the push window if the host asked for one and it can be had (the memory
-    /// window's bind is posted right after the accept, by `bind_push_window`).
+    /// window's bind is posted right after the accept, by `bind_push_mw`).
     fn setup_push(
         &mut self,
         conn: &mut RdmaQueue,
@@ -105,17 +105,17 @@ impl RdmaGroup {
                 PushAnswer::Absent
             };
         };
-        let area = conn.window.data_area();
-        let layout = *conn.window.layout();
+        let area = conn.parcel.data_area();
+        let layout = *conn.parcel.layout();
         let slots = layout.queue_depth.min(u32::from(u16::MAX)) as u16;
         let Some(key) = self.push_key(conn) else {
             return PushAnswer::Declined;
         };
-        // A window's key changes at its bind, which can only be posted once the QP is
+        // A memory window's key changes at its bind, which can only be posted once the QP is
         // accepted: offer the key the bind will give it (ibv_inc_rkey, both providers).
         let rkey = match &key {
-            RemoteKey::Window { mw, .. } => next_rkey(mw.rkey()),
-            RemoteKey::Region(mr) => mr.rkey(),
+            RemoteKey::Mw { mw, .. } => next_rkey(mw.rkey()),
+            RemoteKey::Mr(mr) => mr.rkey(),
         };
         let Some(grant) = PushWindow::new(area.addr, rkey, slots, layout.data_slot_bytes as u32)
         else {
@@ -129,14 +129,14 @@ impl RdmaGroup {
 
     /// The remote key of a push connection's data area: a memory window plus the region it
     /// will be bound over (covering only the data area, no remote access of its own), or where
-    /// the device has no windows a region over the data area with remote write. None (the
+    /// the device has no memory windows a region over the data area with remote write. None (the
     /// push is declined) if the device refuses either.
     fn push_key(&self, conn: &RdmaQueue) -> Option<RemoteKey> {
         let pd = &self.dev.pd;
         if !self.dev.has_mw {
             let mr = register_data_area(conn, pd, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
             tracing::debug!(peer = %conn.peer, "push window through a per-connection memory region");
-            return Some(RemoteKey::Region(mr));
+            return Some(RemoteKey::Mr(mr));
         }
         let mw = match pd.alloc_mw() {
             Ok(mw) => mw,
@@ -145,10 +145,11 @@ impl RdmaGroup {
                 return None;
             }
         };
-        // The window is bound over this region, not over the arena's: see the `rdma::queue`
-        // module documentation (devices that bound a window by its region's range).
+        // The memory window is bound over this region, not over the arena's: see the
+        // `rdma::queue` module documentation (devices that bound a memory window by its
+        // region's range).
         let mr = register_data_area(conn, pd, Access::LOCAL_WRITE | Access::MW_BIND)?;
-        Some(RemoteKey::Window { mw, mr })
+        Some(RemoteKey::Mw { mw, mr })
     }
 
     fn accept(&mut self, key: u32, shared: &Shared) {
@@ -161,13 +162,13 @@ impl RdmaGroup {
         match conn.xport.qp.accept(&param) {
             Ok(()) => {
                 conn.phase = Phase::Live;
-                if !bind_push_window(conn) {
+                if !bind_push_mw(conn) {
                     begin_close(conn, "memory window bind failed", shared);
                     return;
                 }
                 tracing::info!(peer = %conn.peer, qid = conn.qid, depth = conn.depth,
                     read_depth = conn.xport.read_depth, push = conn.xport.push.is_some(),
-                    window_bytes = conn.window.len(), "queue connected");
+                    window_bytes = conn.parcel.len(), "queue connected");
                 shared.log_arena("queue connected");
             }
             Err(e) => {
@@ -180,10 +181,10 @@ impl RdmaGroup {
 
 /// Registers a memory region over exactly `conn`'s data area.
 fn register_data_area(conn: &RdmaQueue, pd: &Pd, access: Access) -> Option<Mr> {
-    let area = conn.window.data_area();
-    // SAFETY: the region covers this connection's data area, inside its window, which stays
+    let area = conn.parcel.data_area();
+    // SAFETY: the region covers this connection's data area, inside its parcel, which stays
     // mapped while the connection lives; the connection drops the region (field `remote_key`)
-    // before its window, once its QP is in the error state and drained, so no work request or
+    // before its parcel, once its QP is in the error state and drained, so no work request or
     // peer access through it can outlive the memory. The data area is only touched through
     // raw pointers and the arena's region, never through Rust references.
     let mr = unsafe { pd.register_raw(area.as_ptr(), area.len, access) };
@@ -197,7 +198,7 @@ fn register_data_area(conn: &RdmaQueue, pd: &Pd, access: Access) -> Option<Mr> {
     }
 }
 
-/// The key a type-2 window gets at its next bind (`ibv_inc_rkey`: same index, tag + 1).
+/// The key a type-2 memory window gets at its next bind (`ibv_inc_rkey`: same index, tag + 1).
 fn next_rkey(rkey: u32) -> u32 {
     (rkey & 0xFFFF_FF00) | (rkey.wrapping_add(1) & 0xFF)
 }
@@ -205,11 +206,11 @@ fn next_rkey(rkey: u32) -> u32 {
 /// Posts the bind of the push memory window over the data area, right after the accept.
 /// The send queue executes in order, so the bind is done before the response to the
 /// queue's Connect: a host pushes only after that response. True if nothing was to be bound.
-fn bind_push_window(conn: &mut RdmaQueue) -> bool {
-    let Some(RemoteKey::Window { mw, mr }) = &conn.xport.remote_key else {
+fn bind_push_mw(conn: &mut RdmaQueue) -> bool {
+    let Some(RemoteKey::Mw { mw, mr }) = &conn.xport.remote_key else {
         return true;
     };
-    let area = conn.window.data_area();
+    let area = conn.parcel.data_area();
     let expected = conn.xport.push.map(|p| p.rkey);
     let wr = SendWr {
         wr_id: WrId::new(conn.key, WrKind::Bind, 0).encode(),

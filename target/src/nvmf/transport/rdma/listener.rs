@@ -1,5 +1,5 @@
 //! Connection requests: check the NVMe/RDMA CM private data, size the queue, carve its
-//! window from the arena, create the QP on a worker's completion queue and hand it over.
+//! parcel from the arena, create the QP on a worker's completion queue and hand it over.
 //!
 //! Every refusal is an RDMA CM reject with the NVMe/RDMA status the host expects:
 //! bad record (INVALID_LEN / INVALID_RECFMT), queue ID past the controller's limit
@@ -198,7 +198,7 @@ impl Acceptor {
         };
         let pending = PendingConn {
             qp,
-            window,
+            parcel,
             qid: cm.qid,
             depth,
             read_depth: read_depth.max(1),

@@ -1,6 +1,6 @@
 //! NVMe/RDMA: the transport over the fabric layer (`rdmablk::fabric`: libibverbs/librdmacm,
 //! or the userspace soft provider). A queue is a reliable-connected QP whose receives take
-//! command capsules into the queue's window; data moves by RDMA READ and WRITE against the
+//! command capsules into the queue's parcel; data moves by RDMA READ and WRITE against the
 //! host's keyed SGLs, in the capsule, or by the host's push writes into a memory window.
 //!
 //! - this file: [`RdmaTransport`]: the device every RDMA listener is on, its protection
@@ -269,7 +269,7 @@ fn open_device(cfg: &Config) -> Result<Device, TargetError> {
 }
 
 /// CQ entries one connection of `depth` may need: its receives, and per request at most a
-/// signalled READ or a WRITE + SEND pair, plus the bind and invalidate of its window.
+/// signalled READ or a WRITE + SEND pair, plus the bind and invalidate of its memory window.
 pub fn cqes_per_connection(depth: u32) -> u32 {
     depth + SEND_WRS_PER_REQUEST * depth + 2
 }

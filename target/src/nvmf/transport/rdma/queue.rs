@@ -1,21 +1,22 @@
-//! The RDMA transport's state of one queue: its QP, the arena region's key for its window,
+//! The RDMA transport's state of one queue: its QP, the arena region's key for its parcel,
 //! the push window's remote key, read credits, and the work requests it posts (receives,
-//! RDMA READ of host data, RDMA WRITE of data chained before the response SEND, the push
-//! window's bind and invalidation).
+//! RDMA READ of host data, RDMA WRITE of data chained before the response SEND, the bind and
+//! invalidation of the push window's memory window).
 //!
 //! # The remote key of a push connection
 //! A host that negotiated push writes gets a key over its queue's data slots, and only over
-//! them. With memory windows, the type-2 window is bound over a memory region registered at
+//! them. With memory windows, a type-2 memory window is bound over a memory region registered at
 //! connect time for exactly that data area (`LOCAL_WRITE | MW_BIND`, no remote access of its
-//! own), never over the arena's region: a device that checks a window's accesses against its
-//! region's range instead of the window's bounds (Soft-RoCE on Linux 6.1 does) still confines
-//! the host to its own data area. Local work requests keep using the arena region's lkey.
-//! Without windows the key is a region over that data area with remote write.
+//! own), never over the arena's region: a device that checks a memory window's accesses
+//! against its region's range instead of the memory window's bounds (Soft-RoCE on Linux 6.1
+//! does) still confines the host to its own data area. Local work requests keep using the
+//! arena region's lkey.
+//! Without memory windows the key is a region over that data area with remote write.
 //!
-//! # Teardown and the window's memory
-//! A connection's window may be named by three things that outlive a disconnect: work
+//! # Teardown and the parcel's memory
+//! A connection's parcel may be named by three things that outlive a disconnect: work
 //! requests on its QP (receives, RDMA READ/WRITE, SENDs), backend I/O into its data slots
-//! (io_uring writes into them), and, on push-write connections, a remote key. The window
+//! (io_uring writes into them), and, on push-write connections, a remote key. The parcel
 //! returns to the arena only after all three are gone:
 //! 1. target-initiated teardown of a healthy queue first posts LOCAL_INV of the memory window
 //!    and waits for it ([`QueueTransport::revoke`]), so the key is dead before the host is
@@ -27,16 +28,16 @@
 //! 3. the queue is dropped, fields in declaration order: its transport state first, and in
 //!    it the remote key (the memory window is deallocated, then its region deregistered; or
 //!    the fallback region deregistered), then the QP is destroyed; then the
-//!    [`crate::arena::Window`] frees its space.
+//!    [`crate::arena::Parcel`] frees its space.
 //!
 //! The guarantee relied on for the remote key is the deallocation in step 3
 //! (`ibv_dealloc_mw` / `ibv_dereg_mr` make the key invalid at once) before the memory is
 //! freed; the LOCAL_INV of step 1 is an early revocation, not what correctness rests on,
 //! because a host that disconnects first leaves the QP in the error state where LOCAL_INV can
-//! only flush. The window goes before the QP on purpose: a bound type-2 window may hold a
-//! reference on its QP (rxe does, and `rxe_destroy_qp` then blocks the worker for about 50 s
-//! before it gives up with a kernel warning), and a region cannot be deregistered while a
-//! window is bound over it (rxe: EINVAL).
+//! only flush. The memory window goes before the QP on purpose: a bound type-2 memory window
+//! may hold a reference on its QP (rxe does, and `rxe_destroy_qp` then blocks the worker for
+//! about 50 s before it gives up with a kernel warning), and a region cannot be deregistered
+//! while a memory window is bound over it (rxe: EINVAL).
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -66,23 +67,23 @@ pub type RdmaQueue = Queue<RdmaXport>;
 pub enum RemoteKey {
     /// A type-2 memory window bound through this connection's QP over `mr`, a region that
     /// covers exactly the connection's data area and grants no remote access itself.
-    Window { mw: Mw, mr: Mr },
-    /// Fallback where the device has no windows: a memory region over the data area only,
+    Mw { mw: Mw, mr: Mr },
+    /// Fallback where the device has no memory windows: a memory region over the data area only,
     /// with remote write.
-    Region(Mr),
+    Mr(Mr),
 }
 
 impl RemoteKey {
     pub fn rkey(&self) -> u32 {
         match self {
-            RemoteKey::Window { mw, .. } => mw.rkey(),
-            RemoteKey::Region(r) => r.rkey(),
+            RemoteKey::Mw { mw, .. } => mw.rkey(),
+            RemoteKey::Mr(r) => r.rkey(),
         }
     }
 }
 
 /// The RDMA state of one queue. Field order is drop order: remote key, then QP (see the
-/// module documentation); the queue drops its window after this.
+/// module documentation); the queue drops its parcel after this.
 pub struct RdmaXport {
     pub remote_key: Option<RemoteKey>,
     pub qp: Qp,
@@ -118,7 +119,7 @@ fn wr(q: &RdmaQueue, kind: WrKind, slot: u32) -> u64 {
 
 /// Posts receive slot `slot`.
 pub fn post_recv(q: &mut RdmaQueue, slot: u32) -> Result<(), FabricError> {
-    let sge = [q.window.recv_slot(slot).sge(q.xport.lkey)];
+    let sge = [q.parcel.recv_slot(slot).sge(q.xport.lkey)];
     q.xport.qp.post_recv(&[RecvWr {
         wr_id: wr(q, WrKind::Recv, slot),
         sgl: &sge,
@@ -254,10 +255,10 @@ impl QueueTransport for RdmaXport {
         let mut cqe = Cqe::error(r.sqe.cid, q.qid, q.sqhd(), r.status);
         cqe.dw0 = r.dw0;
         cqe.dw1 = r.dw1;
-        let resp = q.window.resp_slot(slot);
+        let resp = q.parcel.resp_slot(slot);
         let bytes = cqe.to_bytes();
         assert!(bytes.len() <= resp.len, "CQE larger than its slot");
-        // SAFETY: the response slot lies inside this queue's window, mapped while the queue
+        // SAFETY: the response slot lies inside this queue's parcel, mapped while the queue
         // lives; it belongs to this request, whose previous response SEND completed before the
         // request was freed, so no work request reads it now.
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), resp.as_ptr(), bytes.len()) };
@@ -302,7 +303,7 @@ impl QueueTransport for RdmaXport {
 
     /// Posts LOCAL_INV of the push memory window; false if there is none to invalidate.
     fn revoke(q: &mut RdmaQueue) -> bool {
-        let Some(RemoteKey::Window { mw, .. }) = &q.xport.remote_key else {
+        let Some(RemoteKey::Mw { mw, .. }) = &q.xport.remote_key else {
             return false;
         };
         let wr = SendWr {

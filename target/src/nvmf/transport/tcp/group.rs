@@ -296,9 +296,9 @@ impl TcpGroup {
         };
         let xport = TcpXport::new(p.sock, neg, depth);
         let icd = limits.in_capsule_data_size;
-        let q = Queue::new(xport, window, id, Phase::Live, icd, p.created);
+        let q = Queue::new(xport, parcel, id, Phase::Live, icd, p.created);
         tracing::info!(peer = %q.peer, qid = q.qid, depth, hdgst = neg.hdgst, ddgst = neg.ddgst,
-            window_bytes = q.window.len(), "queue connected (NVMe/TCP)");
+            window_bytes = q.parcel.len(), "queue connected (NVMe/TCP)");
         shared.log_arena("queue connected");
         self.queues.put(q);
         self.on_queue(key, ctx);

@@ -3,10 +3,10 @@
 //! (in-capsule data, or the Transport SGL Data Block fetched by R2T and H2CData), responses
 //! sent as C2HData (from the arena, no copy) and CapsuleResp PDUs.
 //!
-//! # Teardown and the window's memory
-//! Queued PDUs may name the window's data slots (C2HData is written straight from them).
-//! The socket is the only way anything reaches the window: [`QueueTransport::disconnect`]
-//! shuts it down and drops every queued PDU, so when the queue drops its window nothing names
+//! # Teardown and the parcel's memory
+//! Queued PDUs may name the parcel's data slots (C2HData is written straight from them).
+//! The socket is the only way anything reaches the parcel: [`QueueTransport::disconnect`]
+//! shuts it down and drops every queued PDU, so when the queue drops its parcel nothing names
 //! it any more. There is nothing to revoke first.
 
 use std::time::Duration;
@@ -222,7 +222,7 @@ impl QueueTransport for TcpXport {
             pdu.head_len = layout.pdo as u16;
             pdu.data = Some((region.as_ptr().cast_const(), len));
             if neg.ddgst {
-                // SAFETY: the data slot lies in this queue's window; the request's data is in
+                // SAFETY: the data slot lies in this queue's parcel; the request's data is in
                 // place and nothing writes the slot until the request is free again.
                 let data = unsafe { std::slice::from_raw_parts(region.as_ptr(), len) };
                 pdu.ddgst = Some(digest(data).to_le_bytes());

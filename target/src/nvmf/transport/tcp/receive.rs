@@ -1,6 +1,6 @@
 //! What a queue's socket brings: the PDUs in the connection's receive buffer, each checked
 //! (layout, header digest, data digest) and acted on in place: a command capsule is copied
-//! into a receive slot of the queue's window and handed to the core; H2CData is checked
+//! into a receive slot of the queue's parcel and handed to the core; H2CData is checked
 //! against the R2T it answers and its data copied into the command's data slot; the host's
 //! TermReq closes the queue. A protocol error is a C2HTermReq naming the field, then close.
 //!
@@ -119,13 +119,13 @@ fn on_pdu(q: &mut TcpQueue, l: &PduLayout, ctx: &mut Ctx<'_>) -> Result<(), Term
                 });
             };
             let len = SQE_LEN + l.data_len;
-            let region = q.window.recv_slot(recv);
+            let region = q.parcel.recv_slot(recv);
             assert!(
                 len <= region.len,
                 "capsule slots hold the largest capsule accepted"
             );
             let buf = q.xport.sock.received();
-            // SAFETY: the receive slot lies in this queue's window and is free (just taken
+            // SAFETY: the receive slot lies in this queue's parcel and is free (just taken
             // from the free list); the source is our receive buffer; they cannot overlap.
             unsafe {
                 std::ptr::copy_nonoverlapping(buf[CH_LEN..].as_ptr(), region.as_ptr(), SQE_LEN);
