@@ -1,4 +1,5 @@
-//! The buffer arena: one pinned mapping, registered once, carved into per-connection parcels.
+//! The buffer arena: one pinned mapping, registered once, holding the workers' data pools and
+//! the RDMA queues' parcels.
 //!
 //! At start the target maps `arena.bytes` ([`MemBuf`]: populated, optionally locked and on huge
 //! pages) and registers it once as a memory region with `LOCAL_WRITE | MW_BIND` only: no remote
@@ -6,19 +7,24 @@
 //! worker's io_uring as fixed buffers ([`Arena::fixed_region`]), so block I/O goes straight
 //! between the disk and the buffers RDMA reads from and writes to.
 //!
-//! Each accepted connection gets a [`Parcel`]: a contiguous, page-aligned slice sized for its
-//! negotiated queue depth ([`ParcelLayout`]):
+//! Each worker takes one extent for its data pool ([`pool`], `arena.data_bytes` split evenly):
+//! every command's data lives there from its capsule to its response, so the memory data takes
+//! follows the data in flight, not the number of queues. Each RDMA queue gets a [`Parcel`]: a
+//! contiguous, page-aligned slice for what the device must reach per queue, sized for its
+//! negotiated queue depth ([`ParcelLayout`]); an NVMe/TCP or loop queue's parcel is ordinary
+//! memory ([`Parcel::heap`]), no part of the arena:
 //!
 //! ```text
-//! parcel offset 0                                                              total_bytes
-//! | recv slots: depth x capsule slot | resp slots: depth x 16 | pad | data slots: depth x io |
-//!   capsule slot = round_up(64 + in_capsule_data_size, 64)    4 KiB-aligned, one per request
+//! parcel offset 0                                                    total_bytes
+//! | recv slots: depth x capsule slot | resp slots: depth x 16 | pad | push data slots |
+//!   capsule slot = round_up(64 + in_capsule_data_size, 64)     an RDMA push queue only:
+//!                                                              depth x max_io, 4 KiB-aligned
 //! ```
 //!
-//! On RDMA, a push-write connection's host gets a key over its parcel's data area only (a
-//! type-2 memory window bound over a region registered for that area, or such a region
-//! itself: `nvmf/transport/rdma/queue.rs`); everything else of the parcel is only ever used
-//! with the arena region's lkey.
+//! On RDMA, a push-write queue's host gets a key over its parcel's data slots only (a type-2
+//! memory window bound over a region registered for that area, or such a region itself:
+//! `nvmf/transport/rdma/queue.rs`); everything else of the parcel is only ever used with the
+//! arena region's lkey.
 //!
 //! The carving itself is [`ArenaAllocator`], a plain first-fit free list over 4 KiB pages with
 //! coalescing, testable without a device. Its free list is preallocated for the most parcels
@@ -55,21 +61,21 @@ pub struct ParcelLayout {
     pub resp_offset: usize,
     /// Offset of the data area (page-aligned).
     pub data_offset: usize,
-    /// One data slot: `max_io_size` rounded to a page (0: the window has no data slots).
+    /// One data slot: `max_io_size` rounded to a page (0: the parcel has no data slots).
     pub data_slot_bytes: usize,
     /// Data slots: `queue_depth` for an RDMA push queue (its host places data by command
     /// ID), 0 for every other queue (its commands take buffers from the worker's data pool,
     /// [`pool`]).
     pub data_slots: u32,
-    /// Whole window, a multiple of [`PAGE_BYTES`].
+    /// Whole parcel, a multiple of [`PAGE_BYTES`].
     pub total_bytes: usize,
 }
 
-impl WindowLayout {
+impl ParcelLayout {
     /// The layout of a queue of `queue_depth` requests with no data slots: receive and
     /// response slots only.
     pub const fn without_data(queue_depth: u32, in_capsule_data_size: u32) -> Self {
-        let mut l = WindowLayout::new(queue_depth, in_capsule_data_size, 0);
+        let mut l = ParcelLayout::new(queue_depth, in_capsule_data_size, 0);
         l.data_slots = 0;
         l.total_bytes = l.data_offset;
         l
@@ -190,7 +196,7 @@ pub struct ArenaStats {
     pub largest_free_bytes: usize,
     /// Carvings refused for lack of space.
     pub refused: u64,
-    /// Bytes the workers' data pools hold (counted in neither `bytes_in_use` nor `windows`).
+    /// Bytes the workers' data pools hold (counted in neither `bytes_in_use` nor `parcels`).
     pub pool_bytes: usize,
 }
 
@@ -308,12 +314,12 @@ impl ArenaAllocator {
         self.stats.largest_free_bytes = self.largest_free();
     }
 
-    /// Carves `len` bytes for a data pool: counted as pool bytes, not as a window.
+    /// Carves `len` bytes for a data pool: counted as pool bytes, not as a parcel.
     pub fn alloc_pool(&mut self, len: usize) -> Result<Extent, ArenaError> {
         let high_water = self.stats.high_water_bytes;
         let x = self.alloc(len)?;
         self.stats.high_water_bytes = high_water;
-        self.stats.windows -= 1;
+        self.stats.parcels -= 1;
         self.stats.bytes_in_use -= x.len;
         self.stats.pool_bytes += x.len;
         Ok(x)
@@ -321,7 +327,7 @@ impl ArenaAllocator {
 
     /// Returns a pool's extent from [`ArenaAllocator::alloc_pool`].
     pub fn free_pool(&mut self, x: Extent) {
-        self.stats.windows += 1;
+        self.stats.parcels += 1;
         self.stats.bytes_in_use += x.len;
         self.stats.pool_bytes -= x.len;
         self.free(x);
@@ -487,8 +493,8 @@ impl Arena {
             depth = layout.queue_depth,
             "arena window carved"
         );
-        Ok(Window {
-            memory: WindowMemory::Arena(Arc::clone(self)),
+        Ok(Parcel {
+            memory: ParcelMemory::Arena(Arc::clone(self)),
             extent,
             layout,
         })
@@ -517,15 +523,15 @@ impl Arena {
 ///
 /// [`released`]: Parcel::release
 #[derive(Debug)]
-pub struct Window {
-    memory: WindowMemory,
+pub struct Parcel {
+    memory: ParcelMemory,
     extent: Extent,
     layout: ParcelLayout,
 }
 
-/// What a window's bytes are.
+/// What a parcel's bytes are.
 #[derive(Debug)]
-enum WindowMemory {
+enum ParcelMemory {
     /// An extent of the arena (a queue the device reaches: RDMA).
     Arena(Arc<Arena>),
     /// Ordinary memory, zeroed and only touched where used (a queue only the worker's own
@@ -534,15 +540,15 @@ enum WindowMemory {
     Heap(std::ptr::NonNull<u8>),
 }
 
-// SAFETY: a window's memory is its own (an arena extent no other window has, or a heap block
+// SAFETY: a parcel's memory is its own (an arena extent no other parcel has, or a heap block
 // it allocated); it is reached only through raw pointers by the one thread that has the
 // queue at a time (the listener that made it, then its worker).
-unsafe impl Send for Window {}
-// SAFETY: `&Window` gives out addresses only (regions); every access to the bytes is through
+unsafe impl Send for Parcel {}
+// SAFETY: `&Parcel` gives out addresses only (regions); every access to the bytes is through
 // raw pointers under the rules of whoever holds the queue, as for the arena itself.
-unsafe impl Sync for Window {}
+unsafe impl Sync for Parcel {}
 
-/// A byte range inside a window, as absolute virtual address and length (what SGEs, memory
+/// A byte range inside a parcel, as absolute virtual address and length (what SGEs, memory
 /// window binds and io_uring name).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Region {
@@ -565,11 +571,11 @@ impl Region {
     }
 }
 
-impl Window {
-    /// A window laid out as `layout` in ordinary memory, not the arena: for a transport whose
+impl Parcel {
+    /// A parcel laid out as `layout` in ordinary memory, not the arena: for a transport whose
     /// queues the device never reaches (NVMe/TCP, loop). Zeroed lazily by the kernel, so
     /// only the slots a queue uses become resident.
-    pub fn heap(layout: WindowLayout) -> Window {
+    pub fn heap(layout: ParcelLayout) -> Parcel {
         let len = layout.total_bytes.max(PAGE_BYTES);
         let l = std::alloc::Layout::from_size_align(len, PAGE_BYTES).expect("window layout");
         // SAFETY: `l` has a non-zero size.
@@ -577,20 +583,20 @@ impl Window {
         let Some(ptr) = std::ptr::NonNull::new(ptr) else {
             std::alloc::handle_alloc_error(l);
         };
-        Window {
-            memory: WindowMemory::Heap(ptr),
+        Parcel {
+            memory: ParcelMemory::Heap(ptr),
             extent: Extent { offset: 0, len },
             layout,
         }
     }
 
-    pub fn layout(&self) -> &WindowLayout {
+    pub fn layout(&self) -> &ParcelLayout {
         &self.layout
     }
 
-    /// Whether the window is an extent of the arena (else ordinary memory).
+    /// Whether the parcel is an extent of the arena (else ordinary memory).
     pub fn in_arena(&self) -> bool {
-        matches!(self.memory, WindowMemory::Arena(_))
+        matches!(self.memory, ParcelMemory::Arena(_))
     }
 
     /// Offset of the parcel's first byte inside the arena (and its memory region).
@@ -598,7 +604,7 @@ impl Window {
         self.extent.offset
     }
 
-    /// Bytes of the window.
+    /// Bytes of the parcel.
     pub fn len(&self) -> usize {
         self.extent.len
     }
@@ -610,8 +616,8 @@ impl Window {
     fn region(&self, offset: usize, len: usize) -> Region {
         debug_assert!(offset + len <= self.extent.len);
         let base = match &self.memory {
-            WindowMemory::Arena(a) => a.ptr as u64 + self.extent.offset as u64,
-            WindowMemory::Heap(p) => p.as_ptr() as u64,
+            ParcelMemory::Arena(a) => a.ptr as u64 + self.extent.offset as u64,
+            ParcelMemory::Heap(p) => p.as_ptr() as u64,
         };
         Region {
             addr: base + offset as u64,
@@ -654,11 +660,11 @@ impl Window {
 impl Drop for Parcel {
     fn drop(&mut self) {
         let arena = match &self.memory {
-            WindowMemory::Arena(a) => a,
-            WindowMemory::Heap(p) => {
+            ParcelMemory::Arena(a) => a,
+            ParcelMemory::Heap(p) => {
                 let l = std::alloc::Layout::from_size_align(self.extent.len, PAGE_BYTES)
                     .expect("window layout");
-                // SAFETY: allocated in `Window::heap` with this layout, freed once (here).
+                // SAFETY: allocated in `Parcel::heap` with this layout, freed once (here).
                 unsafe { std::alloc::dealloc(p.as_ptr(), l) };
                 return;
             }

@@ -33,7 +33,7 @@ pub use nqn::{
 };
 pub use validate::{ana_state_names, parse_ana_group, Problem};
 
-use crate::arena::{WindowLayout, PAGE_BYTES};
+use crate::arena::{ParcelLayout, PAGE_BYTES};
 
 /// The NVMe-oF well-known port (IANA): the default port of every listener and referral,
 /// whatever its transport.
@@ -411,7 +411,7 @@ pub enum PollMode {
 #[serde(deny_unknown_fields)]
 pub struct ArenaConfig {
     /// Total bytes, pinned at start: the workers' data pools (`data_bytes`) and the RDMA
-    /// queues' windows (receive and response slots). Absent (or 0): sized from the limits
+    /// queues' parcels (receive and response slots). Absent (or 0): sized from the limits
     /// when the file is read ([`ArenaConfig::bytes_for`]).
     #[serde(default)]
     pub bytes: ByteSize,
@@ -447,7 +447,7 @@ impl Default for ArenaConfig {
 }
 
 impl ArenaConfig {
-    /// RDMA queues at `limits.max_queue_depth` whose windows (receive and response slots) a
+    /// RDMA queues at `limits.max_queue_depth` whose parcels (receive and response slots) a
     /// default arena holds beside its data pools (fewer if `limits.max_connections` is lower).
     /// NVMe/TCP queues take no arena space of their own.
     pub const DEFAULT_CONNECTIONS: u32 = 64;
@@ -466,7 +466,7 @@ impl ArenaConfig {
     }
 
     /// The arena an absent `bytes` means: the data pools (`data_bytes`, or their default)
-    /// and [`Self::DEFAULT_CONNECTIONS`] RDMA windows at the largest queue depth, rounded up
+    /// and [`Self::DEFAULT_CONNECTIONS`] RDMA parcels at the largest queue depth, rounded up
     /// to 2 MiB (a huge page). `None` if the limits are out of range (validation names them).
     pub fn bytes_for(&self, limits: &Limits, workers: u32) -> Option<u64> {
         if !(MIN_QUEUE_DEPTH..=MAX_QUEUE_DEPTH).contains(&limits.max_queue_depth)
@@ -475,15 +475,15 @@ impl ArenaConfig {
         {
             return None;
         }
-        let window = limits
-            .queue_window_layout(limits.max_queue_depth)
+        let parcel = limits
+            .queue_parcel_layout(limits.max_queue_depth)
             .total_bytes as u64;
         let n = u64::from(limits.max_connections.clamp(1, Self::DEFAULT_CONNECTIONS));
         let data = match self.data_bytes.bytes() {
             0 => Self::default_data_bytes(limits, workers),
             d => d,
         };
-        Some((data + window * n).next_multiple_of(2 << 20))
+        Some((data + parcel * n).next_multiple_of(2 << 20))
     }
 }
 
@@ -522,16 +522,16 @@ impl Default for Limits {
 }
 
 impl Limits {
-    /// The window an RDMA push queue of `queue_depth` entries takes from the arena: receive,
+    /// The parcel an RDMA push queue of `queue_depth` entries takes from the arena: receive,
     /// response and data slots.
-    pub fn window_layout(&self, queue_depth: u32) -> WindowLayout {
-        WindowLayout::new(queue_depth, self.in_capsule_data_size, self.max_io_size)
+    pub fn parcel_layout(&self, queue_depth: u32) -> ParcelLayout {
+        ParcelLayout::new(queue_depth, self.in_capsule_data_size, self.max_io_size)
     }
 
-    /// The window any other RDMA queue of `queue_depth` entries takes from the arena: receive
+    /// The parcel any other RDMA queue of `queue_depth` entries takes from the arena: receive
     /// and response slots (its data takes buffers from its worker's pool).
-    pub fn queue_window_layout(&self, queue_depth: u32) -> WindowLayout {
-        WindowLayout::without_data(queue_depth, self.in_capsule_data_size)
+    pub fn queue_parcel_layout(&self, queue_depth: u32) -> ParcelLayout {
+        ParcelLayout::without_data(queue_depth, self.in_capsule_data_size)
     }
 }
 
@@ -980,9 +980,9 @@ impl Config {
         }
     }
 
-    /// The window of an RDMA queue (no push) at the largest queue depth hosts may ask for.
-    pub fn max_window_layout(&self) -> WindowLayout {
-        self.limits.queue_window_layout(self.limits.max_queue_depth)
+    /// The parcel of an RDMA queue (no push) at the largest queue depth hosts may ask for.
+    pub fn max_parcel_layout(&self) -> ParcelLayout {
+        self.limits.queue_parcel_layout(self.limits.max_queue_depth)
     }
 
     /// Bytes of the arena the workers' data pools take together (`arena.data_bytes`, or

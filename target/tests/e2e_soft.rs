@@ -387,7 +387,7 @@ fn connect_refusals() {
 
 #[test]
 fn arena_full_rejects_with_no_resources() {
-    // The data pool takes 400 KiB; an RDMA window at depth 32 (receive and response slots)
+    // The data pool takes 400 KiB; an RDMA parcel at depth 32 (receive and response slots)
     // is 136 KiB: the 200 KiB left hold exactly one.
     let (t, addr) = start_target("600KiB\"\ndata_bytes = \"400KiB", "");
     let (admin, _cntlid) = admin_queue(addr, 0);
@@ -395,14 +395,14 @@ fn arena_full_rejects_with_no_resources() {
     if e2e_loop() {
         // A loop queue takes nothing of the arena (its capsules are in ordinary memory, its
         // data in the pool): a second queue is served.
-        assert_eq!(s.windows, 0);
+        assert_eq!(s.parcels, 0);
         let (other, _) = admin_queue(addr, 0);
         drop((admin, other));
         wait_idle(&t);
         t.shutdown();
         return;
     }
-    assert_eq!(s.windows, 1);
+    assert_eq!(s.parcels, 1);
     {
         assert_eq!(
             reject_status(Host::connect(addr, cm_request(1, 32))),

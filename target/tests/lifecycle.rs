@@ -249,7 +249,7 @@ fn repeated_abort_mid_io_leaks_nothing() {
     let _g = serial();
     let (t, addr) = start_with("32MiB", "", "");
     // Warm-up: one cycle of each variant, so lazily created things (provider state, logging)
-    // exist from here on and the arena's high water includes a push queue's window (data
+    // exist from here on and the arena's high water includes a push queue's parcel (data
     // slots) beside the others' (receive and response slots only).
     for variant in 0..5 {
         connect_fire_and_vanish(addr, variant);

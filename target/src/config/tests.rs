@@ -543,15 +543,15 @@ fn a_config_without_arena_gets_one_sized_from_the_limits() {
     let c = Config::from_str(&text).unwrap();
     let parcel = c.max_parcel_layout().total_bytes as u64;
     assert!(c.arena.sized_from_limits && c.arena.lock && !c.arena.hugepages);
-    // The data pools (128 MiB) and 64 RDMA windows (receive and response slots only).
-    assert_eq!(window, 536_576);
+    // The data pools (128 MiB) and 64 RDMA parcels (receive and response slots only).
+    assert_eq!(parcel, 536_576);
     assert_eq!(c.data_pool_bytes(), 128 << 20);
     assert_eq!(
         c.arena.bytes.bytes(),
-        ((128 << 20) + 64 * window).next_multiple_of(2 << 20)
+        ((128 << 20) + 64 * parcel).next_multiple_of(2 << 20)
     );
     assert_eq!(c.data_pool_bytes_per_worker(), 128 << 20);
-    // Fewer connections allowed, fewer windows; a table without `bytes` is sized the same way.
+    // Fewer connections allowed, fewer parcels; a table without `bytes` is sized the same way.
     let few = text.replace(
         "[[listener]]",
         "[limits]\nmax_connections = 3\n[[listener]]",
@@ -562,9 +562,9 @@ fn a_config_without_arena_gets_one_sized_from_the_limits() {
     assert!(few.arena.sized_from_limits && !few.arena.lock);
     assert_eq!(
         few.arena.bytes.bytes(),
-        ((128 << 20) + 3 * window).next_multiple_of(2 << 20)
+        ((128 << 20) + 3 * parcel).next_multiple_of(2 << 20)
     );
-    // The pools given, the arena holds them beside the windows; several workers share them.
+    // The pools given, the arena holds them beside the parcels; several workers share them.
     let given = text.replace(
         "[[listener]]",
         "[target]\nworker_threads = 4\n[arena]\ndata_bytes = \"32MiB\"\n[[listener]]",
@@ -574,7 +574,7 @@ fn a_config_without_arena_gets_one_sized_from_the_limits() {
     assert_eq!(given.data_pool_bytes_per_worker(), 8 << 20);
     assert_eq!(
         given.arena.bytes.bytes(),
-        ((32 << 20) + 64 * window).next_multiple_of(2 << 20)
+        ((32 << 20) + 64 * parcel).next_multiple_of(2 << 20)
     );
     // A size given is kept as given.
     assert!(!Config::from_str(MINIMAL).unwrap().arena.sized_from_limits);

@@ -327,12 +327,12 @@ fn check_arena(cfg: &Config, c: &mut Checker) {
                 l.max_io_size,
             ),
         );
-    } else if bytes < data + window {
+    } else if bytes < data + parcel {
         c.fail(
             "arena.bytes",
             format!(
                 "{} does not hold the data pools (arena.data_bytes {}) and one RDMA queue's \
-                 window at limits.max_queue_depth {} ({} = receive slots {} x {} B + response \
+                 parcel at limits.max_queue_depth {} ({} = receive slots {} x {} B + response \
                  slots): raise arena.bytes to the data pools plus {} per RDMA queue you \
                  expect, or lower arena.data_bytes",
                 cfg.arena.bytes,
@@ -340,8 +340,8 @@ fn check_arena(cfg: &Config, c: &mut Checker) {
                 l.max_queue_depth,
                 super::ByteSize(parcel),
                 l.max_queue_depth,
-                cfg.max_window_layout().capsule_slot_bytes,
-                super::ByteSize(window),
+                cfg.max_parcel_layout().capsule_slot_bytes,
+                super::ByteSize(parcel),
             ),
         );
     }

@@ -22,7 +22,7 @@ use super::subsystems::controller::Controller;
 use super::transport::QueueTransport;
 use super::Shared;
 use crate::arena::pool::{host_key, DataBuf};
-use crate::arena::Window;
+use crate::arena::Parcel;
 
 /// SQHD of every completion on a queue whose Connect disabled SQ flow control.
 pub const SQHD_DISABLED: u16 = 0xFFFF;

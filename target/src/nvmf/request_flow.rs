@@ -82,7 +82,7 @@ fn start_request<X: QueueTransport>(
     }
     r.enter(ReqState::New, qid, slot);
     if let Some(ps) = push_slot {
-        q.reqs[slot as usize].data = DataBuf::outside(q.window.data_slot(ps));
+        q.reqs[slot as usize].data = DataBuf::outside(q.parcel.data_slot(ps));
     } else if let Some(order) = buffer_order(&sqe, ctx.shared) {
         let w = Waiter {
             group: ctx.group,

@@ -445,13 +445,13 @@ pub fn io_queue(addr: SocketAddr, ddgst: bool, qid: u16, cntlid: u16, depth: u16
 }
 
 /// Waits (up to [`HANG_GUARD`]) until the target holds `connections` connections; an
-/// NVMe/TCP queue never takes an arena window (its capsules are in ordinary memory, its data
+/// NVMe/TCP queue never takes an arena parcel (its capsules are in ordinary memory, its data
 /// in the worker's pool).
 pub fn wait_held(t: &Target, connections: usize) {
     let deadline = Instant::now() + HANG_GUARD;
     loop {
         let s = t.arena_stats();
-        assert_eq!(s.windows, 0, "NVMe/TCP queues hold arena windows: {s:?}");
+        assert_eq!(s.parcels, 0, "NVMe/TCP queues hold arena parcels: {s:?}");
         if t.queues_open() == connections {
             return;
         }

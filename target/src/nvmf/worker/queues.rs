@@ -234,7 +234,7 @@ impl<X: QueueTransport> Queues<X> {
         }
     }
 
-    /// Drops a drained queue: its transport state, then its window; the data buffers its
+    /// Drops a drained queue: its transport state, then its parcel; the data buffers its
     /// requests still hold (a data phase the host never finished) go back to the pool.
     fn finish(
         &mut self,

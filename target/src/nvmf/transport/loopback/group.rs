@@ -16,7 +16,7 @@ use rdmablk::nvme::transport::loopback::{LoopError, Side, ToHost, Wake, CAPSULE_
 use super::queue::{LoopQueue, LoopXport};
 use super::LoopPending;
 use crate::arena::pool::DataBuf;
-use crate::arena::{Window, WindowLayout};
+use crate::arena::{Parcel, ParcelLayout};
 use crate::backend::Completion;
 use crate::nvmf::queue::{begin_close, Phase, Queue, QueueId};
 use crate::nvmf::request::{ReqState, Tag};
@@ -53,9 +53,9 @@ impl LoopGroup {
             limits.max_queue_depth
         };
         let depth = p.end.entries().clamp(1, max);
-        // Capsules only: data takes buffers from the worker's pool, and the window is
+        // Capsules only: data takes buffers from the worker's pool, and the parcel is
         // ordinary memory (no device reaches it).
-        let window = Window::heap(WindowLayout::without_data(
+        let parcel = Parcel::heap(ParcelLayout::without_data(
             depth,
             limits.in_capsule_data_size.max(CAPSULE_DATA as u32),
         ));

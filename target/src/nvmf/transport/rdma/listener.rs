@@ -18,7 +18,7 @@ use rdmablk::nvme::transport::rdma::{CmReject, CmRejectStatus, CmRequest};
 
 use super::admit::PendingConn;
 use super::{cqes_per_connection, provider_kind, RdmaDevice, RdmaError, SEND_WRS_PER_REQUEST};
-use crate::arena::{ArenaError, WindowLayout};
+use crate::arena::{ArenaError, ParcelLayout};
 use crate::config::{self, ListenerConfig};
 use crate::nvmf::worker::{WorkerMsg, WorkerTx};
 use crate::nvmf::{Shared, TargetError, ADMIN_QUEUE_DEPTH};
@@ -148,11 +148,11 @@ impl Acceptor {
         // by command ID), every other queue's data takes buffers from its worker's pool.
         let limits = &self.shared.fixed.limits;
         let layout = if cm.push.is_some() && cm.qid != 0 {
-            limits.window_layout(depth)
+            limits.parcel_layout(depth)
         } else {
-            WindowLayout::without_data(depth, limits.in_capsule_data_size)
+            ParcelLayout::without_data(depth, limits.in_capsule_data_size)
         };
-        let window = match self.shared.arena.carve(layout) {
+        let parcel = match self.shared.arena.carve(layout) {
             Ok(w) => w,
             Err(e @ ArenaError::Full { .. }) | Err(e @ ArenaError::BadSize { .. }) => {
                 tracing::warn!(error = %e, qid = cm.qid, "no arena space for a queue");

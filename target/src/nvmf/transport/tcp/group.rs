@@ -23,7 +23,7 @@ use super::receive::{check_header_digest, receive};
 use super::socket::{Socket, TxPdu, TX_HEADER_BYTES};
 use super::{TcpPending, ADMIN_CAPSULE_DATA, MAXH2CDATA};
 use crate::arena::pool::DataBuf;
-use crate::arena::{Window, WindowLayout};
+use crate::arena::{Parcel, ParcelLayout};
 use crate::backend::Completion;
 use crate::nvmf::queue::{begin_close, Phase, Queue, QueueId};
 use crate::nvmf::request::Tag;
@@ -273,7 +273,7 @@ impl TcpGroup {
         // Capsules only, in ordinary memory: no device reaches an NVMe/TCP queue, and its
         // commands' data takes buffers from the worker's pool when they arrive, so a queue
         // costs no pinned memory and, idle, little resident memory.
-        let window = Window::heap(WindowLayout::without_data(
+        let parcel = Parcel::heap(ParcelLayout::without_data(
             depth,
             limits.in_capsule_data_size.max(ADMIN_CAPSULE_DATA),
         ));
