@@ -28,7 +28,6 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use rdmablk::fabric;
 use rdmablk::nvme::admin::{async_event_request_sqe, AsyncEvent};
 use rdmablk::nvme::ana::AnaState;
 use rdmablk::nvme::log_page::lid;
@@ -37,11 +36,12 @@ use crate::buf::{BufPool, IoBuf};
 use crate::error::{Error, Result};
 use crate::ioqueue::IoQueue;
 use crate::namespace::{Namespace, Via};
-use crate::options::{ConnectOptions, TargetUrl, Transport};
+use crate::options::ConnectOptions;
 use crate::queue::Queue;
 use crate::session::{ana_log_bytes, ControllerInfo, Setup, AER_TAG};
 use crate::stats::{Stats, StatsSnapshot};
 use crate::transport::Fabric;
+use crate::url::TargetUrl;
 
 struct Pool {
     /// Session generation; bumped by every successful reconnect.
@@ -59,7 +59,7 @@ struct Pool {
 pub(crate) struct ControllerState {
     pub url: TargetUrl,
     pub opts: ConnectOptions,
-    fabric: Fabric,
+    fabric: Arc<dyn Fabric>,
     pub bufs: BufPool,
     pub stats: Arc<Stats>,
     pool: Mutex<Pool>,
@@ -95,8 +95,9 @@ impl Drop for KeepAlive {
 }
 
 impl Controller {
-    /// Connects to `url` (`rdma://IP:PORT/SUBNQN` or `soft://HOST:PORT/SUBNQN`, options in
-    /// the query) with default options.
+    /// Connects to `url` (`rdma://IP:PORT/SUBNQN`, `soft://HOST:PORT/SUBNQN`,
+    /// `tcp://HOST:PORT/SUBNQN` or `loop://IP:PORT/SUBNQN`, options in the query) with default
+    /// options.
     pub fn connect(url: &str) -> Result<Controller> {
         Self::connect_with(url, ConnectOptions::default())
     }
@@ -105,23 +106,26 @@ impl Controller {
     pub fn connect_with(url: &str, mut opts: ConnectOptions) -> Result<Controller> {
         let url = TargetUrl::parse_with(url, &mut opts)?;
         opts.validate()?;
-        let (fabric, bufs) = open_fabric_and_pool(&opts, &url, opts.buffer_pool_bytes)?;
-        Self::connect_on(url, opts, fabric, bufs)
+        let bufs = url
+            .transport
+            .open_pool(url.addr, &opts, opts.buffer_pool_bytes)?;
+        Self::connect_on(url, opts, bufs)
     }
 
-    /// Connects `url` over an open fabric (PD) with its registered buffer pool: the paths of
-    /// a multipath controller share both, so one [`IoBuf`] serves every path.
+    /// Connects `url` with its buffers in `bufs`, a pool its transport reaches (RDMA: one
+    /// registered on the PD its queues use): the paths of a multipath controller share one,
+    /// so one [`IoBuf`] serves every path.
     pub(crate) fn connect_on(
         url: TargetUrl,
         opts: ConnectOptions,
-        fabric: Fabric,
         bufs: BufPool,
     ) -> Result<Controller> {
+        let fabric = url.transport.open(&opts, &bufs)?;
         let stats = Arc::new(Stats::default());
         let session = Setup {
             url: &url,
             opts: &opts,
-            fabric: &fabric,
+            fabric: &*fabric,
             pool: &bufs,
             stats: &stats,
         }
@@ -273,37 +277,6 @@ impl Controller {
     }
 }
 
-/// Opens the fabric `url` names and a buffer pool of `pool_bytes` usable over it.
-pub(crate) fn open_fabric_and_pool(
-    opts: &ConnectOptions,
-    url: &TargetUrl,
-    pool_bytes: usize,
-) -> Result<(Fabric, BufPool)> {
-    let fabric = open_fabric(opts, url)?;
-    let bufs = BufPool::new(fabric.pd(), pool_bytes)?;
-    Ok((fabric.with_pool(&bufs), bufs))
-}
-
-fn open_fabric(opts: &ConnectOptions, url: &TargetUrl) -> Result<Fabric> {
-    let kind = match url.transport {
-        Transport::Rdma(kind) => kind,
-        Transport::Tcp => {
-            return Ok(Fabric::Tcp {
-                hdr_digest: opts.hdr_digest,
-                data_digest: opts.data_digest,
-            })
-        }
-        Transport::Loop => return Ok(Fabric::Loop { pool: None }),
-    };
-    let resolved = fabric::resolve(kind, url.addr, opts.connect_timeout())
-        .map_err(Error::fabric(0, "resolve address"))?;
-    let device = resolved.device();
-    let pd = device
-        .alloc_pd()
-        .map_err(Error::fabric(0, "allocate protection domain"))?;
-    Ok(Fabric::Rdma { kind, pd })
-}
-
 impl ControllerState {
     fn lock_pool(&self) -> MutexGuard<'_, Pool> {
         self.pool.lock().unwrap_or_else(|p| p.into_inner())
@@ -313,7 +286,7 @@ impl ControllerState {
         Setup {
             url: &self.url,
             opts: &self.opts,
-            fabric: &self.fabric,
+            fabric: &*self.fabric,
             pool: &self.bufs,
             stats: &self.stats,
         }

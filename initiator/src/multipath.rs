@@ -62,15 +62,15 @@ pub use path::PathStatus;
 pub(crate) use queue::PathsQueue;
 
 use crate::buf::{BufPool, IoBuf};
-use crate::controller::{open_fabric_and_pool, Controller};
+use crate::controller::Controller;
 use crate::discovery::{discover_with, EntryKind};
 use crate::error::{Error, Result};
 use crate::ioqueue::IoQueue;
 use crate::namespace::{drive, Cmd, Namespace, Via};
-use crate::options::{ConnectOptions, TargetUrl, Transport};
+use crate::options::ConnectOptions;
 use crate::session::{ControllerInfo, NamespaceInfo};
 use crate::stats::{Stats, StatsSnapshot};
-use crate::transport::Fabric;
+use crate::url::TargetUrl;
 use path::Path;
 
 /// How long a command waits before looking again when no path can take it.
@@ -88,7 +88,6 @@ pub struct MultipathController {
 pub(crate) struct Paths {
     list: Vec<Path>,
     opts: ConnectOptions,
-    fabric: Fabric,
     bufs: BufPool,
     stats: Stats,
     subnqn: String,
@@ -139,7 +138,7 @@ impl MultipathController {
         let rdma = parsed
             .iter()
             .map(|(u, _)| u)
-            .find(|u| matches!(u.transport, Transport::Rdma(_)));
+            .find(|u| u.provider().is_some());
         for (u, _) in &parsed {
             if u.subnqn != first.subnqn {
                 return Err(Error::PathMismatch {
@@ -150,8 +149,8 @@ impl MultipathController {
                     ),
                 });
             }
-            if let (Transport::Rdma(k), Some(r)) = (u.transport, rdma) {
-                if Transport::Rdma(k) != r.transport {
+            if let (Some(k), Some(r)) = (u.provider(), rdma) {
+                if Some(k) != r.provider() {
                     return Err(Error::PathMismatch {
                         url: u.to_string(),
                         what: format!(
@@ -162,9 +161,11 @@ impl MultipathController {
                 }
             }
         }
-        let (fabric, bufs) =
-            open_fabric_and_pool(&opts, rdma.unwrap_or(first), opts.buffer_pool_bytes)?;
-        Paths::connect(parsed, opts, fabric, bufs)
+        let home = rdma.unwrap_or(first);
+        let bufs = home
+            .transport
+            .open_pool(home.addr, &opts, opts.buffer_pool_bytes)?;
+        Paths::connect(parsed, opts, bufs)
     }
 
     /// Asks the discovery controller at `discovery_url` (as [`crate::discover`]) for every
@@ -248,15 +249,13 @@ impl Paths {
     fn connect(
         parsed: Vec<(TargetUrl, ConnectOptions)>,
         opts: ConnectOptions,
-        fabric: Fabric,
         bufs: BufPool,
     ) -> Result<MultipathController> {
         let subnqn = parsed[0].0.subnqn.clone();
         let mut connected: Vec<Option<Controller>> = Vec::with_capacity(parsed.len());
         let mut errors = Vec::new();
         for (url, o) in &parsed {
-            let f = path_fabric(&fabric, url, o, &bufs);
-            match Controller::connect_on(url.clone(), o.clone(), f, bufs.clone()) {
+            match Controller::connect_on(url.clone(), o.clone(), bufs.clone()) {
                 Ok(c) => connected.push(Some(c)),
                 Err(e) => {
                     tracing::warn!(%url, "path does not connect (retrying in the background): {e}");
@@ -287,7 +286,6 @@ impl Paths {
         let paths = Arc::new(Paths {
             list,
             opts,
-            fabric,
             bufs,
             stats: Stats::default(),
             subnqn,
@@ -384,12 +382,7 @@ impl Paths {
     /// Connects path `i` anew (its controller gave up) and checks it is the same subsystem.
     fn connect_path(&self, i: usize) -> Result<Controller> {
         let p = &self.list[i];
-        let c = Controller::connect_on(
-            p.url.clone(),
-            p.opts.clone(),
-            path_fabric(&self.fabric, &p.url, &p.opts, &self.bufs),
-            self.bufs.clone(),
-        )?;
+        let c = Controller::connect_on(p.url.clone(), p.opts.clone(), self.bufs.clone())?;
         check_same(
             &p.url,
             &self.subnqn,
@@ -526,20 +519,4 @@ fn check_same(
         }
     }
     Ok(())
-}
-
-/// The fabric path `url` connects over: the set's RDMA fabric (one provider, the pool
-/// registered on its PD) for an RDMA path; NVMe/TCP with the path's own digests; loop with
-/// the pool.
-fn path_fabric(base: &Fabric, url: &TargetUrl, o: &ConnectOptions, bufs: &BufPool) -> Fabric {
-    match url.transport {
-        Transport::Rdma(_) => base.clone(),
-        Transport::Tcp => Fabric::Tcp {
-            hdr_digest: o.hdr_digest,
-            data_digest: o.data_digest,
-        },
-        Transport::Loop => Fabric::Loop {
-            pool: Some(bufs.clone()),
-        },
-    }
 }

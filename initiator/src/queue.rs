@@ -124,7 +124,7 @@ impl Queue {
     /// Connects queue `p.qid` over `fab` (no NVMe command yet); each command gets
     /// `cmd_timeout` for its response.
     pub fn connect(
-        fab: &Fabric,
+        fab: &dyn Fabric,
         p: &QueueParams,
         cmd_timeout: Duration,
         stats: Arc<Stats>,

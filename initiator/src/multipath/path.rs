@@ -9,7 +9,8 @@ use rdmablk::nvme::ana::{AnaLog, AnaState};
 
 use super::Paths;
 use crate::controller::Controller;
-use crate::options::{ConnectOptions, TargetUrl};
+use crate::options::ConnectOptions;
+use crate::url::TargetUrl;
 
 pub(crate) struct Path {
     pub url: TargetUrl,
