@@ -15,11 +15,10 @@ use rdmablk::nvme::discovery::trtype;
 use rdmablk::nvme::transport::loopback::{self, HostEnd, LoopError, Region, ToHost};
 use rdmablk::nvme::{InCapsuleSgl, KeyedSgl, Sgl, SglNeed, Sqe};
 
-use super::{Event, Fabric, QueueParams, QueueTransport, Transport, TransportOps};
+use super::{Dir, Event, Fabric, QueueParams, QueueTransport, Transport, TransportOps};
 use crate::buf::BufPool;
 use crate::error::{Error, Result};
 use crate::options::ConnectOptions;
-use crate::queue::Dir;
 use crate::stats::Stats;
 
 /// The loop transport's row of the transport table (its buffer pool is plain memory).

@@ -22,10 +22,9 @@ use std::time::Duration;
 use rdmablk::fabric::ProviderKind;
 use rdmablk::nvme::{Cqe, SglNeed, Sqe};
 
-use crate::buf::BufPool;
+use crate::buf::{BufPool, IoBuf};
 use crate::error::{Error, Result};
 use crate::options::ConnectOptions;
-use crate::queue::Dir;
 use crate::stats::Stats;
 
 pub(crate) mod loopback;
@@ -174,6 +173,37 @@ pub(crate) trait Fabric: Send + Sync {
 
     /// Connects queue `p.qid` (no NVMe command yet).
     fn connect(&self, p: &QueueParams, stats: Arc<Stats>) -> Result<Box<dyn QueueTransport>>;
+}
+
+/// One contiguous piece of registered memory a command's data lives in.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Seg {
+    pub addr: u64,
+    pub len: u32,
+    pub lkey: u32,
+    pub rkey: u32,
+}
+
+impl Seg {
+    pub fn of(buf: &IoBuf, at: usize, len: u32) -> Seg {
+        debug_assert!(at + len as usize <= buf.len());
+        Seg {
+            addr: buf.addr(at),
+            len,
+            lkey: buf.lkey(),
+            rkey: buf.rkey(),
+        }
+    }
+}
+
+/// Data direction of a command.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Dir {
+    None,
+    /// Controller to host (Read, Identify): the target's data lands in `Seg`.
+    ToHost(Seg),
+    /// Host to controller (Write, Connect data, DSM ranges).
+    ToCtrl(Seg),
 }
 
 /// What a queue is connected with.

@@ -24,11 +24,10 @@ use rdmablk::nvme::transport::rdma::{
 };
 use rdmablk::nvme::{Cqe, InCapsuleSgl, KeyedSgl, Sgl, SglNeed, Sqe, CQE_LEN, SQE_LEN};
 
-use super::{Event, Fabric, QueueParams, QueueTransport, Transport, TransportOps};
+use super::{Dir, Event, Fabric, QueueParams, QueueTransport, Seg, Transport, TransportOps};
 use crate::buf::BufPool;
 use crate::error::{Error, Result};
 use crate::options::ConnectOptions;
-use crate::queue::{Dir, Seg};
 use crate::stats::Stats;
 
 /// NVMe/RDMA's row of the transport table.

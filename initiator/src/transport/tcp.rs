@@ -31,11 +31,10 @@ use rdmablk::nvme::transport::tcp::{
 };
 use rdmablk::nvme::{Cqe, InCapsuleSgl, Sgl, SglNeed, Sqe, Status, TransportSgl};
 
-use super::{Event, Fabric, QueueParams, QueueTransport, Transport, TransportOps};
+use super::{Dir, Event, Fabric, QueueParams, QueueTransport, Transport, TransportOps};
 use crate::buf::BufPool;
 use crate::error::{Error, Result};
 use crate::options::ConnectOptions;
-use crate::queue::Dir;
 use crate::stats::Stats;
 
 /// In-capsule data of admin and fabrics commands (the Linux host's NVME_TCP_ADMIN_CCSZ).
