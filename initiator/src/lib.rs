@@ -32,6 +32,7 @@ mod buf;
 mod controller;
 mod discovery;
 mod error;
+mod io_path;
 mod ioqueue;
 mod multipath;
 mod namespace;
