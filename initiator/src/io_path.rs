@@ -1,10 +1,10 @@
 //! What a namespace's I/O goes through: one controller, or the paths of a multipath set.
 //!
 //! [`crate::Namespace`] (the sync API) is written against [`IoPath`] alone, and
-//! [`crate::IoQueue`] (the async API) against `crate::ioqueue::Lanes`: a
-//! [`crate::Controller`] and a [`crate::MultipathController`] each implement both, so the
-//! imports run one way: controller and multipath above namespace and ioqueue, which know
-//! neither.
+//! [`crate::IoQueue`] (the async API) against `crate::ioqueue::Lanes`. A
+//! [`crate::Controller`] and a [`crate::MultipathController`] are `IoPath`s, and their async
+//! queues (`controller/queue.rs`, `multipath/queue.rs`) are `Lanes`, so the imports run one
+//! way: controller and multipath above namespace and ioqueue, which know neither.
 
 use std::any::Any;
 
