@@ -76,8 +76,10 @@ impl TransportOps for Rdma {
     }
 
     fn open(&self, t: Transport, opts: &ConnectOptions, pool: &BufPool) -> Result<Arc<dyn Fabric>> {
-        let pd = pool.pd().ok_or_else(|| {
-            Error::protocol("NVMe/RDMA opened over a buffer pool on no protection domain")
+        // Never so by construction: a controller's pool comes from its own row, and a
+        // multipath set's from its first RDMA path's.
+        let pd = pool.pd().ok_or_else(|| Error::Controller {
+            what: format!("{}:// needs a buffer pool registered for RDMA", t.scheme()),
         })?;
         Ok(Arc::new(RdmaFabric {
             kind: provider_of(t),
