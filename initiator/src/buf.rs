@@ -15,23 +15,23 @@ use std::sync::{Arc, Mutex};
 
 use rdmablk::fabric::{Access, MemBuf, Mr, Pd};
 
-/// The pool's memory: registered for RDMA, or plain.
+/// The pool's memory: registered for RDMA (on that protection domain), or plain.
 enum PoolMem {
-    Registered(Mr),
+    Registered(Mr, Pd),
     Plain(MemBuf),
 }
 
 impl PoolMem {
     fn as_ptr(&self) -> *mut u8 {
         match self {
-            PoolMem::Registered(m) => m.as_ptr(),
+            PoolMem::Registered(m, _) => m.as_ptr(),
             PoolMem::Plain(m) => m.as_ptr(),
         }
     }
 
     fn keys(&self) -> (u32, u32) {
         match self {
-            PoolMem::Registered(m) => (m.lkey(), m.rkey()),
+            PoolMem::Registered(m, _) => (m.lkey(), m.rkey()),
             PoolMem::Plain(_) => (0, 0),
         }
     }
@@ -72,6 +72,7 @@ impl BufPool {
                 PoolMem::Registered(
                     pd.register(buf, access)
                         .map_err(Error::fabric(0, "register buffer pool"))?,
+                    pd.clone(),
                 )
             }
             None => PoolMem::Plain(buf),
@@ -87,6 +88,14 @@ impl BufPool {
     /// `offset < capacity()` (lets a caller that keeps its own buffer handles map them).
     pub fn as_ptr(&self) -> *mut u8 {
         self.0.mem.as_ptr()
+    }
+
+    /// The protection domain the pool is registered on (`None`: plain memory).
+    pub(crate) fn pd(&self) -> Option<&Pd> {
+        match &self.0.mem {
+            PoolMem::Registered(_, pd) => Some(pd),
+            PoolMem::Plain(_) => None,
+        }
     }
 
     /// Pool size in bytes.

@@ -9,8 +9,8 @@
 //! # Ok::<(), rdmablk_initiator::Error>(())
 //! ```
 //!
-//! The discovery URL is `rdma://HOST:PORT` or `soft://HOST:PORT` (the well-known discovery
-//! NQN is implied), or names a discovery NQN: `rdma://HOST:PORT/NQN`. One admin queue is
+//! The discovery URL is `SCHEME://HOST:PORT` (`rdma`, `soft`, `tcp`, `loop`: the well-known
+//! discovery NQN is implied), or names a discovery NQN: `rdma://HOST:PORT/NQN`. One admin queue is
 //! connected (KATO 0), enabled, the Discovery Log Page read in 4 KiB pieces (header first,
 //! then the rest, read again if the generation counter moved meanwhile), and the controller is
 //! shut down.
@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use rdmablk::fabric::ProviderKind;
 use rdmablk::nvme::discovery::{
-    decode_log, subtype, trtype, DiscoveryLogEntry, DiscoveryLogHeader, DISCOVERY_RECORD_LEN,
+    decode_log, subtype, DiscoveryLogEntry, DiscoveryLogHeader, DISCOVERY_RECORD_LEN,
     MAX_LOG_ENTRIES,
 };
 use rdmablk::nvme::log_page::lid;
@@ -29,9 +29,12 @@ use rdmablk::nvme::properties as props;
 use rdmablk::nvme::{fabrics, Cap, GetLogPage};
 
 use crate::error::{Error, Result};
-use crate::options::{ConnectOptions, TargetUrl, Transport};
+use crate::options::ConnectOptions;
+use crate::queue::Queue;
 use crate::session::{Setup, ADMIN_ENTRIES};
 use crate::stats::Stats;
+use crate::transport::{QueueParams, Transport};
+use crate::url::TargetUrl;
 
 /// Bytes of the log read per Get Log Page (what libnvme uses: any MDTS allows it).
 const CHUNK: usize = 4096;
@@ -70,7 +73,8 @@ pub enum EntryKind {
 }
 
 impl DiscoveryEntry {
-    fn from_raw(raw: DiscoveryLogEntry, provider: Option<ProviderKind>) -> DiscoveryEntry {
+    /// An entry of the log of a discovery controller reached over `via`.
+    fn from_raw(raw: DiscoveryLogEntry, via: Transport) -> DiscoveryEntry {
         let kind = match raw.subtype {
             subtype::NVME => EntryKind::Subsystem,
             subtype::REFERRAL => EntryKind::Referral,
@@ -81,17 +85,9 @@ impl DiscoveryEntry {
             (Ok(ip), Ok(port)) => Some(SocketAddr::new(ip, port)),
             _ => None,
         };
-        let transport = match raw.trtype {
-            trtype::RDMA => Some(Transport::Rdma(provider.unwrap_or(ProviderKind::Verbs))),
-            trtype::TCP => Some(Transport::Tcp),
-            trtype::LOOP => Some(Transport::Loop),
-            _ => None,
-        };
+        let transport = Transport::of_entry(raw.trtype, via);
         DiscoveryEntry {
-            provider: match transport {
-                Some(Transport::Rdma(p)) => Some(p),
-                _ => None,
-            },
+            provider: transport.and_then(Transport::provider),
             transport,
             kind,
             addr,
@@ -120,23 +116,24 @@ pub fn discover_with(url: &str, mut opts: ConnectOptions) -> Result<Vec<Discover
     let full = with_discovery_nqn(url);
     let url = TargetUrl::parse_with(&full, &mut opts)?;
     opts.validate()?;
-    let (fabric, pool) = crate::controller::open_fabric_and_pool(&opts, &url, 2 * CHUNK)?;
+    let pool = url.transport.open_pool(url.addr, &opts, 2 * CHUNK)?;
+    let fabric = url.transport.open(&opts, &pool)?;
     let stats = Arc::new(Stats::default());
     let setup = Setup {
         url: &url,
         opts: &opts,
-        fabric: &fabric,
+        fabric: &*fabric,
         pool: &pool,
         stats: &stats,
     };
-    let mut admin = crate::queue::Queue::connect(
-        &fabric,
-        &crate::transport::QueueParams {
+    let mut admin = Queue::connect(
+        &*fabric,
+        &QueueParams {
             addr: url.addr,
             qid: 0,
             entries: ADMIN_ENTRIES,
             in_capsule_bytes: 0,
-            push: None,
+            max_transfer_bytes: 0,
             connect_timeout: opts.connect_timeout(),
         },
         opts.connect_timeout(),
@@ -153,7 +150,7 @@ pub fn discover_with(url: &str, mut opts: ConnectOptions) -> Result<Vec<Discover
     })?;
     let entries: Vec<_> = raw
         .into_iter()
-        .map(|e| DiscoveryEntry::from_raw(e, url.provider()))
+        .map(|e| DiscoveryEntry::from_raw(e, url.transport))
         .collect();
     tracing::debug!(url = %url, genctr = hdr.genctr, entries = entries.len(), "discovered");
     Ok(entries)
@@ -178,10 +175,7 @@ fn with_discovery_nqn(url: &str) -> String {
 }
 
 /// The header and the whole log, consistent (same generation before and after).
-fn read_log(
-    setup: &Setup<'_>,
-    q: &mut crate::queue::Queue,
-) -> Result<(DiscoveryLogHeader, Vec<u8>)> {
+fn read_log(setup: &Setup<'_>, q: &mut Queue) -> Result<(DiscoveryLogHeader, Vec<u8>)> {
     for _ in 0..ATTEMPTS {
         let head = get_log(setup, q, 0, DISCOVERY_RECORD_LEN)?;
         let hdr = DiscoveryLogHeader::decode(&head).map_err(|e| Error::Protocol {
@@ -218,12 +212,7 @@ fn read_log(
     })
 }
 
-fn get_log(
-    setup: &Setup<'_>,
-    q: &mut crate::queue::Queue,
-    offset: u64,
-    len: usize,
-) -> Result<Vec<u8>> {
+fn get_log(setup: &Setup<'_>, q: &mut Queue, offset: u64, len: usize) -> Result<Vec<u8>> {
     let sqe = GetLogPage::new(lid::DISCOVERY, 0, offset, len as u64).to_sqe(0);
     let (_, data) = setup.admin_cmd(q, sqe, Some((false, Vec::new(), len)), "Get Log Page")?;
     let mut data = data.unwrap_or_default();

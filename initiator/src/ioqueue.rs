@@ -39,11 +39,9 @@ use rdmablk::nvme::ReadWrite;
 use rdmablk::nvme::{Cqe, Sqe};
 
 use crate::buf::IoBuf;
-use crate::controller::Controller;
 use crate::error::{Error, Result};
-use crate::multipath::PathsQueue;
-use crate::namespace::{Namespace, Via};
-use crate::queue::{Dir, Done, Queue, Seg, SubmitError as QSubmitError};
+use crate::namespace::Namespace;
+use crate::queue::{Dir, Seg};
 
 /// Direction of an I/O.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -99,79 +97,52 @@ impl SubmitError {
     }
 }
 
-#[derive(Clone, Copy)]
-struct Meta {
-    tag: u64,
-    op: Op,
-    offset: u64,
-    len: u32,
-}
-
 /// One I/O queue for the async API. `Send`, not `Sync`: one thread drives it.
 pub struct IoQueue {
     ns: Namespace,
-    inner: Inner,
+    lanes: Box<dyn Lanes>,
 }
 
-enum Inner {
-    // Boxed: both are large and of different sizes; made once per `IoQueue`.
-    Path(Box<OnePath>),
-    Paths(Box<PathsQueue>),
-}
+/// The NVMe queues an [`IoQueue`] drives, and what each request's life on them is: one
+/// controller's queue (`crate::controller`, which sends a request its connection's loss cut
+/// again after the reconnect), or a queue per path of a multipath set (`crate::multipath`,
+/// which sends it again on another path). `IoQueue` checks each request first.
+pub(crate) trait Lanes: Send {
+    /// Requests in flight at most.
+    fn depth(&self) -> usize;
 
-/// The queue of a single-path namespace.
-///
-/// A request its connection's loss failed (a transport error, not an NVMe status) is not
-/// reported: it is parked with its buffer and slot, and sent again once the controller has
-/// reconnected, as the Linux host requeues I/O until `ctrl_loss_tmo`. Only when recovery
-/// gives up (the controller failed for good) do parked requests complete, with that error.
-/// A request the target may have executed before the cut is sent again all the same: a
-/// block write of the same data to the same place is idempotent.
-struct OnePath {
-    ctrl: Controller,
-    q: Option<(Queue, u64)>,
-    meta: Vec<Option<Meta>>,
-    free: Vec<u32>,
-    done: Vec<Done>,
-    /// Requests to send again (slot, buffer), once there is a live queue.
-    parked: Vec<(u32, IoBuf)>,
+    fn in_flight(&self) -> usize;
+
+    /// Queues a checked request (see [`IoQueue::submit`]).
+    fn submit(
+        &mut self,
+        op: Op,
+        offset: u64,
+        len: u32,
+        buf: IoBuf,
+        tag: u64,
+    ) -> Result<(), SubmitError>;
+
+    /// See [`IoQueue::poll`].
+    fn poll(&mut self, out: &mut Vec<Completion>) -> Result<usize>;
+
+    /// See [`IoQueue::wait`].
+    fn wait(&mut self, out: &mut Vec<Completion>, min: usize) -> Result<usize>;
 }
 
 impl IoQueue {
-    pub(crate) fn new(ns: Namespace) -> Result<IoQueue> {
-        let inner = match ns.via() {
-            Via::Path(ctrl) => {
-                let (q, generation) = ctrl.shared().checkout()?;
-                let depth = usize::from(q.entries());
-                Inner::Path(Box::new(OnePath {
-                    ctrl: ctrl.clone(),
-                    q: Some((q, generation)),
-                    meta: vec![None; depth],
-                    free: (0..depth as u32).rev().collect(),
-                    done: Vec::with_capacity(depth),
-                    parked: Vec::with_capacity(depth),
-                }))
-            }
-            Via::Paths(paths) => {
-                Inner::Paths(Box::new(PathsQueue::new(paths.clone(), ns.clone())?))
-            }
-        };
-        Ok(IoQueue { ns, inner })
+    /// An async queue on `ns` driving `lanes` (made for `ns`).
+    pub(crate) fn new(ns: Namespace, lanes: Box<dyn Lanes>) -> IoQueue {
+        IoQueue { ns, lanes }
     }
 
     /// Requests in flight at most.
     pub fn depth(&self) -> usize {
-        match &self.inner {
-            Inner::Path(p) => p.meta.len(),
-            Inner::Paths(p) => p.depth(),
-        }
+        self.lanes.depth()
     }
 
     pub fn in_flight(&self) -> usize {
-        match &self.inner {
-            Inner::Path(p) => p.meta.len() - p.free.len(),
-            Inner::Paths(p) => p.in_flight(),
-        }
+        self.lanes.in_flight()
     }
 
     pub fn block_size(&self) -> u32 {
@@ -206,27 +177,18 @@ impl IoQueue {
                 return Err(SubmitError::Failed(e, buf));
             }
         }
-        match &mut self.inner {
-            Inner::Path(p) => p.submit(&self.ns, op, offset, len, buf, tag),
-            Inner::Paths(p) => p.submit(op, offset, len, buf, tag),
-        }
+        self.lanes.submit(op, offset, len, buf, tag)
     }
 
     /// Moves finished requests into `out` without blocking; returns how many.
     pub fn poll(&mut self, out: &mut Vec<Completion>) -> Result<usize> {
-        match &mut self.inner {
-            Inner::Path(p) => p.poll(&self.ns, out),
-            Inner::Paths(p) => Ok(p.poll(out)),
-        }
+        self.lanes.poll(out)
     }
 
     /// Waits until at least `min` requests (capped at those in flight) have finished and
     /// moves every finished one into `out`; returns how many.
     pub fn wait(&mut self, out: &mut Vec<Completion>, min: usize) -> Result<usize> {
-        match &mut self.inner {
-            Inner::Path(p) => p.wait(&self.ns, out, min),
-            Inner::Paths(p) => Ok(p.wait(out, min)),
-        }
+        self.lanes.wait(out, min)
     }
 }
 
@@ -293,189 +255,5 @@ pub(crate) fn outcome(op: Op, result: Result<Cqe>) -> Result<()> {
             status: cqe.status,
         }),
         Err(e) => Err(e),
-    }
-}
-
-impl OnePath {
-    fn submit(
-        &mut self,
-        ns: &Namespace,
-        op: Op,
-        offset: u64,
-        len: u32,
-        buf: IoBuf,
-        tag: u64,
-    ) -> Result<(), SubmitError> {
-        if let Err(e) = self.ensure_queue() {
-            return Err(SubmitError::Failed(e, buf));
-        }
-        if !self.parked.is_empty() {
-            // Requests held across a reconnect go first.
-            return Err(SubmitError::QueueFull(buf));
-        }
-        let Some(slot) = self.free.pop() else {
-            return Err(SubmitError::QueueFull(buf));
-        };
-        let (sqe, dir) = command(ns, op, offset, len, &buf);
-        let (q, _) = self.q.as_mut().expect("ensure_queue installed a queue");
-        match q.submit(sqe, dir, Some(buf), u64::from(slot)) {
-            Ok(()) => {
-                self.meta[slot as usize] = Some(Meta {
-                    tag,
-                    op,
-                    offset,
-                    len,
-                });
-                Ok(())
-            }
-            Err(QSubmitError::Full(b)) => {
-                self.free.push(slot);
-                Err(SubmitError::QueueFull(b.expect("buffer returned")))
-            }
-            Err(QSubmitError::Failed(e, b)) => {
-                self.free.push(slot);
-                Err(SubmitError::Failed(e, b.expect("buffer returned")))
-            }
-        }
-    }
-    /// Replaces a failed queue once its requests have been reported: reconnects the
-    /// controller if nobody has yet, then borrows a queue of the new session.
-    fn ensure_queue(&mut self) -> Result<()> {
-        match &self.q {
-            Some((q, _)) if q.failure().is_none() => return Ok(()),
-            Some((q, _)) if q.in_flight() > 0 => return Ok(()),
-            _ => {}
-        }
-        let shared = self.ctrl.shared().clone();
-        if let Some((q, generation)) = self.q.take() {
-            let why = q.failure().unwrap_or("queue lost").to_string();
-            drop(q);
-            shared.recover(generation, &why)?;
-        }
-        let (q, generation) = shared.checkout()?;
-        // The new session may have other limits; the slot table keeps its size (submit
-        // still gets QueueFull from the queue itself when it is smaller).
-        self.q = Some((q, generation));
-        Ok(())
-    }
-
-    /// Moves finished requests into `out` without blocking (but for a reconnect that parked
-    /// requests wait for); returns how many.
-    pub fn poll(&mut self, ns: &Namespace, out: &mut Vec<Completion>) -> Result<usize> {
-        if let Some((q, _)) = self.q.as_mut() {
-            q.poll(&mut self.done);
-        }
-        let n = self.finish(out);
-        Ok(n + self.resend(ns, out))
-    }
-
-    /// Waits until at least `min` requests (capped at those in flight) have finished and
-    /// moves every finished one into `out`; returns how many.
-    pub fn wait(&mut self, ns: &Namespace, out: &mut Vec<Completion>, min: usize) -> Result<usize> {
-        let want = min.min(self.meta.len() - self.free.len());
-        let mut got = self.poll(ns, out)?;
-        let timeout = self.ctrl.shared().opts.io_timeout();
-        while got < want {
-            if let Some((q, _)) = self.q.as_mut() {
-                q.wait(&mut self.done, timeout);
-            }
-            got += self.finish(out);
-            got += self.resend(ns, out);
-            let idle = self.q.as_ref().map_or(true, |(q, _)| q.in_flight() == 0);
-            if idle && self.parked.is_empty() && got < want {
-                break;
-            }
-        }
-        Ok(got)
-    }
-
-    /// Sends the parked requests again on a live queue, reconnecting the controller first if
-    /// it must; if the controller gave up, completes them with its error. Returns how many
-    /// completed.
-    fn resend(&mut self, ns: &Namespace, out: &mut Vec<Completion>) -> usize {
-        if self.parked.is_empty() {
-            return 0;
-        }
-        if let Err(e) = self.ensure_queue() {
-            let mut n = 0;
-            while let Some((slot, buf)) = self.parked.pop() {
-                let what = e.to_string();
-                self.complete(slot, buf, Err(Error::Disconnected { what }), out);
-                n += 1;
-            }
-            return n;
-        }
-        let Some((q, _)) = self.q.as_mut() else {
-            return 0;
-        };
-        if q.failure().is_some() {
-            return 0; // its posted requests are still to be reported (then parked)
-        }
-        while let Some((slot, buf)) = self.parked.pop() {
-            let m = self.meta[slot as usize].expect("a parked request has its slot");
-            let (sqe, dir) = command(ns, m.op, m.offset, m.len, &buf);
-            match q.submit(sqe, dir, Some(buf), u64::from(slot)) {
-                Ok(()) => self.ctrl.shared().stats.add_retry(),
-                Err(QSubmitError::Full(b) | QSubmitError::Failed(_, b)) => {
-                    self.parked.push((slot, b.expect("buffer returned")));
-                    break;
-                }
-            }
-        }
-        0
-    }
-
-    fn finish(&mut self, out: &mut Vec<Completion>) -> usize {
-        let mut n = 0;
-        let o = &self.ctrl.shared().opts;
-        let requeue = o.requeue && o.reconnect_attempts > 0;
-        let mut done = std::mem::take(&mut self.done);
-        for d in done.drain(..) {
-            let slot = d.tag as u32;
-            let buf = d.buf.expect("async requests carry their buffer");
-            match d.result {
-                // The connection was lost: held for the reconnect.
-                Err(_) if requeue => self.parked.push((slot, buf)),
-                result => {
-                    let m = self.meta[slot as usize].expect("completion for a submitted slot");
-                    self.complete(slot, buf, outcome(m.op, result), out);
-                    n += 1;
-                }
-            }
-        }
-        self.done = done;
-        n
-    }
-
-    fn complete(&mut self, slot: u32, buf: IoBuf, result: Result<()>, out: &mut Vec<Completion>) {
-        let m = self.meta[slot as usize]
-            .take()
-            .expect("completion for a submitted slot");
-        self.free.push(slot);
-        out.push(Completion {
-            tag: m.tag,
-            op: m.op,
-            offset: m.offset,
-            len: m.len,
-            buf,
-            result,
-        });
-    }
-}
-
-impl Drop for OnePath {
-    fn drop(&mut self) {
-        let Some((mut q, generation)) = self.q.take() else {
-            return;
-        };
-        // Let requests in flight finish so their buffers are free to reuse, then hand back.
-        let timeout = self.ctrl.shared().opts.io_timeout();
-        while q.in_flight() > 0 {
-            if q.wait(&mut self.done, timeout) == 0 && q.failure().is_some() {
-                break;
-            }
-        }
-        self.done.clear();
-        self.ctrl.shared().checkin(q, generation);
     }
 }

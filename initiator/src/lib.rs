@@ -32,6 +32,7 @@ mod buf;
 mod controller;
 mod discovery;
 mod error;
+mod io_path;
 mod ioqueue;
 mod multipath;
 mod namespace;
@@ -40,6 +41,7 @@ mod queue;
 mod session;
 mod stats;
 mod transport;
+mod url;
 
 pub use buf::{BufPool, IoBuf, PAGE_BYTES};
 pub use controller::Controller;
@@ -51,6 +53,8 @@ pub use namespace::reservation::{
     AcquireAction, Persist, RegisterAction, Registrant, ReservationReport, ResvType,
 };
 pub use namespace::Namespace;
-pub use options::{default_host_identity, ConnectOptions, TargetUrl, Transport, DEFAULT_PORT};
+pub use options::{default_host_identity, ConnectOptions};
 pub use session::{ControllerInfo, NamespaceIds, NamespaceInfo};
 pub use stats::StatsSnapshot;
+pub use transport::Transport;
+pub use url::{TargetUrl, DEFAULT_PORT};

@@ -18,16 +18,13 @@ use std::sync::{Arc, Mutex};
 use rdmablk::nvme::identify::oncs;
 use rdmablk::nvme::io::{encode_dsm_ranges, flush_sqe, DSM_MAX_RANGES};
 use rdmablk::nvme::opcodes::io as op;
-use rdmablk::nvme::{Dsm, DsmRange, ReadWrite, Sqe, WriteZeroes};
+use rdmablk::nvme::{Dsm, DsmRange, ReadWrite, WriteZeroes};
 
 use crate::buf::IoBuf;
-use crate::controller::Controller;
 use crate::error::{Error, Result};
-use crate::multipath::Paths;
-use crate::options::ConnectOptions;
-use crate::queue::{Dir, Done, Queue, Seg, SubmitError};
+use crate::io_path::{Cmd, IoPath};
+use crate::queue::{Dir, Seg};
 use crate::session::NamespaceInfo;
-use crate::stats::Stats;
 
 pub mod reservation;
 
@@ -38,55 +35,22 @@ const BOUNCE_BYTES: usize = 1 << 20;
 /// threading model.
 #[derive(Clone)]
 pub struct Namespace {
-    via: Via,
+    path: Arc<dyn IoPath>,
     info: NamespaceInfo,
     max_transfer_bytes: u32,
     oncs: u16,
     flush_failed: Arc<Mutex<Option<String>>>,
 }
 
-/// What a namespace's commands go through.
-#[derive(Clone)]
-pub(crate) enum Via {
-    /// One controller.
-    Path(Controller),
-    /// The paths of a multipath controller.
-    Paths(Arc<Paths>),
-}
-
-impl Via {
-    pub fn alloc(&self, len: usize) -> Result<IoBuf> {
-        match self {
-            Via::Path(c) => c.alloc(len),
-            Via::Paths(p) => p.alloc(len),
-        }
-    }
-
-    pub fn stats(&self) -> &Stats {
-        match self {
-            Via::Path(c) => &c.shared().stats,
-            Via::Paths(p) => p.stats(),
-        }
-    }
-
-    pub fn opts(&self) -> &ConnectOptions {
-        match self {
-            Via::Path(c) => &c.shared().opts,
-            Via::Paths(p) => p.opts(),
-        }
-    }
-}
-
-/// One command of a call.
-pub(crate) struct Cmd {
-    pub sqe: Sqe,
-    pub dir: Dir,
-}
-
 impl Namespace {
-    pub(crate) fn new(via: Via, info: NamespaceInfo, max_xfer: u32, oncs: u16) -> Self {
+    pub(crate) fn new(
+        path: Arc<dyn IoPath>,
+        info: NamespaceInfo,
+        max_xfer: u32,
+        oncs: u16,
+    ) -> Self {
         Namespace {
-            via,
+            path,
             info,
             max_transfer_bytes: max_xfer,
             oncs,
@@ -112,22 +76,15 @@ impl Namespace {
         self.max_transfer_bytes
     }
 
-    /// The controller of a single-path namespace (`None` for a multipath namespace: see
-    /// [`crate::MultipathController::paths`]).
-    pub fn controller(&self) -> Option<&Controller> {
-        match &self.via {
-            Via::Path(c) => Some(c),
-            Via::Paths(_) => None,
-        }
-    }
-
     /// Global identifiers (NGUID, EUI-64, UUID) and ANA group.
     pub fn info(&self) -> NamespaceInfo {
         self.info
     }
 
-    pub(crate) fn via(&self) -> &Via {
-        &self.via
+    /// What its calls go through (`Namespace::controller`, in `crate::controller`, looks
+    /// for a controller there).
+    pub(crate) fn path(&self) -> &dyn IoPath {
+        &*self.path
     }
 
     /// Checks `offset`/`len` against the block size and capacity.
@@ -166,11 +123,11 @@ impl Namespace {
     pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         self.check_range(offset, buf.len() as u64)?;
         for (i, chunk) in buf.chunks_mut(BOUNCE_BYTES).enumerate() {
-            let mut bounce = self.via.alloc(chunk.len())?;
+            let mut bounce = self.path.alloc(chunk.len())?;
             let off = offset + (i * BOUNCE_BYTES) as u64;
             self.read_into(off, &mut bounce, chunk.len())?;
             chunk.copy_from_slice(&bounce.as_slice()[..chunk.len()]);
-            self.via.stats().add_bounce(chunk.len());
+            self.path.stats().add_bounce(chunk.len());
         }
         Ok(())
     }
@@ -180,9 +137,9 @@ impl Namespace {
         self.check_range(offset, data.len() as u64)?;
         self.check_writable()?;
         for (i, chunk) in data.chunks(BOUNCE_BYTES).enumerate() {
-            let mut bounce = self.via.alloc(chunk.len())?;
+            let mut bounce = self.path.alloc(chunk.len())?;
             bounce.as_mut_slice()[..chunk.len()].copy_from_slice(chunk);
-            self.via.stats().add_bounce(chunk.len());
+            self.path.stats().add_bounce(chunk.len());
             let off = offset + (i * BOUNCE_BYTES) as u64;
             self.write_from(off, &bounce, chunk.len())?;
         }
@@ -212,7 +169,7 @@ impl Namespace {
 
     fn write_from(&self, offset: u64, buf: &IoBuf, len: usize) -> Result<()> {
         let cmds = self.rw_cmds(op::WRITE, offset, buf, len);
-        self.run(&cmds, "write", self.via.opts().retry_writes)
+        self.run(&cmds, "write", self.path.opts().retry_writes)
     }
 
     fn rw_cmds(&self, opcode: u8, offset: u64, buf: &IoBuf, len: usize) -> Vec<Cmd> {
@@ -282,7 +239,7 @@ impl Namespace {
                 }
             })
             .collect();
-        self.run(&cmds, "write zeroes", self.via.opts().retry_writes)
+        self.run(&cmds, "write zeroes", self.path.opts().retry_writes)
     }
 
     /// Deallocates (trims) `len` bytes at `offset` (Dataset Management, AD). The blocks'
@@ -306,7 +263,7 @@ impl Namespace {
         }
         for group in ranges.chunks(DSM_MAX_RANGES) {
             let bytes = encode_dsm_ranges(group);
-            let mut buf = self.via.alloc(bytes.len())?;
+            let mut buf = self.path.alloc(bytes.len())?;
             buf.as_mut_slice()[..bytes.len()].copy_from_slice(&bytes);
             let dsm = Dsm {
                 nsid: self.info.nsid,
@@ -334,84 +291,9 @@ impl Namespace {
         Ok(())
     }
 
-    /// Runs `cmds` (whose data memory the caller keeps alive for the call) on a borrowed
-    /// queue, reconnecting and re-sending all of them after a transport failure if `retry`.
+    /// Runs `cmds` (whose data memory the caller keeps alive for the call) through the
+    /// namespace's path, sending them again after a transport failure if `retry`.
     fn run(&self, cmds: &[Cmd], what: &'static str, retry: bool) -> Result<()> {
-        let ctrl = match &self.via {
-            Via::Path(c) => c,
-            Via::Paths(p) => return p.run(self.info.nsid, cmds, what, retry),
-        };
-        let shared = ctrl.shared();
-        let mut retries = 0;
-        loop {
-            let (mut q, generation) = shared.checkout()?;
-            let r = drive(&mut q, cmds, what, shared.opts.io_timeout());
-            match r {
-                Err(e) if e.needs_reconnect() => {
-                    q.fail(e.to_string());
-                    drop(q);
-                    shared.recover(generation, &e.to_string())?;
-                    retries += 1;
-                    if !retry || retries > shared.opts.reconnect_attempts.max(1) {
-                        return Err(e);
-                    }
-                    shared.stats.add_retry();
-                    tracing::info!(what, retries, "re-sending after reconnect");
-                }
-                r => {
-                    shared.checkin(q, generation);
-                    return r;
-                }
-            }
-        }
+        self.path.run(self.info.nsid, cmds, what, retry)
     }
-}
-
-/// Pipelines `cmds` on `q` and waits for all. The first NVMe error status is returned after
-/// every command has finished; a transport failure returns at once (the queue has already
-/// stopped its QP and failed every posted command).
-pub(crate) fn drive(
-    q: &mut Queue,
-    cmds: &[Cmd],
-    what: &'static str,
-    timeout: std::time::Duration,
-) -> Result<()> {
-    let mut next = 0;
-    let mut pending = 0;
-    let mut first_err = None;
-    let mut out: Vec<Done> = Vec::with_capacity(usize::from(q.entries()));
-    while next < cmds.len() || pending > 0 {
-        while next < cmds.len() {
-            let c = &cmds[next];
-            match q.submit(c.sqe, c.dir, None, next as u64) {
-                Ok(()) => {
-                    next += 1;
-                    pending += 1;
-                }
-                Err(SubmitError::Full(_)) => break,
-                Err(SubmitError::Failed(e, _)) => return Err(e),
-            }
-        }
-        q.wait(&mut out, timeout);
-        for d in out.drain(..) {
-            pending -= 1;
-            match d.result {
-                Ok(cqe) if cqe.status.is_success() => {}
-                Ok(cqe) => {
-                    first_err.get_or_insert(Error::Nvme {
-                        op: what,
-                        status: cqe.status,
-                    });
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        if let Some(why) = q.failure() {
-            return Err(Error::Transport {
-                qid: q.qid(),
-                what: why.to_string(),
-            });
-        }
-    }
-    first_err.map_or(Ok(()), Err)
 }

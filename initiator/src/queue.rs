@@ -20,41 +20,11 @@ use rdmablk::nvme::{Cqe, Sqe};
 use crate::buf::IoBuf;
 use crate::error::{Error, Result};
 use crate::stats::Stats;
+pub(crate) use crate::transport::{Dir, Seg};
 use crate::transport::{Event, Fabric, QueueParams, QueueTransport};
 
 /// How often a busy queue looks at connection events and command deadlines.
 const HOUSEKEEPING: Duration = Duration::from_millis(10);
-
-/// One contiguous piece of registered memory a command's data lives in.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Seg {
-    pub addr: u64,
-    pub len: u32,
-    pub lkey: u32,
-    pub rkey: u32,
-}
-
-impl Seg {
-    pub fn of(buf: &IoBuf, at: usize, len: u32) -> Seg {
-        debug_assert!(at + len as usize <= buf.len());
-        Seg {
-            addr: buf.addr(at),
-            len,
-            lkey: buf.lkey(),
-            rkey: buf.rkey(),
-        }
-    }
-}
-
-/// Data direction of a command.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Dir {
-    None,
-    /// Controller to host (Read, Identify): the target's data lands in `Seg`.
-    ToHost(Seg),
-    /// Host to controller (Write, Connect data, DSM ranges).
-    ToCtrl(Seg),
-}
 
 /// A finished request.
 #[derive(Debug)]
@@ -124,7 +94,7 @@ impl Queue {
     /// Connects queue `p.qid` over `fab` (no NVMe command yet); each command gets
     /// `cmd_timeout` for its response.
     pub fn connect(
-        fab: &Fabric,
+        fab: &dyn Fabric,
         p: &QueueParams,
         cmd_timeout: Duration,
         stats: Arc<Stats>,

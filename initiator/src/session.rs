@@ -9,8 +9,8 @@
 //! 3. Identify Controller, checked as a host must (cntlid, MAXCMD, KAS, IOCCSZ, IORCSZ,
 //!    ICDOFF, keyed SGLs); MDTS and in-capsule size taken from it;
 //! 4. Set Features Number of Queues; Identify active namespace list, Identify each namespace;
-//! 5. I/O queues: CM connect (qid, queue size, optional push-write request), Fabrics Connect
-//!    with the admin queue's cntlid;
+//! 5. I/O queues: the transport's connect (RDMA: CM connect with qid, queue size and the
+//!    optional push-write request), Fabrics Connect with the admin queue's cntlid;
 //! 6. when the controller reports ANA (CMIC bit 3): the ANA log (Get Log Page 0x0C), and, if
 //!    it sends ANA change notices (OAES bit 11), Set Features Asynchronous Event
 //!    Configuration for them and one Asynchronous Event Request held on the admin queue.
@@ -28,7 +28,6 @@ use rdmablk::nvme::identify::{
 };
 use rdmablk::nvme::log_page::lid;
 use rdmablk::nvme::properties::{self as props};
-use rdmablk::nvme::transport::rdma::PushRequest;
 use rdmablk::nvme::{
     admin as nvme_admin, fabrics, features, Cap, Cc, CommandKind, Connect, ConnectData, Csts,
     GetLogPage, IdentifyCmd, IdentifyController, IdentifyNamespace, Nqn, NumQueues, PropertyGet,
@@ -37,10 +36,11 @@ use rdmablk::nvme::{
 
 use crate::buf::BufPool;
 use crate::error::{Error, Result};
-use crate::options::{ConnectOptions, TargetUrl};
+use crate::options::ConnectOptions;
 use crate::queue::{Dir, Queue, Seg};
 use crate::stats::Stats;
 use crate::transport::{Fabric, QueueParams};
+use crate::url::TargetUrl;
 
 /// Admin queue entries (the Linux host's NVME_AQ_DEPTH).
 pub(crate) const ADMIN_ENTRIES: u16 = 32;
@@ -146,7 +146,7 @@ pub(crate) struct Session {
 pub(crate) struct Setup<'a> {
     pub url: &'a TargetUrl,
     pub opts: &'a ConnectOptions,
-    pub fabric: &'a Fabric,
+    pub fabric: &'a dyn Fabric,
     pub pool: &'a BufPool,
     pub stats: &'a Arc<Stats>,
 }
@@ -161,7 +161,7 @@ impl Setup<'_> {
                 qid: 0,
                 entries: ADMIN_ENTRIES,
                 in_capsule_bytes: 0,
-                push: None,
+                max_transfer_bytes: 0,
                 connect_timeout: o.connect_timeout(),
             },
             o.connect_timeout(),
@@ -201,10 +201,6 @@ impl Setup<'_> {
         } else {
             0
         };
-        let push = o.push_writes.then_some(PushRequest {
-            slots: queue_size,
-            slot_bytes: max_transfer_bytes,
-        });
         let mut io = Vec::with_capacity(usize::from(granted));
         for qid in 1..=granted {
             let mut q = Queue::connect(
@@ -214,7 +210,7 @@ impl Setup<'_> {
                     qid,
                     entries: queue_size,
                     in_capsule_bytes: 0,
-                    push,
+                    max_transfer_bytes,
                     connect_timeout: o.connect_timeout(),
                 },
                 o.connect_timeout(),

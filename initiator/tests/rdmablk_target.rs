@@ -422,7 +422,7 @@ fn discovery_over_tcp_lists_a_tcp_url_that_connects() {
         .iter()
         .find(|e| e.subnqn == NQN)
         .expect("the subsystem is listed");
-    assert_eq!(e.transport, Some(Transport::Tcp));
+    assert_eq!(e.transport.map(Transport::scheme), Some("tcp"));
     let url = e.url().expect("a URL for a tcp entry");
     assert_eq!(url, format!("tcp://{addr}/{NQN}"));
     let ctrl = Controller::connect_with(&url, opts()).unwrap();
@@ -496,7 +496,7 @@ fn sync_async_discovery_and_restart_over_loop() {
         .iter()
         .find(|e| e.subnqn == NQN)
         .expect("the subsystem is listed");
-    assert_eq!(e.transport, Some(Transport::Loop));
+    assert_eq!(e.transport.map(Transport::scheme), Some("loop"));
     let url = e.url().expect("a URL for a loop entry");
     assert_eq!(url, format!("loop://{addr}/{NQN}"));
     let ctrl = Controller::connect_with(&url, opts()).unwrap();

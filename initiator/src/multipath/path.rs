@@ -1,15 +1,14 @@
 //! One path of a multipath controller: its controller (replaced when it gives up), counters,
-//! and the background reconnect.
+//! and whether its background reconnect (`super::paths`) runs.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, RwLock, Weak};
-use std::time::Duration;
+use std::sync::{Mutex, RwLock};
 
 use rdmablk::nvme::ana::{AnaLog, AnaState};
 
-use super::Paths;
 use crate::controller::Controller;
-use crate::options::{ConnectOptions, TargetUrl};
+use crate::options::ConnectOptions;
+use crate::url::TargetUrl;
 
 pub(crate) struct Path {
     pub url: TargetUrl,
@@ -61,7 +60,8 @@ impl Path {
         self.ctrl.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    fn install(&self, c: Controller) {
+    /// A new controller for the path (its old one gave up).
+    pub fn install(&self, c: Controller) {
         *self.ctrl.write().unwrap_or_else(|p| p.into_inner()) = Some(c);
     }
 
@@ -77,6 +77,11 @@ impl Path {
     /// True if the caller is to start the reconnect (none runs).
     pub fn start_reviving(&self) -> bool {
         !self.reviving.swap(true, Ordering::AcqRel)
+    }
+
+    /// The reconnect ended (the path is back).
+    pub fn stop_reviving(&self) {
+        self.reviving.store(false, Ordering::Release);
     }
 
     /// "live", "reconnecting", "not connected" and the last failure: for error messages.
@@ -105,58 +110,6 @@ impl Path {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .clone(),
-        }
-    }
-}
-
-/// Reconnects path `i` in a thread of its own: first through the controller's own recovery
-/// (its backoff and attempts), then, if that gives up, with a new controller every
-/// `reconnect_max_delay_ms` until one connects or the multipath controller is dropped.
-pub(super) fn spawn_reviver(paths: Weak<Paths>, i: usize) {
-    let spawned = std::thread::Builder::new()
-        .name("rdmablk-mp-revive".into())
-        .spawn(move || revive(paths, i));
-    if let Err(e) = spawned {
-        tracing::error!("cannot start a path reconnect thread: {e}");
-    }
-}
-
-fn revive(weak: Weak<Paths>, i: usize) {
-    loop {
-        let Some(paths) = weak.upgrade() else { return };
-        if paths.stop.load(Ordering::Relaxed) {
-            return;
-        }
-        let path = paths.path(i);
-        let pause = Duration::from_millis(u64::from(path.opts.reconnect_max_delay_ms.max(10)));
-        match path.controller() {
-            Some(c) if c.is_live() => {
-                path.reviving.store(false, Ordering::Release);
-                // A failure between the check and the store starts no reviver: look again.
-                if c.is_live() || !path.start_reviving() {
-                    tracing::info!(url = %path.url, "path is back");
-                    return;
-                }
-            }
-            Some(c) if !c.shared().is_failed() => {
-                let shared = c.shared().clone();
-                drop((c, paths));
-                let generation = shared.generation();
-                // Blocks through the controller's backoff; its result shows in is_live().
-                let _ = shared.recover(generation, "multipath: path failed");
-            }
-            _ => {
-                drop(paths);
-                std::thread::sleep(pause);
-                let Some(paths) = weak.upgrade() else { return };
-                match paths.connect_path(i) {
-                    Ok(c) => paths.path(i).install(c),
-                    Err(e) => {
-                        tracing::warn!(url = %paths.path(i).url, "path reconnect: {e}");
-                        paths.path(i).note_failure(&e.to_string());
-                    }
-                }
-            }
         }
     }
 }

@@ -15,11 +15,11 @@ use std::time::Instant;
 
 use rdmablk::nvme::Sct;
 
-use super::{Paths, NO_PATH_PAUSE};
+use super::paths::{Paths, NO_PATH_PAUSE};
 use crate::buf::IoBuf;
 use crate::controller::Controller;
 use crate::error::{Error, Result};
-use crate::ioqueue::{command, outcome, Completion, Op, SubmitError};
+use crate::ioqueue::{command, outcome, Completion, Lanes, Op, SubmitError};
 use crate::namespace::Namespace;
 use crate::queue::{Done, Queue, SubmitError as QSubmitError};
 
@@ -74,38 +74,6 @@ impl PathsQueue {
             done: Vec::with_capacity(depth),
             parked: VecDeque::with_capacity(depth),
         })
-    }
-
-    pub fn depth(&self) -> usize {
-        self.reqs.len()
-    }
-
-    pub fn in_flight(&self) -> usize {
-        self.reqs.len() - self.free.len()
-    }
-
-    pub fn submit(
-        &mut self,
-        op: Op,
-        offset: u64,
-        len: u32,
-        buf: IoBuf,
-        tag: u64,
-    ) -> Result<(), SubmitError> {
-        let Some(slot) = self.free.pop() else {
-            return Err(SubmitError::QueueFull(buf));
-        };
-        self.reqs[slot as usize] = Some(Req {
-            tag,
-            op,
-            offset,
-            len,
-            avoid: 0,
-            deadline: Instant::now() + self.paths.opts().io_timeout(),
-            last: None,
-        });
-        self.dispatch(slot, buf);
-        Ok(())
     }
 
     /// Posts request `slot` on a chosen path, or parks it.
@@ -191,7 +159,7 @@ impl PathsQueue {
 
     /// Polls every lane once, handles what finished, re-sends parked requests; returns how
     /// many requests went to `out`.
-    pub fn poll(&mut self, out: &mut Vec<Completion>) -> usize {
+    fn poll_once(&mut self, out: &mut Vec<Completion>) -> usize {
         let before = out.len();
         for i in 0..self.lanes.len() {
             if let Some(l) = self.lanes[i].as_mut() {
@@ -297,12 +265,51 @@ impl PathsQueue {
             result,
         });
     }
+}
+
+impl Lanes for PathsQueue {
+    fn depth(&self) -> usize {
+        self.reqs.len()
+    }
+
+    fn in_flight(&self) -> usize {
+        self.reqs.len() - self.free.len()
+    }
+
+    fn submit(
+        &mut self,
+        op: Op,
+        offset: u64,
+        len: u32,
+        buf: IoBuf,
+        tag: u64,
+    ) -> Result<(), SubmitError> {
+        let Some(slot) = self.free.pop() else {
+            return Err(SubmitError::QueueFull(buf));
+        };
+        self.reqs[slot as usize] = Some(Req {
+            tag,
+            op,
+            offset,
+            len,
+            avoid: 0,
+            deadline: Instant::now() + self.paths.opts().io_timeout(),
+            last: None,
+        });
+        self.dispatch(slot, buf);
+        Ok(())
+    }
+
+    /// Polls every lane once, handles what finished, re-sends parked requests.
+    fn poll(&mut self, out: &mut Vec<Completion>) -> Result<usize> {
+        Ok(self.poll_once(out))
+    }
 
     /// Waits until at least `min` requests (capped at those in flight) have finished.
-    pub fn wait(&mut self, out: &mut Vec<Completion>, min: usize) -> usize {
+    fn wait(&mut self, out: &mut Vec<Completion>, min: usize) -> Result<usize> {
         let before = out.len();
         let want = min.min(self.in_flight());
-        self.poll(out);
+        self.poll_once(out);
         let timeout = self.paths.opts().io_timeout();
         let mut spins = 0;
         while out.len() - before < want {
@@ -333,11 +340,11 @@ impl PathsQueue {
                     }
                 }
             }
-            if self.poll(out) > 0 {
+            if self.poll_once(out) > 0 {
                 spins = 0;
             }
         }
-        out.len() - before
+        Ok(out.len() - before)
     }
 }
 

@@ -13,8 +13,9 @@ use rdmablk::nvme::Sqe;
 
 pub use rdmablk::nvme::reservation::{Registrant, ResvType};
 
-use super::{Cmd, Namespace};
+use super::Namespace;
 use crate::error::{Error, Result};
+use crate::io_path::Cmd;
 use crate::queue::{Dir, Seg};
 
 /// What a Reservation Register does.
@@ -140,7 +141,7 @@ impl Namespace {
 
     /// Reservation Report (the extended data structure: 128-bit host IDs).
     pub fn resv_report(&self) -> Result<ReservationReport> {
-        let mut buf = self.via.alloc(REPORT_BYTES as usize)?;
+        let mut buf = self.path.alloc(REPORT_BYTES as usize)?;
         let mut sqe = Sqe::new(op::REPORT, 0);
         sqe.nsid = self.info.nsid;
         sqe.cdw10 = REPORT_BYTES / 4 - 1;
@@ -177,7 +178,7 @@ impl Namespace {
         } else {
             TWO_KEYS
         };
-        let mut buf = self.via.alloc(len as usize)?;
+        let mut buf = self.path.alloc(len as usize)?;
         buf.as_mut_slice()[..len as usize].copy_from_slice(&encode_keys(k1, k2)[..len as usize]);
         let mut sqe = Sqe::new(opcode, 0);
         sqe.nsid = self.info.nsid;

@@ -1,5 +1,6 @@
-//! The loop transport for one queue: a target in this same process
-//! (`rdmablk::nvme::transport::loopback`). Capsules are written into the channel's slots and
+//! The loop transport: `loop://`, a target in this same process
+//! (`rdmablk::nvme::transport::loopback`), opened for a controller with the buffer pool the
+//! target may reach ([`LoopFabric`]). On one queue ([`LoopLink`]), capsules are written into the channel's slots and
 //! handed over in one batch per poll; the target reaches the controller's buffer pool by the
 //! keyed SGLs the commands carry, as over RDMA; responses come back in batches.
 //!
@@ -10,14 +11,48 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use rdmablk::nvme::discovery::trtype;
 use rdmablk::nvme::transport::loopback::{self, HostEnd, LoopError, Region, ToHost};
-use rdmablk::nvme::{InCapsuleSgl, KeyedSgl, Sgl, Sqe};
+use rdmablk::nvme::{InCapsuleSgl, KeyedSgl, Sgl, SglNeed, Sqe};
 
-use super::{Event, QueueParams, QueueTransport};
+use super::{Dir, Event, Fabric, QueueParams, QueueTransport, Transport, TransportOps};
 use crate::buf::BufPool;
 use crate::error::{Error, Result};
-use crate::queue::Dir;
+use crate::options::ConnectOptions;
 use crate::stats::Stats;
+
+/// The loop transport's row of the transport table (its buffer pool is plain memory).
+pub(crate) struct Loop;
+
+impl TransportOps for Loop {
+    fn schemes(&self) -> &'static [&'static str] {
+        &["loop"]
+    }
+
+    fn trtype(&self) -> u8 {
+        trtype::LOOP
+    }
+
+    fn open(&self, _: Transport, _: &ConnectOptions, pool: &BufPool) -> Result<Arc<dyn Fabric>> {
+        Ok(Arc::new(LoopFabric { pool: pool.clone() }))
+    }
+}
+
+/// The loop transport opened for one controller: the buffer pool the target reaches through
+/// the channel (by the keyed SGLs the commands carry, as over RDMA).
+struct LoopFabric {
+    pool: BufPool,
+}
+
+impl Fabric for LoopFabric {
+    fn sgl_need(&self) -> SglNeed {
+        SglNeed::Keyed
+    }
+
+    fn connect(&self, p: &QueueParams, stats: Arc<Stats>) -> Result<Box<dyn QueueTransport>> {
+        Ok(Box::new(LoopLink::connect(p, &self.pool, stats)?))
+    }
+}
 
 /// One queue's loop channel.
 pub(crate) struct LoopLink {
@@ -33,7 +68,7 @@ pub(crate) struct LoopLink {
 
 impl LoopLink {
     /// Opens queue `p.qid` to the loop listener at `p.addr`; the target may reach `pool`.
-    pub fn connect(p: &QueueParams, pool: &BufPool, stats: Arc<Stats>) -> Result<LoopLink> {
+    fn connect(p: &QueueParams, pool: &BufPool, stats: Arc<Stats>) -> Result<LoopLink> {
         let qid = p.qid;
         // SAFETY: the pool's memory lives as long as the clone kept with it; the target
         // writes only into buffers of commands in flight, which the queue does not touch.

@@ -1,11 +1,15 @@
-//! NVMe/RDMA for one queue: a reliable-connected QP whose sends carry command capsules (with
-//! in-capsule data as a second SGE, or after an RDMA WRITE of pushed data into the target's
-//! window slot) and whose receives take 16-byte responses; CM connect with the NVMe/RDMA
-//! private data; CM events.
+//! NVMe/RDMA: `rdma://` (the verbs provider) and `soft://` (rdmablk's soft provider). A
+//! controller's buffer pool is registered on a protection domain of the device that reaches
+//! its address ([`Rdma`]'s `open_pool`), and its queues are opened with that provider and PD
+//! and the push-write request ([`RdmaFabric`]). One queue ([`RdmaLink`]) is a
+//! reliable-connected QP whose sends carry command capsules (with in-capsule data as a second
+//! SGE, or after an RDMA WRITE of pushed data into the target's window slot) and whose
+//! receives take 16-byte responses; CM connect with the NVMe/RDMA private data; CM events.
 //!
 //! Work request IDs: bits 63:62 say what the WR is (capsule send, response receive), the low
 //! 16 bits are the command ID or the receive slot.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,16 +17,107 @@ use rdmablk::fabric::{
     self, Access, CmEvent, ConnParam, Cq, FabricError, MemBuf, Mr, Pd, ProviderKind, Qp, QpCaps,
     QpInit, RecvWr, SendFlags, SendWr, Sge, Wc, WcStatus, WrOp,
 };
+use rdmablk::nvme::discovery::trtype;
 use rdmablk::nvme::opcodes;
 use rdmablk::nvme::transport::rdma::{
-    CmAccept, CmReject, CmRequest, PushAnswer, PushWindow, PushedSgl,
+    CmAccept, CmReject, CmRequest, PushAnswer, PushRequest, PushWindow, PushedSgl,
 };
-use rdmablk::nvme::{Cqe, InCapsuleSgl, KeyedSgl, Sgl, Sqe, CQE_LEN, SQE_LEN};
+use rdmablk::nvme::{Cqe, InCapsuleSgl, KeyedSgl, Sgl, SglNeed, Sqe, CQE_LEN, SQE_LEN};
 
-use super::{Event, QueueParams, QueueTransport};
+use super::{Dir, Event, Fabric, QueueParams, QueueTransport, Seg, Transport, TransportOps};
+use crate::buf::BufPool;
 use crate::error::{Error, Result};
-use crate::queue::{Dir, Seg};
+use crate::options::ConnectOptions;
 use crate::stats::Stats;
+
+/// NVMe/RDMA's row of the transport table.
+pub(crate) struct Rdma;
+
+impl TransportOps for Rdma {
+    fn schemes(&self) -> &'static [&'static str] {
+        &["rdma", "soft"]
+    }
+
+    fn trtype(&self) -> u8 {
+        trtype::RDMA
+    }
+
+    /// A soft-provider target lists its soft listeners as RDMA: an entry is reached over the
+    /// provider the discovery ran on (verbs when the discovery ran over another transport).
+    fn discovered_scheme(&self, via: Transport) -> &'static str {
+        match via.provider() {
+            Some(ProviderKind::Soft) => "soft",
+            _ => "rdma",
+        }
+    }
+
+    fn provider(&self, scheme: &str) -> Option<ProviderKind> {
+        match scheme {
+            "soft" => Some(ProviderKind::Soft),
+            _ => Some(ProviderKind::Verbs),
+        }
+    }
+
+    fn open_pool(
+        &self,
+        t: Transport,
+        addr: SocketAddr,
+        opts: &ConnectOptions,
+        bytes: usize,
+    ) -> Result<BufPool> {
+        let kind = provider_of(t);
+        let resolved = fabric::resolve(kind, addr, opts.connect_timeout())
+            .map_err(Error::fabric(0, "resolve address"))?;
+        let pd = resolved
+            .device()
+            .alloc_pd()
+            .map_err(Error::fabric(0, "allocate protection domain"))?;
+        BufPool::new(Some(&pd), bytes)
+    }
+
+    fn open(&self, t: Transport, opts: &ConnectOptions, pool: &BufPool) -> Result<Arc<dyn Fabric>> {
+        // Never so by construction: a controller's pool comes from its own row, and a
+        // multipath set's from its first RDMA path's.
+        let pd = pool.pd().ok_or_else(|| Error::Controller {
+            what: format!("{}:// needs a buffer pool registered for RDMA", t.scheme()),
+        })?;
+        Ok(Arc::new(RdmaFabric {
+            kind: provider_of(t),
+            pd: pd.clone(),
+            push_writes: opts.push_writes,
+        }))
+    }
+}
+
+fn provider_of(t: Transport) -> ProviderKind {
+    t.provider().unwrap_or(ProviderKind::Verbs)
+}
+
+/// NVMe/RDMA opened for one controller: the provider and the protection domain its buffer
+/// pool is registered on, and whether its I/O queues ask for push writes.
+struct RdmaFabric {
+    kind: ProviderKind,
+    pd: Pd,
+    push_writes: bool,
+}
+
+impl Fabric for RdmaFabric {
+    fn sgl_need(&self) -> SglNeed {
+        SglNeed::Keyed
+    }
+
+    fn connect(&self, p: &QueueParams, stats: Arc<Stats>) -> Result<Box<dyn QueueTransport>> {
+        // Push writes (rdmablk's extension) on I/O queues: a slot per command, of the
+        // largest transfer.
+        let push = (self.push_writes && p.qid != 0).then_some(PushRequest {
+            slots: p.entries,
+            slot_bytes: p.max_transfer_bytes,
+        });
+        Ok(Box::new(RdmaLink::connect(
+            self.kind, &self.pd, p, push, stats,
+        )?))
+    }
+}
 
 const WR_SEND: u64 = 1 << 62;
 const WR_RECV: u64 = 2 << 62;
@@ -43,11 +138,12 @@ pub(crate) struct RdmaLink {
 
 impl RdmaLink {
     /// Resolves, creates the QP and CM-connects queue `p.qid` over `kind` with buffers on
-    /// `pd` (no NVMe command yet).
-    pub fn connect(
+    /// `pd`, asking for `push` (no NVMe command yet).
+    fn connect(
         kind: ProviderKind,
         pd: &Pd,
         p: &QueueParams,
+        push: Option<PushRequest>,
         stats: Arc<Stats>,
     ) -> Result<RdmaLink> {
         let qid = p.qid;
@@ -80,7 +176,7 @@ impl RdmaLink {
             hrqsize: p.entries,
             hsqsize: p.entries - 1,
             cntlid: 0,
-            push: p.push,
+            push,
         };
         let param = ConnParam {
             private_data: req.encode().to_vec(),
@@ -107,7 +203,7 @@ impl RdmaLink {
             Err(e) => return Err(Error::fabric(qid, "connect")(e)),
         };
         let accept = CmAccept::decode(&connected.private_data).map_err(Error::wire)?;
-        let push = match (p.push, accept.push) {
+        let push = match (push, accept.push) {
             (Some(_), PushAnswer::Granted(w)) => Some(w),
             (None, PushAnswer::Granted(_)) => {
                 return Err(Error::protocol(

@@ -1,4 +1,5 @@
-//! NVMe/TCP for one queue: a TCP connection initialized with ICReq / ICResp (the ICResp
+//! NVMe/TCP: `tcp://`, opened for a controller with the digests its options ask for
+//! ([`TcpFabric`]). One queue ([`TcpLink`]) is a TCP connection initialized with ICReq / ICResp (the ICResp
 //! checked as the Linux host checks it), command capsules (data up to the in-capsule size
 //! inside, 8 KiB for admin and fabrics commands), H2CData answering the target's R2Ts (split
 //! at its MAXH2CDATA), C2HData received into the command's buffer, CapsuleResp, header and
@@ -19,6 +20,7 @@ use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::Duration;
 
+use rdmablk::nvme::discovery::trtype;
 use rdmablk::nvme::opcodes;
 use rdmablk::nvme::transport::tcp::host_rx::{
     check_data_digest, Expect, HostPdu, HostRx, Next, Placement,
@@ -27,11 +29,12 @@ use rdmablk::nvme::transport::tcp::{
     digest, encode_capsule_cmd, flags, pdu_type, CommonHeader, DataHeader, Direction, IcReq,
     IcResp, Negotiated, PduLayout, R2t, CAPSULE_CMD_HLEN, CH_LEN, DATA_HLEN, DIGEST_LEN, IC_LEN,
 };
-use rdmablk::nvme::{Cqe, InCapsuleSgl, Sgl, Sqe, Status, TransportSgl};
+use rdmablk::nvme::{Cqe, InCapsuleSgl, Sgl, SglNeed, Sqe, Status, TransportSgl};
 
-use super::{Event, QueueParams, QueueTransport};
+use super::{Dir, Event, Fabric, QueueParams, QueueTransport, Transport, TransportOps};
+use crate::buf::BufPool;
 use crate::error::{Error, Result};
-use crate::queue::Dir;
+use crate::options::ConnectOptions;
 use crate::stats::Stats;
 
 /// In-capsule data of admin and fabrics commands (the Linux host's NVME_TCP_ADMIN_CCSZ).
@@ -95,15 +98,47 @@ fn transport_err(qid: u16, what: String) -> Error {
     Error::Transport { qid, what }
 }
 
+/// NVMe/TCP's row of the transport table (its buffer pool is plain memory).
+pub(crate) struct Tcp;
+
+impl TransportOps for Tcp {
+    fn schemes(&self) -> &'static [&'static str] {
+        &["tcp"]
+    }
+
+    fn trtype(&self) -> u8 {
+        trtype::TCP
+    }
+
+    fn open(&self, _: Transport, opts: &ConnectOptions, _: &BufPool) -> Result<Arc<dyn Fabric>> {
+        Ok(Arc::new(TcpFabric {
+            hdr_digest: opts.hdr_digest,
+            data_digest: opts.data_digest,
+        }))
+    }
+}
+
+/// NVMe/TCP opened for one controller: the digests its queues ask for.
+struct TcpFabric {
+    hdr_digest: bool,
+    data_digest: bool,
+}
+
+impl Fabric for TcpFabric {
+    fn sgl_need(&self) -> SglNeed {
+        SglNeed::None
+    }
+
+    fn connect(&self, p: &QueueParams, stats: Arc<Stats>) -> Result<Box<dyn QueueTransport>> {
+        let link = TcpLink::connect(p, self.hdr_digest, self.data_digest, stats)?;
+        Ok(Box::new(link))
+    }
+}
+
 impl TcpLink {
     /// Connects queue `p.qid` to `p.addr` and initializes the connection (no NVMe command
     /// yet).
-    pub fn connect(
-        p: &QueueParams,
-        hdgst: bool,
-        ddgst: bool,
-        stats: Arc<Stats>,
-    ) -> Result<TcpLink> {
+    fn connect(p: &QueueParams, hdgst: bool, ddgst: bool, stats: Arc<Stats>) -> Result<TcpLink> {
         let qid = p.qid;
         let mut stream = TcpStream::connect_timeout(&p.addr, p.connect_timeout).map_err(|e| {
             if e.kind() == ErrorKind::ConnectionRefused {
