@@ -575,14 +575,31 @@ impl Parcel {
     /// A parcel laid out as `layout` in ordinary memory, not the arena: for a transport whose
     /// queues the device never reaches (NVMe/TCP, loop). Zeroed lazily by the kernel, so
     /// only the slots a queue uses become resident.
+    ///
+    /// An anonymous mapping of its own, not the allocator's: malloc would hand back memory it
+    /// reused, which calloc zeroes by writing it (resident again), where a fresh mapping's
+    /// pages stay unbacked until a slot is used.
     pub fn heap(layout: ParcelLayout) -> Parcel {
         let len = layout.total_bytes.max(PAGE_BYTES);
-        let l = std::alloc::Layout::from_size_align(len, PAGE_BYTES).expect("window layout");
-        // SAFETY: `l` has a non-zero size.
-        let ptr = unsafe { std::alloc::alloc_zeroed(l) };
-        let Some(ptr) = std::ptr::NonNull::new(ptr) else {
-            std::alloc::handle_alloc_error(l);
+        // SAFETY: an anonymous private mapping at an address the kernel picks; no file, no
+        // fixed address.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
         };
+        let ptr = (ptr != libc::MAP_FAILED)
+            .then(|| std::ptr::NonNull::new(ptr.cast::<u8>()))
+            .flatten()
+            .unwrap_or_else(|| {
+                let l = std::alloc::Layout::from_size_align(len, PAGE_BYTES).expect("layout");
+                std::alloc::handle_alloc_error(l)
+            });
         Parcel {
             memory: ParcelMemory::Heap(ptr),
             extent: Extent { offset: 0, len },
@@ -662,10 +679,9 @@ impl Drop for Parcel {
         let arena = match &self.memory {
             ParcelMemory::Arena(a) => a,
             ParcelMemory::Heap(p) => {
-                let l = std::alloc::Layout::from_size_align(self.extent.len, PAGE_BYTES)
-                    .expect("window layout");
-                // SAFETY: allocated in `Parcel::heap` with this layout, freed once (here).
-                unsafe { std::alloc::dealloc(p.as_ptr(), l) };
+                // SAFETY: mapped in `Parcel::heap` with this length, unmapped once (here); no
+                // pointer into it outlives the parcel (the queue's transport state goes first).
+                unsafe { libc::munmap(p.as_ptr().cast(), self.extent.len) };
                 return;
             }
         };

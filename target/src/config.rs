@@ -505,7 +505,8 @@ pub struct Limits {
     pub in_capsule_data_size: u32,
     /// Queues per controller, the admin queue included (so at least 2).
     pub max_queues_per_controller: u32,
-    /// Connections (queues of all controllers) the target accepts at once.
+    /// Connections (queues of all controllers) the target accepts at once. The target raises
+    /// its soft open-file limit to fit them at start (up to the hard limit).
     pub max_connections: u32,
 }
 
@@ -516,7 +517,7 @@ impl Default for Limits {
             max_io_size: 128 << 10,
             in_capsule_data_size: 4 << 10,
             max_queues_per_controller: 128,
-            max_connections: 256,
+            max_connections: 4096,
         }
     }
 }

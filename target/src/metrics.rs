@@ -101,6 +101,49 @@ pub struct WorkerCounters {
     pub idle_ns: AtomicU64,
     /// By namespace slot (published for the scraper; the worker keeps its own copy).
     slots: ArcSwap<Vec<Option<Arc<NsCounters>>>>,
+    /// The worker's data pool ([`crate::arena::pool`]), published each pass.
+    pub pool: PoolCounters,
+}
+
+/// A worker's data pool as the scraper and `rdmablk-ctl status` see it: stored by the worker
+/// once a pass (relaxed stores, one writer), read by anyone.
+#[derive(Debug, Default)]
+pub struct PoolCounters {
+    pub bytes: AtomicU64,
+    pub bytes_in_use: AtomicU64,
+    /// Commands waiting for a buffer now.
+    pub waiting: AtomicU64,
+    /// Commands that ever waited.
+    pub waits: AtomicU64,
+    /// Hosts holding or waiting for buffers now.
+    pub hosts: AtomicU64,
+}
+
+impl PoolCounters {
+    pub fn publish(&self, s: &crate::arena::pool::PoolStats) {
+        let page = crate::arena::PAGE_BYTES as u64;
+        self.bytes
+            .store(u64::from(s.total_pages) * page, Ordering::Relaxed);
+        self.bytes_in_use
+            .store(u64::from(s.pages_in_use) * page, Ordering::Relaxed);
+        self.waiting.store(u64::from(s.waiting), Ordering::Relaxed);
+        self.waits.store(s.waited, Ordering::Relaxed);
+        self.hosts.store(u64::from(s.hosts), Ordering::Relaxed);
+    }
+
+    /// (bytes, in use, waiting, waits, hosts) summed over `workers`.
+    pub fn sum(workers: &[Arc<WorkerCounters>]) -> (u64, u64, u64, u64, u64) {
+        workers.iter().fold((0, 0, 0, 0, 0), |a, w| {
+            let p = &w.pool;
+            (
+                a.0 + p.bytes.load(Ordering::Relaxed),
+                a.1 + p.bytes_in_use.load(Ordering::Relaxed),
+                a.2 + p.waiting.load(Ordering::Relaxed),
+                a.3 + p.waits.load(Ordering::Relaxed),
+                a.4 + p.hosts.load(Ordering::Relaxed),
+            )
+        })
+    }
 }
 
 impl Default for WorkerCounters {
@@ -109,6 +152,7 @@ impl Default for WorkerCounters {
             started: std::time::Instant::now(),
             idle_ns: AtomicU64::new(0),
             slots: ArcSwap::default(),
+            pool: PoolCounters::default(),
         }
     }
 }
@@ -436,10 +480,51 @@ impl Collector for TargetCollector {
             &[
                 (vec![("state", "used".to_string())], a.bytes_in_use as i64),
                 (
+                    vec![("state", "data_pools".to_string())],
+                    a.pool_bytes as i64,
+                ),
+                (
                     vec![("state", "free".to_string())],
-                    a.total_bytes.saturating_sub(a.bytes_in_use) as i64,
+                    a.total_bytes.saturating_sub(a.bytes_in_use + a.pool_bytes) as i64,
                 ),
             ],
+        )?;
+        let per_worker = |f: fn(&PoolCounters) -> &AtomicU64| -> Vec<(Labels, i64)> {
+            workers
+                .iter()
+                .enumerate()
+                .map(|(i, w)| {
+                    let v = f(&w.pool).load(Ordering::Relaxed) as i64;
+                    (vec![("worker", i.to_string())], v)
+                })
+                .collect()
+        };
+        gauge_family(
+            &mut enc,
+            "rdmablk_data_pool_bytes",
+            "Bytes of each worker's data pool (arena.data_bytes split between workers)",
+            &per_worker(|p| &p.bytes),
+        )?;
+        gauge_family(
+            &mut enc,
+            "rdmablk_data_pool_bytes_in_use",
+            "Bytes of each worker's data pool held by commands in flight",
+            &per_worker(|p| &p.bytes_in_use),
+        )?;
+        gauge_family(
+            &mut enc,
+            "rdmablk_data_pool_waiting",
+            "Commands waiting for a data buffer now, by worker",
+            &per_worker(|p| &p.waiting),
+        )?;
+        counter_family(
+            &mut enc,
+            "rdmablk_data_pool_waits",
+            "Commands that had to wait for a data buffer, by worker",
+            &per_worker(|p| &p.waits)
+                .into_iter()
+                .map(|(l, v)| (l, v as u64))
+                .collect::<Vec<_>>(),
         )?;
         if let Some(h) = crate::heap::stats() {
             gauge_family(

@@ -155,6 +155,7 @@ RDMABLK_CEPH_IMAGE_SIZE     allow     tools/ceph-dev: the test image's size
 RDMABLK_CEPH_MEM            allow     tools/ceph-dev: the OSD's memory target
 RDMABLK_APT_UPDATED         allow     install-deps.sh: skips apt-get update (a missing package still fails)
 # --- Rust tests and crates (cargo test in tools/test, the test binaries in the VM)
+RDMABLK_SCALE_CONTROLLERS   refuse    target tests (tcp_scale.rs): fewer controllers than the 1,000 the test asserts on
 RDMABLK_E2E_TRANSPORT       refuse    target tests: loop or tcp instead of RDMA (RDMA-only cases then skip)
 RDMABLK_E2E_PROVIDER        refuse    testkit, initiator tests: another provider than soft (the VM sets verbs itself)
 RDMABLK_E2E_ADDR            allow     testkit, initiator tests: the address (the VM sets it)

@@ -90,6 +90,8 @@ impl TargetHandle {
             })
             .collect();
         let a = s.arena.stats();
+        let (pool_bytes, pool_in_use, waiting, waits, pool_hosts) =
+            crate::metrics::PoolCounters::sum(&s.counters_by_worker);
         let heap =
             crate::heap::stats().map(|h| json!({ "bytes_in_use": h.in_use, "bytes_free": h.free }));
         json!({
@@ -100,9 +102,19 @@ impl TargetHandle {
             "arena": {
                 "bytes": a.total_bytes,
                 "bytes_in_use": a.bytes_in_use,
-                "bytes_free": a.total_bytes.saturating_sub(a.bytes_in_use),
+                "bytes_free": a.total_bytes.saturating_sub(a.bytes_in_use + a.pool_bytes),
                 "windows": a.parcels,
                 "high_water_bytes": a.high_water_bytes,
+                "data_pool_bytes": a.pool_bytes,
+            },
+            // The workers' data pools, summed: buffers held by commands in flight, and
+            // commands waiting for one (`arena.data_bytes` too small for the load).
+            "data_pool": {
+                "bytes": pool_bytes,
+                "bytes_in_use": pool_in_use,
+                "waiting": waiting,
+                "waits": waits,
+                "hosts": pool_hosts,
             },
             // The process heap (glibc's mallinfo2; null elsewhere): a leak shows here, not
             // only in RSS, which also holds what the allocator keeps for reuse.

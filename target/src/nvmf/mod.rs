@@ -289,6 +289,9 @@ impl Target {
     /// the listeners.
     pub fn start(cfg: Config) -> Result<Target, TargetError> {
         cfg.validate()?;
+        runtime::open_files::raise_to(
+            u64::from(cfg.limits.max_connections) + runtime::open_files::BESIDE_QUEUES,
+        );
         let arena = Arena::map(&cfg.arena)?;
         let (transports, arena) = transport::open_served(&cfg, arena)?;
         let arena = Arc::new(arena);

@@ -515,11 +515,21 @@ fn print_human(cmd: &Cmd, r: &Value) {
             }
             let a = &r["arena"];
             println!(
-                "ARENA  {} bytes, {} in use by {} windows, {} free",
+                "ARENA  {} bytes, {} in use by {} windows, {} in data pools, {} free",
                 s(&a["bytes"]),
                 s(&a["bytes_in_use"]),
                 s(&a["windows"]),
+                s(&a["data_pool_bytes"]),
                 s(&a["bytes_free"])
+            );
+            let p = &r["data_pool"];
+            println!(
+                "DATA POOL  {} bytes, {} in use, {} commands waiting ({} ever), {} hosts",
+                s(&p["bytes"]),
+                s(&p["bytes_in_use"]),
+                s(&p["waiting"]),
+                s(&p["waits"]),
+                s(&p["hosts"])
             );
         }
         _ => match r.get("changes").and_then(Value::as_array) {

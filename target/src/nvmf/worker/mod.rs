@@ -283,6 +283,7 @@ impl Worker {
             if self.last_tick.elapsed() >= TICK {
                 self.last_tick = Instant::now();
                 self.housekeeping();
+                counters.pool.publish(&self.pool.stats());
             }
             if self.shared.stopping() && self.shutdown_step() {
                 break;
