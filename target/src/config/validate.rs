@@ -747,12 +747,15 @@ pub(super) fn check_device(
         );
     }
     if attr.max_qp > 0 && cfg.limits.max_connections > attr.max_qp {
-        c.fail(
-            "limits.max_connections",
-            format!(
-                "{} is more than device {}'s {} queue pairs (lower it)",
-                cfg.limits.max_connections, attr.name, attr.max_qp
-            ),
+        // Not an error: limits.max_connections counts NVMe/TCP queues too, and its default
+        // (4096) is above some devices' count (siw: 1024). An RDMA queue beyond the device's
+        // queue pairs is refused with a CM reject, as any other that finds no room.
+        tracing::warn!(
+            "limits.max_connections {} is more than device {}'s {} queue pairs: RDMA queues \
+             beyond them are refused (lower limits.max_connections to say so at start)",
+            cfg.limits.max_connections,
+            attr.name,
+            attr.max_qp
         );
     }
     c.problems
