@@ -80,14 +80,14 @@ fn run(args: Args) -> anyhow::Result<()> {
     if cfg.arena.sized_from_limits {
         tracing::info!(
             "[arena] bytes not set: sized {} for {} RDMA queues at limits.max_queue_depth {} \
-             and data pools of {} bytes (limits.max_io_size {}; set [arena] bytes and \
+             and data pools of {} (limits.max_io_size {}; set [arena] bytes and \
              data_bytes to choose)",
             cfg.arena.bytes,
             cfg.limits
                 .max_connections
                 .min(ArenaConfig::DEFAULT_CONNECTIONS),
-            cfg.data_pool_bytes(),
             cfg.limits.max_queue_depth,
+            rdmablk_target::config::ByteSize(cfg.data_pool_bytes()),
             cfg.limits.max_io_size,
         );
     }

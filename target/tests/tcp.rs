@@ -12,7 +12,7 @@ use rdmablk::nvme::identify::{cns, sgls, IdentifyController, IDENTIFY_LEN};
 use rdmablk::nvme::transport::tcp::{
     encode_capsule_cmd, pdu_type, Fes, IcReq, TermReq, CAPSULE_CMD_HLEN, CH_LEN, DATA_HLEN,
 };
-use rdmablk::nvme::{Cqe, Sgl, Sqe, Status, CQE_LEN};
+use rdmablk::nvme::{Cqe, Sgl, Sqe, Status, TransportSgl, CQE_LEN};
 use rdmablk_target::Target;
 use tcp_host::*;
 
@@ -227,9 +227,7 @@ fn h2c_data_trickling_in_lands_whole_and_its_digest_is_checked() {
             let mut sqe = rw_sqe(true, lba, blocks);
             sqe.cid = q.next_cid;
             q.next_cid += 1;
-            sqe.set_sgl(&Sgl::Transport(rdmablk::nvme::TransportSgl {
-                len: len as u32,
-            }));
+            sqe.set_sgl(&Sgl::Transport(TransportSgl { len: len as u32 }));
             q.send_capsule(&sqe, &[]);
             let (l, header, _) = q.recv().unwrap();
             assert_eq!(l.pdu_type, pdu_type::R2T);
@@ -322,5 +320,51 @@ fn a_connect_over_max_connections_is_answered_controller_busy() {
     let (_admin, cntlid) = admin(addr, false, false);
     let q1 = io_queue(addr, false, 1, cntlid, 32);
     busy_until_queue_1_goes(&t, addr, cntlid, q1, 3);
+    t.shutdown();
+}
+
+/// A host that holds data buffers and never sends their data (the R2Ts it leaves unanswered)
+/// takes at most seven eighths of its worker's data pool: another host's commands still run,
+/// and the buffers come back when the first host goes.
+#[test]
+fn a_host_sitting_on_buffers_cannot_starve_another() {
+    // A pool of 1 MiB: eight 128 KiB buffers.
+    let (t, addr) = start_with_arena("", 32, "4MiB\"\ndata_bytes = \"1MiB");
+    let (heavy_admin, cntlid) = admin(addr, false, false);
+    let mut heavy = io_queue(addr, false, 1, cntlid, 32);
+    for cid in 1..=16u16 {
+        let mut w = rw_sqe(true, 0, MAX_IO / BLOCK);
+        w.cid = cid;
+        w.set_sgl(&Sgl::Transport(TransportSgl { len: MAX_IO }));
+        heavy.send_capsule(&w, &[]);
+    }
+    // Seven R2Ts come (seven buffers taken); the other nine commands wait for one.
+    for _ in 0..7 {
+        let (l, _, _) = heavy.recv().expect("an R2T");
+        assert_eq!(l.pdu_type, pdu_type::R2T);
+    }
+    heavy
+        .s
+        .set_read_timeout(Some(std::time::Duration::from_millis(300)))
+        .unwrap();
+    assert!(
+        heavy.recv().is_err(),
+        "an eighth R2T: the pool's last eighth went to one host"
+    );
+    // The other host: its admin queue, an I/O queue, verified writes and reads.
+    let (light_admin, cntlid2) = admin_as(addr, false, false, 5000, HOSTNQN2);
+    let mut light = io_queue_as(addr, false, 1, cntlid2, 32, HOSTNQN2);
+    for (i, len) in [4096usize, 8192, 4096].into_iter().enumerate() {
+        let data = pattern(i as u64, len);
+        let lba = 1024 + 64 * i as u64;
+        let blocks = len as u32 / BLOCK;
+        let (c, _) = light.exec(rw_sqe(true, lba, blocks), &data, 0, false);
+        assert!(c.status.is_success(), "write: {}", c.status);
+        let (c, back) = light.exec(rw_sqe(false, lba, blocks), &[], len as u32, false);
+        assert!(c.status.is_success(), "read: {}", c.status);
+        assert!(back == data, "data read back differs");
+    }
+    drop((heavy, heavy_admin, light, light_admin));
+    wait_held(&t, 0);
     t.shutdown();
 }

@@ -55,6 +55,7 @@ RDMABLK_FUZZ_LOGS           allow     tools/fuzz-smoke: where the logs go
 RXE_NO_CONFORMANCE          refuse    tools/test-rxe: skips the conformance suite on rxe
 RXE_NO_PACKAGES             refuse    tools/test-rxe, guest-steps.sh: skips the Debian packages step
 RXE_NO_AUTH                 refuse    tools/test-rxe: skips the 6.12 VM start (auth, multipath-6.12, the tcp-6.12 steps)
+RXE_NO_MANY_QUEUES          refuse    tools/test-rxe: skips the 32-vCPU VM start (the Linux host's 32 queues on a default target)
 RXE_NO_BLKTESTS             refuse    tools/test-rxe: skips blktests' quick set (rdma and tcp)
 RXE_NO_POWERCUT             refuse    tools/test-rxe: skips the power cuts and their negative control
 RXE_SKIP_BUILD              refuse    tools/test-rxe, tools/powercut, tools/blktests: test binaries and packages as they are (stale)
@@ -139,7 +140,7 @@ AUTH_MATRIX_ONLY            refuse    tests/vm/auth-matrix.sh: only these hash/g
 AUTH_MATRIX                 allow     tests/vm/auth-matrix.sh: set by tools/test-rxe
 AUTH_CONNECT_TIMEOUT        allow     tests/vm/auth-matrix.sh: one connect's timeout
 FIO_RUNTIME                 below=8   tests/vm/linux-host.sh (5 s), rbd-linux-host.sh (8 s): fio's seconds
-FIO_SIZE                    refuse    tests/vm/linux-host.sh, multipath.sh, rbd-linux-host.sh: fio's size; less verifies less
+FIO_SIZE                    refuse    tests/vm/linux-host.sh, multipath.sh, rbd-linux-host.sh, many-queues.sh: fio's size; less verifies less
 STALL_SECS                  below=2   tests/vm/keepalive-stall.sh: how long each whole-VM stall lasts
 NVMET_NS_MB                 below=64  tests/vm/nvmet-interop.sh: nvmet's namespace size
 BLOCKS                      below=1024 tests/vm/powercut.sh: the blocks the power-cut writer spreads over
@@ -155,6 +156,7 @@ RDMABLK_CEPH_IMAGE_SIZE     allow     tools/ceph-dev: the test image's size
 RDMABLK_CEPH_MEM            allow     tools/ceph-dev: the OSD's memory target
 RDMABLK_APT_UPDATED         allow     install-deps.sh: skips apt-get update (a missing package still fails)
 # --- Rust tests and crates (cargo test in tools/test, the test binaries in the VM)
+MIN_QUEUES                  refuse    tests/vm/many-queues.sh: fewer I/O queues than the host's CPUs accepted
 RDMABLK_SCALE_CONTROLLERS   refuse    target tests (tcp_scale.rs): fewer controllers than the 1,000 the test asserts on
 RDMABLK_E2E_TRANSPORT       refuse    target tests: loop or tcp instead of RDMA (RDMA-only cases then skip)
 RDMABLK_E2E_PROVIDER        refuse    testkit, initiator tests: another provider than soft (the VM sets verbs itself)

@@ -26,6 +26,8 @@ use rdmablk_target::Target;
 
 pub const SUBNQN: &str = "nqn.2026-11.io.rdmablk:tcp";
 pub const HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-00000000tcp1";
+/// A second host the target's subsystem also admits.
+pub const HOSTNQN2: &str = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-00000000tcp2";
 pub const BLOCK: u32 = 512;
 pub const MAX_IO: u32 = 128 * 1024;
 pub const ICD: u32 = 4096;
@@ -96,7 +98,7 @@ max_queues_per_controller = 4
 
 [[subsystem]]
 nqn = "{SUBNQN}"
-hosts = ["{HOSTNQN}"]
+hosts = ["{HOSTNQN}", "{HOSTNQN2}"]
 
 [[subsystem.namespace]]
 nsid = 1
@@ -115,6 +117,8 @@ pub struct Host {
     pub s: TcpStream,
     pub neg: Negotiated,
     pub next_cid: u16,
+    /// The host NQN its Fabrics Connect names ([`HOSTNQN`] unless a test sets another).
+    pub hostnqn: &'static str,
     /// The KATO an admin queue's Connect asks for.
     pub kato_ms: u32,
     /// The next data digest this host sends (a capsule's or an H2CData's) is wrong.
@@ -149,6 +153,7 @@ impl Host {
             },
             next_cid: 1,
             kato_ms: 5000,
+            hostnqn: HOSTNQN,
             corrupt_ddgst: false,
         }
     }
@@ -337,7 +342,7 @@ impl Host {
             hostid: [7; 16],
             cntlid,
             subnqn: Nqn::new(SUBNQN).unwrap(),
-            hostnqn: Some(Nqn::new(HOSTNQN).unwrap()),
+            hostnqn: Some(Nqn::new(self.hostnqn).unwrap()),
         }
         .encode();
         let c = Connect {
@@ -400,8 +405,20 @@ pub fn admin(addr: SocketAddr, hdgst: bool, ddgst: bool) -> (Host, u16) {
 
 /// An admin queue whose Connect asks for `kato_ms`, enabled.
 pub fn admin_kato(addr: SocketAddr, hdgst: bool, ddgst: bool, kato_ms: u32) -> (Host, u16) {
+    admin_as(addr, hdgst, ddgst, kato_ms, HOSTNQN)
+}
+
+/// [`admin_kato`] for host `hostnqn`.
+pub fn admin_as(
+    addr: SocketAddr,
+    hdgst: bool,
+    ddgst: bool,
+    kato_ms: u32,
+    hostnqn: &'static str,
+) -> (Host, u16) {
     let mut a = Host::connect(addr, hdgst, ddgst);
     a.kato_ms = kato_ms;
+    a.hostnqn = hostnqn;
     let c = a.fabrics_connect(0, 31, CNTLID_DYNAMIC);
     assert!(c.status.is_success(), "admin Connect: {}", c.status);
     let cntlid = c.dw0 as u16;
@@ -438,7 +455,20 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
 
 /// An I/O queue `qid` of controller `cntlid`, `depth` deep.
 pub fn io_queue(addr: SocketAddr, ddgst: bool, qid: u16, cntlid: u16, depth: u16) -> Host {
+    io_queue_as(addr, ddgst, qid, cntlid, depth, HOSTNQN)
+}
+
+/// [`io_queue`] for host `hostnqn` (the host its controller's admin queue named).
+pub fn io_queue_as(
+    addr: SocketAddr,
+    ddgst: bool,
+    qid: u16,
+    cntlid: u16,
+    depth: u16,
+    hostnqn: &'static str,
+) -> Host {
     let mut q = Host::connect(addr, false, ddgst);
+    q.hostnqn = hostnqn;
     let c = q.fabrics_connect(qid, depth - 1, cntlid);
     assert!(c.status.is_success(), "I/O Connect: {}", c.status);
     q
