@@ -128,6 +128,7 @@ fn stage(addr: SocketAddr, r: &Row) -> Stage {
                 neg: Negotiated::default(),
                 next_cid: 1,
                 kato_ms: 5000,
+                hostnqn: HOSTNQN,
                 corrupt_ddgst: false,
             };
             (host, None)
