@@ -423,6 +423,38 @@ fn arena_full_rejects_with_no_resources() {
     t.shutdown();
 }
 
+/// A push queue whose data slots the arena has no room for is served without push (the
+/// accept declines it and the host uses the ordinary path), not refused.
+#[test]
+fn push_without_room_for_its_slots_is_declined_not_refused() {
+    if skip_unless_rdma("push_without_room_for_its_slots_is_declined_not_refused") {
+        return;
+    }
+    // Room for a few receive-and-response parcels, not for 32 data slots of 128 KiB.
+    let (t, addr) = start_target("2MiB\"\ndata_bytes = \"1MiB", "");
+    let (admin, cntlid) = admin_queue(addr, 0);
+    let mut cm = cm_request(1, 32);
+    cm.push = Some(rdmablk::nvme::transport::rdma::PushRequest {
+        slots: 0,
+        slot_bytes: 0,
+    });
+    let mut q = Host::connect(addr, cm).expect("the queue is accepted");
+    assert!(
+        matches!(
+            q.accept.push,
+            rdmablk::nvme::transport::rdma::PushAnswer::Declined
+        ),
+        "push: {:?}",
+        q.accept.push
+    );
+    let c = q.fabrics_connect(1, SUBNQN, HOSTNQN, cntlid, 0);
+    assert!(c.status.is_success(), "I/O connect: {}", c.status);
+    write_read_each_size(&mut q, "push declined");
+    drop((q, admin));
+    wait_idle(&t);
+    t.shutdown();
+}
+
 #[test]
 fn short_capsule_is_fatal_for_the_queue() {
     let (t, addr) = start_target("32MiB", "");

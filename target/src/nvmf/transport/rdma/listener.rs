@@ -147,12 +147,22 @@ impl Acceptor {
         // Receive and response slots; data slots only for a push queue (its host places data
         // by command ID), every other queue's data takes buffers from its worker's pool.
         let limits = &self.shared.fixed.limits;
-        let layout = if cm.push.is_some() && cm.qid != 0 {
-            limits.parcel_layout(depth)
-        } else {
-            ParcelLayout::without_data(depth, limits.in_capsule_data_size)
+        let plain = ParcelLayout::without_data(depth, limits.in_capsule_data_size);
+        let mut push = cm.push.filter(|_| cm.qid != 0);
+        // A push queue's data slots are its own (depth x max_io_size): when the arena has no
+        // room for them, the queue is served without push (the host falls back to the
+        // ordinary path: the accept declines push), not refused.
+        let pushed = push.and_then(|_| self.shared.arena.carve(limits.parcel_layout(depth)).ok());
+        if push.is_some() && pushed.is_none() {
+            tracing::info!(qid = cm.qid, depth,
+                "no arena room for a push queue's data slots: push declined, the queue is served without");
+            push = None;
+        }
+        let carved = match pushed {
+            Some(p) => Ok(p),
+            None => self.shared.arena.carve(plain),
         };
-        let parcel = match self.shared.arena.carve(layout) {
+        let parcel = match carved {
             Ok(w) => w,
             Err(e @ ArenaError::Full { .. }) | Err(e @ ArenaError::BadSize { .. }) => {
                 tracing::warn!(error = %e, qid = cm.qid, "no arena space for a queue");
@@ -203,7 +213,7 @@ impl Acceptor {
             depth,
             read_depth: read_depth.max(1),
             responder_resources: responder,
-            push: cm.push.filter(|_| cm.qid != 0),
+            push,
             push_asked: cm.push.is_some(),
             peer,
             cqes: cqes_per_connection(depth),
