@@ -38,7 +38,7 @@ fn admin_bring_up_like_a_linux_host() {
     let (c, b) = identify_page(&mut h, cns::CONTROLLER, 0);
     assert!(c.status.is_success(), "{}", c.status);
     let id = IdentifyController::decode(&b).unwrap();
-    id.check_fabrics(cntlid, rdmablk::nvme::SglNeed::Keyed)
+    id.check_fabrics(cntlid, e2e_transport().sgl_need())
         .expect("what the Linux host enforces");
     assert_eq!(id.mdts, 5, "128 KiB in 4 KiB pages");
     assert_eq!(
@@ -179,7 +179,7 @@ fn write_read_verify_every_size_and_data_path() {
         "deallocated blocks read zero"
     );
 
-    if e2e_loop() {
+    if e2e_transport() != E2eTransport::Rdma {
         // Memory windows and SEND_WITH_INV are NVMe/RDMA's.
         drop(q);
         drop(_admin);
@@ -238,12 +238,7 @@ fn bad_commands_get_their_status() {
     assert_status(&q.submit(sqe, &[]), Status::SGL_INVALID_TYPE);
     // SGL length > MDTS.
     let blocks = 2 * MAX_IO / BLOCK;
-    let sgl = Sgl::Keyed(KeyedSgl {
-        addr: q.buf_addr(),
-        len: blocks * BLOCK,
-        key: q.key(),
-        invalidate: false,
-    });
+    let sgl = q.keyed(0, blocks * BLOCK);
     assert_status(
         &q.submit(rw_sqe(false, 1, 0, blocks, &sgl), &[]),
         Status::SGL_INVALID_DATA_LENGTH,
@@ -392,9 +387,9 @@ fn arena_full_rejects_with_no_resources() {
     let (t, addr) = start_target("600KiB\"\ndata_bytes = \"400KiB", "");
     let (admin, _cntlid) = admin_queue(addr, 0);
     let s = t.arena_stats();
-    if e2e_loop() {
-        // A loop queue takes nothing of the arena (its capsules are in ordinary memory, its
-        // data in the pool): a second queue is served.
+    if e2e_transport() != E2eTransport::Rdma {
+        // A loop or NVMe/TCP queue takes nothing of the arena (its capsules are in ordinary
+        // memory, its data in the pool): a second queue is served.
         assert_eq!(s.parcels, 0);
         let (other, _) = admin_queue(addr, 0);
         drop((admin, other));

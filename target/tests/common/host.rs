@@ -1,8 +1,9 @@
 //! The raw test host's queue: one command at a time, every byte of the capsule under the
 //! test's control. Over RDMA (the soft or verbs provider: a QP, a CQ and one registered
-//! buffer) or over the loop transport (an in-memory channel to a target in this process, and
-//! the same buffer as its memory region), as [`e2e_loop`] says. Data pointers are keyed SGLs
-//! into the buffer's data area on both.
+//! buffer), over the loop transport (an in-memory channel to a target in this process, and
+//! the same buffer as its memory region) or over NVMe/TCP (one connection, [`super::tcp_link`]),
+//! as [`e2e_transport`] says. Data pointers are keyed SGLs into the buffer's data area over
+//! RDMA and loop, Transport SGL Data Blocks over NVMe/TCP ([`Host::keyed`]).
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -18,9 +19,10 @@ use rdmablk::nvme::transport::loopback::{self, HostEnd, Region, ToHost};
 use rdmablk::nvme::transport::rdma::{CmAccept, CmRequest, PushAnswer};
 use rdmablk::nvme::{
     Connect, ConnectData, Cqe, InCapsuleSgl, KeyedSgl, Nqn, PropertyGet, PropertySet, PropertySize,
-    Sgl, Sqe,
+    Sgl, SglNeed, Sqe, TransportSgl,
 };
 
+use super::tcp_link::TcpLink;
 use super::{e2e_fabric, rw_sqe, BLOCK, HANG_GUARD, HOSTID, HOSTNQN, MAX_IO};
 
 const RECV_OFF: usize = 0;
@@ -35,18 +37,63 @@ const BUF_LEN: usize = DATA_OFF + 2 * MAX_IO as usize;
 const SEND_ID: u64 = 1 << 40;
 const TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Whether the tests run over the loop transport (`RDMABLK_E2E_TRANSPORT=loop`) instead of
-/// RDMA on [`e2e_fabric`].
+/// The transport the raw host's tests run over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum E2eTransport {
+    /// RDMA on [`e2e_fabric`] (the default).
+    Rdma,
+    /// The loop transport (`RDMABLK_E2E_TRANSPORT=loop`): a target in the test's process.
+    Loop,
+    /// NVMe/TCP (`RDMABLK_E2E_TRANSPORT=tcp`) to a tcp listener.
+    Tcp,
+}
+
+impl E2eTransport {
+    pub fn name(self) -> &'static str {
+        match self {
+            E2eTransport::Rdma => "RDMA",
+            E2eTransport::Loop => "the loop transport",
+            E2eTransport::Tcp => "NVMe/TCP",
+        }
+    }
+
+    /// The data pointers Identify Controller's SGLS must offer a host of this transport.
+    pub fn sgl_need(self) -> SglNeed {
+        match self {
+            E2eTransport::Rdma | E2eTransport::Loop => SglNeed::Keyed,
+            E2eTransport::Tcp => SglNeed::None,
+        }
+    }
+}
+
+/// The transport `RDMABLK_E2E_TRANSPORT` names (`loop`, `tcp`; unset or empty: RDMA).
+pub fn e2e_transport() -> E2eTransport {
+    match std::env::var("RDMABLK_E2E_TRANSPORT").as_deref() {
+        Err(_) | Ok("") => E2eTransport::Rdma,
+        Ok("loop") => E2eTransport::Loop,
+        Ok("tcp") => E2eTransport::Tcp,
+        Ok(other) => panic!("RDMABLK_E2E_TRANSPORT={other}: loop, tcp, or unset for RDMA"),
+    }
+}
+
+/// Whether the tests run over the loop transport.
 pub fn e2e_loop() -> bool {
-    std::env::var("RDMABLK_E2E_TRANSPORT").is_ok_and(|t| t == "loop")
+    e2e_transport() == E2eTransport::Loop
+}
+
+/// Whether the tests run over NVMe/TCP.
+pub fn e2e_tcp() -> bool {
+    e2e_transport() == E2eTransport::Tcp
 }
 
 /// For a test of RDMA itself (CM private data, memory windows, push writes, receive
-/// completions): true, with a note, when it does not apply because the run is over loop.
+/// completions): true, with a note, when it does not apply because the run is over another
+/// transport.
 pub fn skip_unless_rdma(test: &str) -> bool {
-    let skip = e2e_loop();
+    let t = e2e_transport();
+    let skip = t != E2eTransport::Rdma;
     if skip {
-        eprintln!("{test}: skipped over the loop transport (it tests NVMe/RDMA)");
+        eprintln!("{test}: skipped over {} (it tests NVMe/RDMA)", t.name());
     }
     skip
 }
@@ -71,13 +118,15 @@ struct LoopHost {
 enum Link {
     Rdma(RdmaHost),
     Loop(LoopHost),
+    Tcp(TcpLink),
 }
 
 /// One host queue.
 pub struct Host {
     link: Link,
     pub depth: u32,
-    /// The CM accept's private data (over loop: the depth asked for, no push writes).
+    /// The CM accept's private data (over loop and NVMe/TCP: the depth asked for, no push
+    /// writes).
     pub accept: CmAccept,
     next_cid: u16,
     next_cmd_slot: Cell<usize>,
@@ -101,16 +150,19 @@ pub fn cm_request(qid: u16, depth: u16) -> CmRequest {
 
 impl Host {
     /// Connects a queue: over RDMA, a CM connect with `cm` as private data; over loop, a
-    /// channel for queue `cm.qid` of `cm.hrqsize` entries.
+    /// channel for queue `cm.qid` of `cm.hrqsize` entries; over NVMe/TCP, a connection
+    /// initialized (ICReq, ICResp): the queue it becomes is its first Connect's.
     pub fn connect(addr: SocketAddr, cm: CmRequest) -> Result<Host, FabricError> {
-        if e2e_loop() {
-            return Ok(Host::connect_loop(
-                addr,
-                cm.qid,
-                u32::from(cm.hrqsize).max(1),
-            ));
+        let depth = u32::from(cm.hrqsize).max(1);
+        match e2e_transport() {
+            E2eTransport::Rdma => Host::connect_raw(addr, cm.encode().to_vec(), depth),
+            E2eTransport::Loop => Ok(Host::connect_loop(addr, cm.qid, depth)),
+            E2eTransport::Tcp => {
+                let link = TcpLink::connect(addr, cm.qid, BUF_LEN - DATA_OFF)
+                    .unwrap_or_else(|e| panic!("NVMe/TCP connect to {addr}: {e}"));
+                Ok(Host::over(Link::Tcp(link), depth))
+            }
         }
-        Host::connect_raw(addr, cm.encode().to_vec(), u32::from(cm.hrqsize).max(1))
     }
 
     fn connect_loop(addr: SocketAddr, qid: u16, depth: u32) -> Host {
@@ -118,13 +170,19 @@ impl Host {
         // SAFETY: the buffer lives as long as the Arc kept with the region.
         let region = unsafe { Region::new(mem.as_ptr(), mem.len(), Box::new(Arc::clone(&mem))) };
         let end = loopback::connect(addr, qid, depth, region).expect("loop connect");
+        let link = Link::Loop(LoopHost {
+            end: RefCell::new(end),
+            mem,
+            got: RefCell::new(Vec::new()),
+            held: RefCell::new(VecDeque::new()),
+        });
+        Host::over(link, depth)
+    }
+
+    /// A host queue over a link without CM private data: the accept is the depth asked for.
+    fn over(link: Link, depth: u32) -> Host {
         Host {
-            link: Link::Loop(LoopHost {
-                end: RefCell::new(end),
-                mem,
-                got: RefCell::new(Vec::new()),
-                held: RefCell::new(VecDeque::new()),
-            }),
+            link,
             depth,
             accept: CmAccept {
                 crqsize: depth as u16,
@@ -155,7 +213,11 @@ impl Host {
         depth: u32,
         rnr_retry_count: u8,
     ) -> Result<Host, FabricError> {
-        assert!(!e2e_loop(), "an RDMA CM connect in a test run over loop");
+        assert!(
+            e2e_transport() == E2eTransport::Rdma,
+            "an RDMA CM connect in a test run over {}",
+            e2e_transport().name()
+        );
         let resolved = fabric::resolve(e2e_fabric().0, addr, TIMEOUT)?;
         let dev = resolved.device();
         let pd = dev.alloc_pd()?;
@@ -209,7 +271,10 @@ impl Host {
     pub fn rdma(&self) -> &RdmaHost {
         match &self.link {
             Link::Rdma(r) => r,
-            Link::Loop(_) => panic!("an RDMA-only test ran over loop (use skip_unless_rdma)"),
+            _ => panic!(
+                "an RDMA-only test ran over {} (use skip_unless_rdma)",
+                e2e_transport().name()
+            ),
         }
     }
 
@@ -223,11 +288,12 @@ impl Host {
         .expect("post recv");
     }
 
-    /// Address of the host buffer's first byte, as keyed SGLs name it.
+    /// Address of the host buffer's first byte, as keyed SGLs name it (RDMA and loop).
     pub fn buf_addr(&self) -> u64 {
         match &self.link {
             Link::Rdma(r) => r.mr.addr(),
             Link::Loop(l) => l.mem.as_ptr() as u64,
+            Link::Tcp(_) => panic!("NVMe/TCP has no keyed SGLs (Host::keyed gives its SGL)"),
         }
     }
 
@@ -236,11 +302,18 @@ impl Host {
         match &self.link {
             Link::Rdma(r) => r.mr.rkey(),
             Link::Loop(l) => l.end.borrow().key(),
+            Link::Tcp(_) => panic!("NVMe/TCP has no keyed SGLs (Host::keyed gives its SGL)"),
         }
     }
 
-    /// A keyed SGL over `len` bytes of the data buffer at `off`.
+    /// The data pointer of a command whose data is `len` bytes of the data buffer at `off`:
+    /// a keyed SGL (RDMA, loop), or over NVMe/TCP the Transport SGL Data Block (0x5A) of
+    /// `len`, which names no address: the link moves every command's data at offset 0.
     pub fn keyed(&self, off: usize, len: u32) -> Sgl {
+        if let Link::Tcp(_) = self.link {
+            assert_eq!(off, 0, "over NVMe/TCP a command's data is at data offset 0");
+            return Sgl::Transport(TransportSgl { len });
+        }
         Sgl::Keyed(KeyedSgl {
             addr: self.buf_addr() + (DATA_OFF + off) as u64,
             len,
@@ -251,6 +324,7 @@ impl Host {
 
     pub fn write_data(&self, off: usize, bytes: &[u8]) {
         match &self.link {
+            Link::Tcp(t) => t.write_data(off, bytes),
             Link::Rdma(r) => r.mr.write_at(DATA_OFF + off, bytes).unwrap(),
             Link::Loop(l) => {
                 assert!(DATA_OFF + off + bytes.len() <= l.mem.len());
@@ -269,6 +343,7 @@ impl Host {
     pub fn read_data(&self, off: usize, len: usize) -> Vec<u8> {
         let mut v = vec![0u8; len];
         match &self.link {
+            Link::Tcp(t) => return t.read_data(off, len),
             Link::Rdma(r) => r.mr.read_at(DATA_OFF + off, &mut v).unwrap(),
             Link::Loop(l) => {
                 assert!(DATA_OFF + off + len <= l.mem.len());
@@ -291,6 +366,12 @@ impl Host {
         self.sends_posted.set(self.sends_posted.get() + 1);
         let r = match &self.link {
             Link::Rdma(r) => r,
+            Link::Tcp(t) => {
+                if t.send_capsule(bytes) {
+                    self.sends_ok.set(self.sends_ok.get() + 1);
+                }
+                return;
+            }
             Link::Loop(l) => {
                 let mut end = l.end.borrow_mut();
                 end.queue_raw(bytes)
@@ -337,10 +418,19 @@ impl Host {
         Ok(cqe)
     }
 
-    /// Takes what the loop target sent: taken capsules counted, responses held.
+    /// Takes what the loop or NVMe/TCP target sent: (loop) taken capsules counted, responses
+    /// held; Err once the queue can answer no more.
     fn poll_loop(&self) -> Result<(), String> {
-        let Link::Loop(l) = &self.link else {
-            unreachable!("loop only")
+        let l = match &self.link {
+            Link::Loop(l) => l,
+            Link::Tcp(t) => {
+                t.poll(Duration::from_micros(200));
+                return match t.failure() {
+                    Some(why) => Err(why),
+                    None => Ok(()),
+                };
+            }
+            Link::Rdma(_) => unreachable!("loop and NVMe/TCP only"),
         };
         let mut got = l.got.borrow_mut();
         got.clear();
@@ -358,21 +448,42 @@ impl Host {
         Ok(())
     }
 
+    /// A response received and not taken yet (loop, NVMe/TCP).
+    fn take_held(&self) -> Option<Cqe> {
+        match &self.link {
+            Link::Loop(l) => l.held.borrow_mut().pop_front(),
+            Link::Tcp(t) => t.take_response(),
+            Link::Rdma(_) => None,
+        }
+    }
+
+    /// Responses received and not taken yet (loop, NVMe/TCP).
+    fn held(&self) -> usize {
+        match &self.link {
+            Link::Loop(l) => l.held.borrow().len(),
+            Link::Tcp(t) => t.responses_held(),
+            Link::Rdma(_) => 0,
+        }
+    }
+
     /// Waits for the next response capsule.
     pub fn wait_response(&mut self) -> Result<Cqe, String> {
         let deadline = Instant::now() + TIMEOUT;
-        if let Link::Loop(_) = self.link {
+        if !matches!(self.link, Link::Rdma(_)) {
             loop {
+                if let Some(c) = self.take_held() {
+                    return Ok(c);
+                }
                 self.poll_loop()?;
-                if let Link::Loop(l) = &self.link {
-                    if let Some(c) = l.held.borrow_mut().pop_front() {
-                        return Ok(c);
-                    }
+                if let Some(c) = self.take_held() {
+                    return Ok(c);
                 }
                 if Instant::now() > deadline {
                     return Err("no response in time".into());
                 }
-                std::thread::sleep(Duration::from_micros(200));
+                if let Link::Loop(_) = self.link {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
             }
         }
         // One at a time: this returns at the first response, and a completion polled after it
@@ -417,6 +528,15 @@ impl Host {
     /// text.
     pub fn wait_disconnected(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
+        if let Link::Tcp(t) = &self.link {
+            while !t.is_closed() {
+                if Instant::now() >= deadline {
+                    return false;
+                }
+                t.poll(Duration::from_millis(2));
+            }
+            return true;
+        }
         if let Link::Loop(l) = &self.link {
             while !l.end.borrow().is_closed() {
                 if Instant::now() >= deadline {
@@ -446,13 +566,11 @@ impl Host {
     /// responses).
     pub fn wait_untaken_responses(&self, n: usize) {
         let deadline = Instant::now() + HANG_GUARD;
-        if let Link::Loop(_) = self.link {
+        if !matches!(self.link, Link::Rdma(_)) {
             loop {
-                self.poll_loop().expect("the loop queue lives");
-                if let Link::Loop(l) = &self.link {
-                    if l.held.borrow().len() >= n {
-                        return;
-                    }
+                self.poll_loop().expect("the queue lives");
+                if self.held() >= n {
+                    return;
                 }
                 assert!(
                     Instant::now() < deadline,
@@ -481,8 +599,9 @@ impl Host {
         }
     }
 
-    /// Fabrics Connect; the 1024-byte data goes keyed (admin) or in-capsule (I/O queues).
-    /// The host ID is [`host_id_of`] `hostnqn`.
+    /// Fabrics Connect; the 1024-byte data goes keyed (admin) or in-capsule (I/O queues,
+    /// and every queue over NVMe/TCP, as the Linux host sends it there). The host ID is
+    /// [`host_id_of`] `hostnqn`.
     pub fn fabrics_connect(
         &mut self,
         qid: u16,
@@ -504,7 +623,7 @@ impl Host {
             cattr: 0,
             kato_ms,
         };
-        if qid == 0 {
+        if qid == 0 && !matches!(self.link, Link::Tcp(_)) {
             self.write_data(0, &data);
             let sgl = self.keyed(0, data.len() as u32);
             self.submit(c.to_sqe(0, &sgl), &[])

@@ -4,12 +4,13 @@
 //! [`host`]; here are the target configuration the tests share and helpers on top.
 //!
 //! `RDMABLK_E2E_TRANSPORT=loop` runs the suites that use it over the loop transport (a target
-//! in the test's process) instead of RDMA; tests of RDMA itself skip there
-//! ([`skip_unless_rdma`]).
+//! in the test's process) instead of RDMA, `RDMABLK_E2E_TRANSPORT=tcp` over NVMe/TCP (the
+//! target with a tcp listener); tests of RDMA itself skip there ([`skip_unless_rdma`]).
 
 #![allow(dead_code)]
 
 mod host;
+mod tcp_link;
 pub use host::*;
 
 use std::net::SocketAddr;
@@ -59,10 +60,10 @@ pub const RAM_BACKEND: &str = r#"backend = { kind = "ram", size = "16MiB" }"#;
 /// A target configuration text on `port` with `arena` bytes.
 pub fn config_text(port: u16, arena: &str, extra_target: &str) -> String {
     let (kind, address) = e2e_fabric();
-    let listener = if e2e_loop() {
-        "transport = \"loop\"".to_string()
-    } else {
-        format!("provider = \"{}\"", kind.as_str())
+    let listener = match e2e_transport() {
+        E2eTransport::Rdma => format!("provider = \"{}\"", kind.as_str()),
+        E2eTransport::Loop => "transport = \"loop\"".to_string(),
+        E2eTransport::Tcp => "transport = \"tcp\"".to_string(),
     };
     format!(
         r#"

@@ -2,7 +2,7 @@
 
 use rdmablk::nvme::opcodes::admin as op;
 use rdmablk::nvme::properties::{self, PropertySize};
-use rdmablk::nvme::{InCapsuleSgl, KeyedSgl, PropertyGet, Sgl, Status};
+use rdmablk::nvme::{InCapsuleSgl, PropertyGet, Sgl, Status};
 
 use super::common::*;
 use super::fixture::*;
@@ -45,8 +45,12 @@ fn conformance_common_psdt_not_sgl() {
 fn conformance_common_sgl_type_invalid() {
     let (_fx, mut admin, mut q) = with_io();
     // 0x00/0x02/0x0F: data block with a subtype other than offset; 0x20/0x30: segments;
-    // 0x41/0x4E: keyed with a reserved subtype; 0xF0: push writes, not granted on this queue.
-    for t in [0x00u8, 0x02, 0x0F, 0x20, 0x30, 0x41, 0x4E, 0x5A, 0xF0] {
+    // 0x41/0x4E: keyed with a reserved subtype; 0xF0: push writes, not granted on this queue;
+    // the other transport's data pointer: the transport data block (0x5A, NVMe/TCP's) over
+    // RDMA and loop, keyed ones (0x40, 0x4F, NVMe/RDMA's) over NVMe/TCP.
+    let foreign: &[u8] = if e2e_tcp() { &[0x40, 0x4F] } else { &[0x5A] };
+    let types = [0x00u8, 0x02, 0x0F, 0x20, 0x30, 0x41, 0x4E, 0xF0];
+    for &t in types.iter().chain(foreign) {
         let mut sqe = rw_sqe(false, 1, 0, 1, &q.keyed(0, BLOCK));
         sqe.dptr[15] = t;
         expect(&q.submit(sqe, &[]), Status::SGL_INVALID_TYPE.with_dnr());
@@ -54,9 +58,10 @@ fn conformance_common_sgl_type_invalid() {
         sqe.dptr[15] = t;
         expect(&admin.submit(sqe, &[]), Status::SGL_INVALID_TYPE.with_dnr());
     }
-    // 0x40 (keyed, address). 0x4F asks the target to answer with SEND_WITH_INVALIDATE of the
-    // key, which only a memory window's key survives: the raw host registers plain regions,
-    // so that form is exercised by the initiator's tests and the Linux host instead.
+    // 0x40 (keyed, address), or over NVMe/TCP 0x5A. 0x4F asks the target to answer with
+    // SEND_WITH_INVALIDATE of the key, which only a memory window's key survives: the raw
+    // host registers plain regions, so that form is exercised by the initiator's tests and
+    // the Linux host instead.
     ok(&q.rw(false, 1, 0, 1));
     let (c, _) = identify(&mut admin, 1, 0);
     ok(&c);
@@ -129,13 +134,9 @@ fn conformance_common_sgl_length_vs_data_length() {
 #[test]
 fn conformance_common_keyed_length_above_mdts() {
     let (_fx, _admin, mut q) = with_io();
+    // A keyed SGL, or over NVMe/TCP a transport data block, one block longer than MDTS.
     let over = MAX_IO / BLOCK + 1;
-    let sgl = Sgl::Keyed(KeyedSgl {
-        addr: q.buf_addr(),
-        len: over * BLOCK,
-        key: q.key(),
-        invalidate: false,
-    });
+    let sgl = q.keyed(0, over * BLOCK);
     for write in [false, true] {
         expect(
             &q.submit(rw_sqe(write, 1, 0, over, &sgl), &[]),

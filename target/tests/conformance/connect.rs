@@ -32,11 +32,27 @@ fn conformance_connect_recfmt_nonzero() {
 fn conformance_connect_qid() {
     let fx = target();
     let data = connect_data(SUBNQN, CNTLID_DYNAMIC);
-    // The Connect's QID must be the queue's (the CM private data's).
+    // The Connect's QID must be the queue's: the CM private data's (RDMA), the channel's
+    // (loop). An NVMe/TCP connection becomes the queue its first Connect names (here I/O
+    // queue 1, refused for its dynamic cntlid): a later Connect naming another QID on it is
+    // the mismatch.
     let mut h = admin_host(&fx);
-    let c = connect_raw(&mut h, connect_cmd(1, 31), &data, 1024);
+    if e2e_tcp() {
+        let c = connect_raw(&mut h, connect_cmd(1, 31), &data, 1024);
+        expect(&c, Status::CONNECT_INVALID_PARAMETERS.with_dnr());
+        assert_eq!(c.dw0, 0x0001_0010, "IATTR data, IPO cntlid");
+    }
+    let c = connect_raw(
+        &mut h,
+        connect_cmd(if e2e_tcp() { 0 } else { 1 }, 31),
+        &data,
+        1024,
+    );
     expect(&c, Status::CONNECT_INVALID_PARAMETERS.with_dnr());
     assert_eq!(c.dw0, 42, "IATTR command, IPO qid");
+    if e2e_tcp() {
+        h = admin_host(&fx);
+    }
     let c = connect_raw(&mut h, connect_cmd(0, 31), &data, 1024);
     ok(&c);
     let cntlid = c.dw0 as u16;

@@ -79,10 +79,14 @@ fn conformance_discovery_log_offset() {
     }
     let (c, page) = get_log(&mut h, LOG, 0, 1024, 1024);
     ok(&c);
-    let trtype = if e2e_loop() { 0xFE } else { 1 };
+    let trtype = match e2e_transport() {
+        E2eTransport::Rdma => 1,
+        E2eTransport::Tcp => 3,
+        E2eTransport::Loop => 0xFE,
+    };
     assert_eq!(
         page[0], trtype,
-        "entry 0: TRTYPE of the listener (RDMA, or loop)"
+        "entry 0: TRTYPE of the listener (RDMA, TCP or loop)"
     );
     ok(&get_log(&mut h, LOG, 0, 2048, 4).0);
 }

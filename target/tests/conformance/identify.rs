@@ -50,7 +50,7 @@ fn conformance_identify_cns01_controller() {
     ok(&c);
     let page = h.read_data(0, IDENTIFY_LEN);
     let id = IdentifyController::decode(page.as_slice().try_into().unwrap()).unwrap();
-    id.check_fabrics(cntlid, rdmablk::nvme::SglNeed::Keyed)
+    id.check_fabrics(cntlid, e2e_transport().sgl_need())
         .expect("what the Linux host checks");
 }
 

@@ -71,14 +71,13 @@ fn conformance_rw_data_length() {
 #[test]
 fn conformance_rw_mdts() {
     let (_fx, _admin, mut q) = with_io();
-    // A keyed length above MDTS fails the command (not the range): checked first.
+    // A data length above MDTS fails the command (not the range): checked first. Keyed with
+    // invalidate (0x4F) over RDMA and loop, a transport data block over NVMe/TCP.
     let blocks = MAX_IO / BLOCK * 2;
-    let sgl = rdmablk::nvme::Sgl::Keyed(rdmablk::nvme::KeyedSgl {
-        addr: q.buf_addr(),
-        len: blocks * BLOCK,
-        key: q.key(),
-        invalidate: true,
-    });
+    let mut sgl = q.keyed(0, blocks * BLOCK);
+    if let rdmablk::nvme::Sgl::Keyed(k) = &mut sgl {
+        k.invalidate = true;
+    }
     expect(
         &q.submit(rw_sqe(true, 1, 0, blocks, &sgl), &[]),
         Status::SGL_INVALID_DATA_LENGTH.with_dnr(),

@@ -1,0 +1,259 @@
+//! The raw test host's NVMe/TCP link: one TCP connection initialized as the Linux host does
+//! it (ICReq with PFV 0, HPDA 0, MAXR2T 0, digests off; ICResp checked as the Linux host
+//! checks it), command capsules with in-capsule data, H2CData answering each R2T from the
+//! host buffer, C2HData into it, CapsuleResp. The PDU codecs are
+//! `rdmablk::nvme::transport::tcp`'s.
+//!
+//! NVMe/TCP has no keyed SGLs: a command's data outside the capsule is described by a
+//! Transport SGL Data Block (0x5A) that names only its length, so the link keeps every
+//! command's data at the start of the host's data area, the offset the other links' keyed
+//! SGLs name in the tests (see `Host::keyed`).
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use rdmablk::nvme::transport::tcp::encode_capsule_cmd;
+use rdmablk::nvme::transport::tcp::{
+    flags, pdu_type, CommonHeader, DataHeader, Direction, IcReq, IcResp, Negotiated, PduLayout,
+    R2t, TermReq, CAPSULE_CMD_HLEN, CAPSULE_RESP_HLEN, CH_LEN, DATA_HLEN, IC_LEN,
+};
+use rdmablk::nvme::{Cqe, Sqe, Status, CQE_LEN, SQE_LEN};
+
+/// The most data a PDU from the target may carry (its largest C2HData is MDTS, 128 KiB).
+const MAX_PDU_DATA: u32 = 1 << 20;
+
+/// One NVMe/TCP queue's connection, from the host's side.
+pub struct TcpLink {
+    s: TcpStream,
+    neg: Negotiated,
+    /// The ICResp's MAXH2CDATA: H2CData PDUs carry at most this much.
+    maxh2cdata: u32,
+    /// The queue's ID, as the response a SUCCESS C2HData stands for names it.
+    qid: u16,
+    /// The host's data area: C2HData lands here, H2CData is sent from here.
+    data: RefCell<Vec<u8>>,
+    /// Bytes received, not yet a whole PDU.
+    rx: RefCell<Vec<u8>>,
+    /// Responses received, not taken yet.
+    held: RefCell<VecDeque<Cqe>>,
+    /// The target's C2HTermReq, if it sent one.
+    term: RefCell<Option<String>>,
+    /// Why the connection ended (end of stream, a reset), once it has.
+    closed: RefCell<Option<String>>,
+}
+
+impl TcpLink {
+    /// Connects to `addr` for queue `qid` and initializes the connection; `data_len` is the
+    /// size of the host's data area.
+    pub fn connect(addr: SocketAddr, qid: u16, data_len: usize) -> std::io::Result<TcpLink> {
+        let mut s = TcpStream::connect(addr)?;
+        s.set_nodelay(true)?;
+        s.set_read_timeout(Some(Duration::from_secs(10)))?;
+        let req = IcReq {
+            pfv: 0,
+            hpda: 0,
+            hdgst: false,
+            ddgst: false,
+            maxr2t: 0,
+        };
+        s.write_all(&req.encode())?;
+        let mut b = [0u8; IC_LEN];
+        s.read_exact(&mut b)?;
+        let ch = CommonHeader::decode(b[..CH_LEN].try_into().expect("8 bytes"));
+        PduLayout::check(&ch, Direction::ControllerToHost, None, 0).expect("ICResp header");
+        let resp = IcResp::decode(&b, &req).expect("an ICResp as the Linux host checks it");
+        assert!(resp.maxh2cdata >= 4096, "MAXH2CDATA {}", resp.maxh2cdata);
+        Ok(TcpLink {
+            s,
+            neg: Negotiated::default(),
+            maxh2cdata: resp.maxh2cdata,
+            qid,
+            data: RefCell::new(vec![0; data_len]),
+            rx: RefCell::new(Vec::new()),
+            held: RefCell::new(VecDeque::new()),
+            term: RefCell::new(None),
+            closed: RefCell::new(None),
+        })
+    }
+
+    /// Sends `capsule` (an SQE and its in-capsule data) as a CapsuleCmd PDU, byte for byte.
+    /// Fewer than 64 bytes cannot be a CapsuleCmd: they go out behind a common header
+    /// whose PLEN is below its HLEN, a PDU the target must refuse. False if the connection
+    /// is gone.
+    pub fn send_capsule(&self, capsule: &[u8]) -> bool {
+        let mut pdu = vec![0u8; CAPSULE_CMD_HLEN];
+        if capsule.len() < SQE_LEN {
+            CommonHeader {
+                pdu_type: pdu_type::CAPSULE_CMD,
+                flags: 0,
+                hlen: CAPSULE_CMD_HLEN as u8,
+                pdo: 0,
+                plen: (CH_LEN + capsule.len()) as u32,
+            }
+            .encode(&mut pdu);
+            pdu.truncate(CH_LEN);
+            pdu.extend_from_slice(capsule);
+        } else {
+            let (sqe, data) = capsule.split_at(SQE_LEN);
+            let h: &mut [u8; CAPSULE_CMD_HLEN] = (&mut pdu[..]).try_into().expect("72 bytes");
+            let raw: &[u8; SQE_LEN] = sqe.try_into().expect("64 bytes");
+            let l = encode_capsule_cmd(&Sqe::decode(raw), data.len(), &self.neg, h);
+            // The SQE exactly as given, reserved bits and all.
+            h[CH_LEN..].copy_from_slice(raw);
+            if !data.is_empty() {
+                pdu.resize(l.pdo, 0);
+                pdu.extend_from_slice(data);
+            }
+            assert_eq!(pdu.len(), l.plen);
+        }
+        (&self.s).write_all(&pdu).is_ok()
+    }
+
+    /// Takes what the target sent within `wait`: responses held, R2Ts answered, C2HData
+    /// placed, a C2HTermReq or the end of the connection noted.
+    pub fn poll(&self, wait: Duration) {
+        if self.closed.borrow().is_some() {
+            return;
+        }
+        let mut chunk = vec![0u8; 256 << 10];
+        let _ = self
+            .s
+            .set_read_timeout(Some(wait.max(Duration::from_millis(1))));
+        match (&self.s).read(&mut chunk) {
+            Ok(0) => self.close("the target closed the connection".into()),
+            Ok(n) => self.rx.borrow_mut().extend_from_slice(&chunk[..n]),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => self.close(format!("the connection failed: {e}")),
+        }
+        loop {
+            let pdu = {
+                let mut rx = self.rx.borrow_mut();
+                if rx.len() < CH_LEN {
+                    return;
+                }
+                let ch = CommonHeader::decode(rx[..CH_LEN].try_into().expect("8 bytes"));
+                let l = PduLayout::check(
+                    &ch,
+                    Direction::ControllerToHost,
+                    Some(self.neg),
+                    MAX_PDU_DATA,
+                )
+                .unwrap_or_else(|e| panic!("a PDU from the target: {e}"));
+                if rx.len() < l.plen {
+                    return;
+                }
+                (l, rx.drain(..l.plen).collect::<Vec<u8>>())
+            };
+            self.on_pdu(&pdu.0, &pdu.1);
+        }
+    }
+
+    fn close(&self, why: String) {
+        self.closed.borrow_mut().get_or_insert(why);
+    }
+
+    fn on_pdu(&self, l: &PduLayout, pdu: &[u8]) {
+        let header: &[u8; DATA_HLEN] = pdu[..DATA_HLEN].try_into().expect("24-byte header");
+        match l.pdu_type {
+            pdu_type::CAPSULE_RESP => {
+                const _: () = assert!(CAPSULE_RESP_HLEN == CH_LEN + CQE_LEN);
+                let cqe = Cqe::decode(pdu[CH_LEN..CAPSULE_RESP_HLEN].try_into().expect("16"));
+                self.held.borrow_mut().push_back(cqe);
+            }
+            pdu_type::C2H_DATA => {
+                let d = DataHeader::decode(header);
+                d.check(l).expect("C2HData: DATAL is its data");
+                let at = d.datao as usize;
+                let mut data = self.data.borrow_mut();
+                assert!(
+                    at + l.data_len <= data.len(),
+                    "C2HData beyond the host's data area: {d:?}"
+                );
+                data[at..at + l.data_len].copy_from_slice(&pdu[l.pdo..l.pdo + l.data_len]);
+                if l.flags & flags::DATA_SUCCESS != 0 {
+                    assert_ne!(l.flags & flags::DATA_LAST, 0, "SUCCESS without LAST");
+                    // The command succeeded and no CapsuleResp follows (SQ flow control off:
+                    // SQHD reserved, 0xFFFF as nvmet and rdmablk report it then).
+                    let cqe = Cqe::error(d.cccid, self.qid, 0xFFFF, Status::SUCCESS);
+                    self.held.borrow_mut().push_back(cqe);
+                }
+            }
+            pdu_type::R2T => self.answer_r2t(R2t::decode(header)),
+            pdu_type::C2H_TERM_REQ => {
+                let (fes, fei) = TermReq::decode(header);
+                self.term.borrow_mut().get_or_insert(format!(
+                    "the target sent a C2HTermReq: FES {fes:?}, FEI {fei}"
+                ));
+            }
+            t => panic!("the target sent a PDU of type {t} to the host"),
+        }
+    }
+
+    /// H2CData PDUs of at most MAXH2CDATA for the data the R2T asks for, LAST on the final.
+    fn answer_r2t(&self, r: R2t) {
+        let data = self.data.borrow();
+        let (from, len) = (r.r2to as usize, r.r2tl as usize);
+        assert!(
+            len > 0 && from + len <= data.len(),
+            "an R2T beyond the host's data area: {r:?}"
+        );
+        let mut at = from;
+        while at < from + len {
+            let n = (from + len - at).min(self.maxh2cdata as usize);
+            let last = at + n == from + len;
+            let h = DataHeader {
+                cccid: r.cccid,
+                ttag: r.ttag,
+                datao: at as u32,
+                datal: n as u32,
+            };
+            let mut b = [0u8; DATA_HLEN];
+            let f = if last { flags::DATA_LAST } else { 0 };
+            let l = h.encode(pdu_type::H2C_DATA, f, &self.neg, &mut b);
+            let mut pdu = b.to_vec();
+            pdu.resize(l.pdo, 0);
+            pdu.extend_from_slice(&data[at..at + n]);
+            if (&self.s).write_all(&pdu).is_err() {
+                return; // the target closed the connection: poll sees it
+            }
+            at += n;
+        }
+    }
+
+    /// The next response received, if any.
+    pub fn take_response(&self) -> Option<Cqe> {
+        self.held.borrow_mut().pop_front()
+    }
+
+    /// Responses received and not taken.
+    pub fn responses_held(&self) -> usize {
+        self.held.borrow().len()
+    }
+
+    /// Why the queue can take no more responses: the target's C2HTermReq or the connection's
+    /// end, and nothing held.
+    pub fn failure(&self) -> Option<String> {
+        if !self.held.borrow().is_empty() {
+            return None;
+        }
+        let term = self.term.borrow().clone();
+        term.or_else(|| self.closed.borrow().clone())
+    }
+
+    /// Whether the target closed the connection.
+    pub fn is_closed(&self) -> bool {
+        self.closed.borrow().is_some()
+    }
+
+    pub fn write_data(&self, off: usize, bytes: &[u8]) {
+        self.data.borrow_mut()[off..off + bytes.len()].copy_from_slice(bytes);
+    }
+
+    pub fn read_data(&self, off: usize, len: usize) -> Vec<u8> {
+        self.data.borrow()[off..off + len].to_vec()
+    }
+}
