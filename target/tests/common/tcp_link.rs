@@ -4,6 +4,10 @@
 //! host buffer, C2HData into it, CapsuleResp. The PDU codecs are
 //! `rdmablk::nvme::transport::tcp`'s.
 //!
+//! The functions that put a PDU on the wire and take one off it ([`initialize`],
+//! [`assemble`], [`split`]) are also the NVMe/TCP-only tests' (`target/tests/tcp_host/`,
+//! which sends malformed PDUs, digests and R2T answers by hand).
+//!
 //! NVMe/TCP has no keyed SGLs: a command's data outside the capsule is described by a
 //! Transport SGL Data Block (0x5A) that names only its length, so the link keeps every
 //! command's data at the start of the host's data area, the offset the other links' keyed
@@ -17,13 +21,85 @@ use std::time::Duration;
 
 use rdmablk::nvme::transport::tcp::encode_capsule_cmd;
 use rdmablk::nvme::transport::tcp::{
-    flags, pdu_type, CommonHeader, DataHeader, Direction, IcReq, IcResp, Negotiated, PduLayout,
-    R2t, TermReq, CAPSULE_CMD_HLEN, CAPSULE_RESP_HLEN, CH_LEN, DATA_HLEN, IC_LEN,
+    digest, flags, pdu_type, CommonHeader, DataHeader, Direction, IcReq, IcResp, Negotiated,
+    PduLayout, R2t, TermReq, CAPSULE_CMD_HLEN, CAPSULE_RESP_HLEN, CH_LEN, DATA_HLEN, DIGEST_LEN,
+    IC_LEN,
 };
 use rdmablk::nvme::{Cqe, Sqe, Status, CQE_LEN, SQE_LEN};
 
 /// The most data a PDU from the target may carry (its largest C2HData is MDTS, 128 KiB).
-const MAX_PDU_DATA: u32 = 1 << 20;
+pub const MAX_PDU_DATA: u32 = 1 << 20;
+
+/// Initializes a new connection as the Linux host does (ICReq: PFV 0, HPDA 0, MAXR2T 0, the
+/// digests asked for) and checks the ICResp as the Linux host checks it; the PDUs' shape
+/// from then on and the ICResp.
+pub fn initialize(
+    s: &mut TcpStream,
+    hdgst: bool,
+    ddgst: bool,
+) -> std::io::Result<(Negotiated, IcResp)> {
+    let req = IcReq {
+        pfv: 0,
+        hpda: 0,
+        hdgst,
+        ddgst,
+        maxr2t: 0,
+    };
+    s.write_all(&req.encode())?;
+    let mut b = [0u8; IC_LEN];
+    s.read_exact(&mut b)?;
+    let ch = CommonHeader::decode(b[..CH_LEN].try_into().expect("8 bytes"));
+    PduLayout::check(&ch, Direction::ControllerToHost, None, 0).expect("ICResp header");
+    let resp = IcResp::decode(&b, &req).expect("an ICResp as the Linux host checks it");
+    assert!(resp.maxh2cdata >= 4096, "MAXH2CDATA {}", resp.maxh2cdata);
+    let neg = Negotiated {
+        hdgst,
+        ddgst,
+        pda: 0,
+    };
+    Ok((neg, resp))
+}
+
+/// A whole PDU from its `header` (common header included) laid out as `l` says: the header
+/// digest if `neg` has them, padding to PDO, `data`, and `data_digest` after it if `neg` has
+/// data digests (a test may pass a wrong one).
+pub fn assemble(
+    header: &[u8],
+    l: &PduLayout,
+    neg: &Negotiated,
+    data: &[u8],
+    data_digest: u32,
+) -> Vec<u8> {
+    let mut pdu = header.to_vec();
+    if neg.hdgst {
+        pdu.extend_from_slice(&digest(header).to_le_bytes());
+    }
+    if !data.is_empty() {
+        pdu.resize(l.pdo, 0);
+        pdu.extend_from_slice(data);
+        if neg.ddgst {
+            pdu.extend_from_slice(&data_digest.to_le_bytes());
+        }
+    }
+    pdu
+}
+
+/// A whole PDU received, laid out as `l` says, cut into its header and its data; its header
+/// and data digests, where it has them, must be right.
+pub fn split<'a>(l: &PduLayout, pdu: &'a [u8]) -> (&'a [u8], &'a [u8]) {
+    let header = &pdu[..l.hlen];
+    if l.hdgst > 0 {
+        let got = u32::from_le_bytes(pdu[l.hlen..l.hlen + DIGEST_LEN].try_into().expect("4"));
+        assert_eq!(got, digest(header), "header digest of type {}", l.pdu_type);
+    }
+    let data = &pdu[l.pdo.max(l.hlen)..][..l.data_len];
+    if l.ddgst > 0 {
+        let at = l.pdo + l.data_len;
+        let got = u32::from_le_bytes(pdu[at..at + DIGEST_LEN].try_into().expect("4"));
+        assert_eq!(got, digest(data), "data digest of type {}", l.pdu_type);
+    }
+    (header, data)
+}
 
 /// One NVMe/TCP queue's connection, from the host's side.
 pub struct TcpLink {
@@ -37,6 +113,8 @@ pub struct TcpLink {
     data: RefCell<Vec<u8>>,
     /// Bytes received, not yet a whole PDU.
     rx: RefCell<Vec<u8>>,
+    /// What one read takes from the socket.
+    chunk: RefCell<Vec<u8>>,
     /// Responses received, not taken yet.
     held: RefCell<VecDeque<Cqe>>,
     /// The target's C2HTermReq, if it sent one.
@@ -52,27 +130,15 @@ impl TcpLink {
         let mut s = TcpStream::connect(addr)?;
         s.set_nodelay(true)?;
         s.set_read_timeout(Some(Duration::from_secs(10)))?;
-        let req = IcReq {
-            pfv: 0,
-            hpda: 0,
-            hdgst: false,
-            ddgst: false,
-            maxr2t: 0,
-        };
-        s.write_all(&req.encode())?;
-        let mut b = [0u8; IC_LEN];
-        s.read_exact(&mut b)?;
-        let ch = CommonHeader::decode(b[..CH_LEN].try_into().expect("8 bytes"));
-        PduLayout::check(&ch, Direction::ControllerToHost, None, 0).expect("ICResp header");
-        let resp = IcResp::decode(&b, &req).expect("an ICResp as the Linux host checks it");
-        assert!(resp.maxh2cdata >= 4096, "MAXH2CDATA {}", resp.maxh2cdata);
+        let (neg, resp) = initialize(&mut s, false, false)?;
         Ok(TcpLink {
             s,
-            neg: Negotiated::default(),
+            neg,
             maxh2cdata: resp.maxh2cdata,
             qid,
             data: RefCell::new(vec![0; data_len]),
             rx: RefCell::new(Vec::new()),
+            chunk: RefCell::new(vec![0; 256 << 10]),
             held: RefCell::new(VecDeque::new()),
             term: RefCell::new(None),
             closed: RefCell::new(None),
@@ -84,8 +150,8 @@ impl TcpLink {
     /// whose PLEN is below its HLEN, a PDU the target must refuse. False if the connection
     /// is gone.
     pub fn send_capsule(&self, capsule: &[u8]) -> bool {
-        let mut pdu = vec![0u8; CAPSULE_CMD_HLEN];
-        if capsule.len() < SQE_LEN {
+        let pdu = if capsule.len() < SQE_LEN {
+            let mut pdu = [0u8; CH_LEN].to_vec();
             CommonHeader {
                 pdu_type: pdu_type::CAPSULE_CMD,
                 flags: 0,
@@ -94,21 +160,17 @@ impl TcpLink {
                 plen: (CH_LEN + capsule.len()) as u32,
             }
             .encode(&mut pdu);
-            pdu.truncate(CH_LEN);
             pdu.extend_from_slice(capsule);
+            pdu
         } else {
             let (sqe, data) = capsule.split_at(SQE_LEN);
-            let h: &mut [u8; CAPSULE_CMD_HLEN] = (&mut pdu[..]).try_into().expect("72 bytes");
-            let raw: &[u8; SQE_LEN] = sqe.try_into().expect("64 bytes");
-            let l = encode_capsule_cmd(&Sqe::decode(raw), data.len(), &self.neg, h);
-            // The SQE exactly as given, reserved bits and all.
-            h[CH_LEN..].copy_from_slice(raw);
-            if !data.is_empty() {
-                pdu.resize(l.pdo, 0);
-                pdu.extend_from_slice(data);
-            }
-            assert_eq!(pdu.len(), l.plen);
-        }
+            capsule_pdu(
+                sqe.try_into().expect("64 bytes"),
+                data,
+                &self.neg,
+                digest(data),
+            )
+        };
         (&self.s).write_all(&pdu).is_ok()
     }
 
@@ -118,7 +180,7 @@ impl TcpLink {
         if self.closed.borrow().is_some() {
             return;
         }
-        let mut chunk = vec![0u8; 256 << 10];
+        let mut chunk = self.chunk.borrow_mut();
         let _ = self
             .s
             .set_read_timeout(Some(wait.max(Duration::from_millis(1))));
@@ -129,6 +191,7 @@ impl TcpLink {
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
             Err(e) => self.close(format!("the connection failed: {e}")),
         }
+        drop(chunk);
         loop {
             let pdu = {
                 let mut rx = self.rx.borrow_mut();
@@ -157,7 +220,8 @@ impl TcpLink {
     }
 
     fn on_pdu(&self, l: &PduLayout, pdu: &[u8]) {
-        let header: &[u8; DATA_HLEN] = pdu[..DATA_HLEN].try_into().expect("24-byte header");
+        let (header, payload) = split(l, pdu);
+        let header: &[u8; DATA_HLEN] = header.try_into().expect("24-byte header");
         match l.pdu_type {
             pdu_type::CAPSULE_RESP => {
                 const _: () = assert!(CAPSULE_RESP_HLEN == CH_LEN + CQE_LEN);
@@ -173,7 +237,7 @@ impl TcpLink {
                     at + l.data_len <= data.len(),
                     "C2HData beyond the host's data area: {d:?}"
                 );
-                data[at..at + l.data_len].copy_from_slice(&pdu[l.pdo..l.pdo + l.data_len]);
+                data[at..at + l.data_len].copy_from_slice(payload);
                 if l.flags & flags::DATA_SUCCESS != 0 {
                     assert_ne!(l.flags & flags::DATA_LAST, 0, "SUCCESS without LAST");
                     // The command succeeded and no CapsuleResp follows (SQ flow control off:
@@ -211,12 +275,8 @@ impl TcpLink {
                 datao: at as u32,
                 datal: n as u32,
             };
-            let mut b = [0u8; DATA_HLEN];
-            let f = if last { flags::DATA_LAST } else { 0 };
-            let l = h.encode(pdu_type::H2C_DATA, f, &self.neg, &mut b);
-            let mut pdu = b.to_vec();
-            pdu.resize(l.pdo, 0);
-            pdu.extend_from_slice(&data[at..at + n]);
+            let chunk = &data[at..at + n];
+            let pdu = h2c_pdu(&h, last, chunk, &self.neg, digest(chunk));
             if (&self.s).write_all(&pdu).is_err() {
                 return; // the target closed the connection: poll sees it
             }
@@ -256,4 +316,35 @@ impl TcpLink {
     pub fn read_data(&self, off: usize, len: usize) -> Vec<u8> {
         self.data.borrow()[off..off + len].to_vec()
     }
+}
+
+/// A CapsuleCmd PDU carrying `sqe` exactly as given (reserved bits and all) and `data` in the
+/// capsule, with `data_digest` after the data if the connection has data digests.
+pub fn capsule_pdu(
+    sqe: &[u8; SQE_LEN],
+    data: &[u8],
+    neg: &Negotiated,
+    data_digest: u32,
+) -> Vec<u8> {
+    let mut h = [0u8; CAPSULE_CMD_HLEN];
+    let l = encode_capsule_cmd(&Sqe::decode(sqe), data.len(), neg, &mut h);
+    h[CH_LEN..].copy_from_slice(sqe);
+    let pdu = assemble(&h, &l, neg, data, data_digest);
+    assert_eq!(pdu.len(), l.plen);
+    pdu
+}
+
+/// An H2CData PDU of header `h` (its DATAL `data`'s length), LAST if `last`, with
+/// `data_digest` after the data if the connection has data digests.
+pub fn h2c_pdu(
+    h: &DataHeader,
+    last: bool,
+    data: &[u8],
+    neg: &Negotiated,
+    data_digest: u32,
+) -> Vec<u8> {
+    let mut b = [0u8; DATA_HLEN];
+    let f = if last { flags::DATA_LAST } else { 0 };
+    let l = h.encode(pdu_type::H2C_DATA, f, neg, &mut b);
+    assemble(&b, &l, neg, data, data_digest)
 }

@@ -1,10 +1,15 @@
-//! A raw NVMe/TCP test host written from the specification (the PDUs of
-//! `rdmablk::nvme::transport::tcp`, as the Linux host sends them: CPDA 0 expected, Connect
-//! data in the capsule, the Transport SGL Data Block for other data), one command at a time
-//! with every byte under the test's control, and the target configuration its tests share.
-//! Used by `tcp.rs`, `tcp_malformed.rs` and `tcp_stalled_peers.rs`.
+//! The NVMe/TCP-only tests' host (`tcp.rs`, `tcp_malformed.rs`, `tcp_stalled_peers.rs`):
+//! the raw host's NVMe/TCP wire functions (`common/tcp_link.rs`: the connection's
+//! initialization, PDUs put together and taken apart with their digests) driven by hand, one
+//! command at a time with every byte under the test's control (as the Linux host sends them:
+//! CPDA 0 expected, Connect data in the capsule, the Transport SGL Data Block for other data;
+//! or malformed on purpose, with digests, with R2T answers cut as a test wants), and the
+//! target configuration these tests share.
 
 #![allow(dead_code)]
+
+#[path = "../common/tcp_link.rs"]
+mod tcp_link;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -14,8 +19,8 @@ use rdmablk::nvme::fabrics::CNTLID_DYNAMIC;
 use rdmablk::nvme::opcodes::io;
 use rdmablk::nvme::properties::{self, PropertySize};
 use rdmablk::nvme::transport::tcp::{
-    digest, encode_capsule_cmd, flags, pdu_type, CommonHeader, DataHeader, Direction, IcReq,
-    IcResp, Negotiated, PduLayout, R2t, CAPSULE_CMD_HLEN, CH_LEN, DATA_HLEN, IC_LEN,
+    digest, pdu_type, CommonHeader, DataHeader, Direction, Negotiated, PduLayout, R2t, CH_LEN,
+    DATA_HLEN,
 };
 use rdmablk::nvme::{
     Connect, ConnectData, Cqe, InCapsuleSgl, Nqn, PropertyGet, PropertySet, ReadWrite, Sgl, Sqe,
@@ -130,27 +135,10 @@ impl Host {
     pub fn connect(addr: SocketAddr, hdgst: bool, ddgst: bool) -> Host {
         let mut s = TcpStream::connect(addr).expect("TCP connect");
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        let req = IcReq {
-            pfv: 0,
-            hpda: 0,
-            hdgst,
-            ddgst,
-            maxr2t: 0,
-        };
-        s.write_all(&req.encode()).unwrap();
-        let mut b = [0u8; IC_LEN];
-        s.read_exact(&mut b).expect("ICResp");
-        let ch = CommonHeader::decode(b[..8].try_into().unwrap());
-        PduLayout::check(&ch, Direction::ControllerToHost, None, 0).expect("ICResp header");
-        let resp = IcResp::decode(&b, &req).expect("ICResp as the Linux host checks it");
-        assert!(resp.maxh2cdata >= 4096);
+        let (neg, _) = tcp_link::initialize(&mut s, hdgst, ddgst).expect("ICResp");
         Host {
             s,
-            neg: Negotiated {
-                hdgst,
-                ddgst,
-                pda: 0,
-            },
+            neg,
             next_cid: 1,
             kato_ms: 5000,
             hostnqn: HOSTNQN,
@@ -167,51 +155,30 @@ impl Host {
     /// A command capsule PDU with `data` in the capsule: header, header digest, padding,
     /// data, data digest.
     pub fn capsule_pdu(&mut self, sqe: &Sqe, data: &[u8]) -> Vec<u8> {
-        let mut h = [0u8; CAPSULE_CMD_HLEN];
-        let l = encode_capsule_cmd(sqe, data.len(), &self.neg, &mut h);
-        let mut pdu = h.to_vec();
-        if self.neg.hdgst {
-            pdu.extend_from_slice(&digest(&h).to_le_bytes());
-        }
-        pdu.resize(if data.is_empty() { pdu.len() } else { l.pdo }, 0);
-        pdu.extend_from_slice(data);
-        if self.neg.ddgst && !data.is_empty() {
-            pdu.extend_from_slice(&self.data_digest(data).to_le_bytes());
-        }
-        assert_eq!(pdu.len(), l.plen);
-        pdu
+        let d = if self.neg.ddgst && !data.is_empty() {
+            self.data_digest(data)
+        } else {
+            0
+        };
+        tcp_link::capsule_pdu(&sqe.to_bytes(), data, &self.neg, d)
     }
 
     /// Reads one PDU: its header fields and data.
     pub fn recv(&mut self) -> std::io::Result<(PduLayout, Vec<u8>, Vec<u8>)> {
-        let mut ch = [0u8; CH_LEN];
-        self.s.read_exact(&mut ch)?;
-        let h = CommonHeader::decode(&ch);
-        let l = PduLayout::check(&h, Direction::ControllerToHost, Some(self.neg), 1 << 20)
-            .unwrap_or_else(|e| panic!("PDU from the target: {e}"));
-        let mut rest = vec![0u8; l.plen - CH_LEN];
-        self.s.read_exact(&mut rest)?;
-        let mut header = ch.to_vec();
-        header.extend_from_slice(&rest[..l.hlen - CH_LEN]);
-        if l.hdgst > 0 {
-            let got = u32::from_le_bytes(
-                rest[l.hlen - CH_LEN..l.hlen - CH_LEN + 4]
-                    .try_into()
-                    .unwrap(),
-            );
-            assert_eq!(got, digest(&header), "header digest of type {}", l.pdu_type);
-        }
-        let data = if l.data_len > 0 {
-            rest[l.pdo - CH_LEN..l.pdo - CH_LEN + l.data_len].to_vec()
-        } else {
-            Vec::new()
-        };
-        if l.ddgst > 0 {
-            let at = l.pdo - CH_LEN + l.data_len;
-            let got = u32::from_le_bytes(rest[at..at + 4].try_into().unwrap());
-            assert_eq!(got, digest(&data), "data digest");
-        }
-        Ok((l, header, data))
+        let mut pdu = vec![0u8; CH_LEN];
+        self.s.read_exact(&mut pdu)?;
+        let h = CommonHeader::decode(pdu[..CH_LEN].try_into().expect("8 bytes"));
+        let l = PduLayout::check(
+            &h,
+            Direction::ControllerToHost,
+            Some(self.neg),
+            tcp_link::MAX_PDU_DATA,
+        )
+        .unwrap_or_else(|e| panic!("PDU from the target: {e}"));
+        pdu.resize(l.plen, 0);
+        self.s.read_exact(&mut pdu[CH_LEN..])?;
+        let (header, data) = tcp_link::split(&l, &pdu);
+        Ok((l, header.to_vec(), data.to_vec()))
     }
 
     /// Runs one command: its data to the controller (in the capsule when `in_capsule`, else by
@@ -322,19 +289,12 @@ impl Host {
             datao,
             datal: data.len() as u32,
         };
-        let mut b = [0u8; DATA_HLEN];
-        let f = if last { flags::DATA_LAST } else { 0 };
-        let l = h.encode(pdu_type::H2C_DATA, f, &self.neg, &mut b);
-        let mut pdu = b.to_vec();
-        if self.neg.hdgst {
-            pdu.extend_from_slice(&digest(&b).to_le_bytes());
-        }
-        pdu.resize(l.pdo, 0);
-        pdu.extend_from_slice(data);
-        if self.neg.ddgst {
-            pdu.extend_from_slice(&self.data_digest(data).to_le_bytes());
-        }
-        pdu
+        let d = if self.neg.ddgst {
+            self.data_digest(data)
+        } else {
+            0
+        };
+        tcp_link::h2c_pdu(&h, last, data, &self.neg, d)
     }
 
     pub fn fabrics_connect(&mut self, qid: u16, sqsize: u16, cntlid: u16) -> Cqe {
