@@ -2,7 +2,10 @@
 //! it (ICReq with PFV 0, HPDA 0, MAXR2T 0, digests off; ICResp checked as the Linux host
 //! checks it), command capsules with in-capsule data, H2CData answering each R2T from the
 //! host buffer, C2HData into it, CapsuleResp. The PDU codecs are
-//! `rdmablk::nvme::transport::tcp`'s.
+//! `rdmablk::nvme::transport::tcp`'s; what the target sends is checked PDU by PDU as
+//! rdmablk-initiator checks it (`host_rx`: C2HData in order and within its command, R2Ts within
+//! their write, SUCCESS only at the end), so a conformance run over NVMe/TCP also fails on a
+//! target PDU a host would refuse.
 //!
 //! The functions that put a PDU on the wire and take one off it ([`initialize`],
 //! [`assemble`], [`split`]) are also the NVMe/TCP-only tests' (`target/tests/tcp_host/`,
@@ -19,13 +22,13 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use rdmablk::nvme::transport::tcp::encode_capsule_cmd;
+use rdmablk::nvme::opcodes;
+use rdmablk::nvme::transport::tcp::host_rx::{Expect, HostPdu, HostRx, HostRxError, Next};
 use rdmablk::nvme::transport::tcp::{
-    digest, flags, pdu_type, CommonHeader, DataHeader, Direction, IcReq, IcResp, Negotiated,
-    PduLayout, R2t, TermReq, CAPSULE_CMD_HLEN, CAPSULE_RESP_HLEN, CH_LEN, DATA_HLEN, DIGEST_LEN,
-    IC_LEN,
+    digest, encode_capsule_cmd, flags, pdu_type, CommonHeader, DataHeader, Direction, IcReq,
+    IcResp, Negotiated, PduLayout, R2t, CAPSULE_CMD_HLEN, CH_LEN, DATA_HLEN, DIGEST_LEN, IC_LEN,
 };
-use rdmablk::nvme::{Cqe, Sqe, Status, CQE_LEN, SQE_LEN};
+use rdmablk::nvme::{Cqe, Sgl, Sqe, Status, SQE_LEN};
 
 /// The most data a PDU from the target may carry (its largest C2HData is MDTS, 128 KiB).
 pub const MAX_PDU_DATA: u32 = 1 << 20;
@@ -113,6 +116,9 @@ pub struct TcpLink {
     data: RefCell<Vec<u8>>,
     /// Bytes received, not yet a whole PDU.
     rx: RefCell<Vec<u8>>,
+    /// What the target sends, checked as rdmablk-initiator checks it (by command ID: what
+    /// each command's data does).
+    check: RefCell<HostRx>,
     /// What one read takes from the socket.
     chunk: RefCell<Vec<u8>>,
     /// Responses received, not taken yet.
@@ -138,6 +144,7 @@ impl TcpLink {
             qid,
             data: RefCell::new(vec![0; data_len]),
             rx: RefCell::new(Vec::new()),
+            check: RefCell::new(HostRx::new(1 << 16, neg, MAX_PDU_DATA)),
             chunk: RefCell::new(vec![0; 256 << 10]),
             held: RefCell::new(VecDeque::new()),
             term: RefCell::new(None),
@@ -164,12 +171,11 @@ impl TcpLink {
             pdu
         } else {
             let (sqe, data) = capsule.split_at(SQE_LEN);
-            capsule_pdu(
-                sqe.try_into().expect("64 bytes"),
-                data,
-                &self.neg,
-                digest(data),
-            )
+            let sqe: &[u8; SQE_LEN] = sqe.try_into().expect("64 bytes");
+            let decoded = Sqe::decode(sqe);
+            let e = expect_of(&decoded);
+            self.check.borrow_mut().expect(decoded.cid, e);
+            capsule_pdu(sqe, data, &self.neg, digest(data))
         };
         (&self.s).write_all(&pdu).is_ok()
     }
@@ -192,26 +198,24 @@ impl TcpLink {
             Err(e) => self.close(format!("the connection failed: {e}")),
         }
         drop(chunk);
+        let mut rx = self.rx.borrow_mut();
         loop {
-            let pdu = {
-                let mut rx = self.rx.borrow_mut();
-                if rx.len() < CH_LEN {
+            let next = self.check.borrow_mut().next(&rx);
+            let len = match next {
+                Ok(Next::NeedMore { .. }) => return,
+                Ok(Next::Pdu { pdu, len }) => {
+                    self.on_pdu(pdu);
+                    len
+                }
+                Ok(Next::Place(p)) => unreachable!("no placement asked for: {p:?}"),
+                Err(e @ HostRxError::TermReq { .. }) => {
+                    self.term.borrow_mut().get_or_insert(e.to_string());
+                    rx.clear();
                     return;
                 }
-                let ch = CommonHeader::decode(rx[..CH_LEN].try_into().expect("8 bytes"));
-                let l = PduLayout::check(
-                    &ch,
-                    Direction::ControllerToHost,
-                    Some(self.neg),
-                    MAX_PDU_DATA,
-                )
-                .unwrap_or_else(|e| panic!("a PDU from the target: {e}"));
-                if rx.len() < l.plen {
-                    return;
-                }
-                (l, rx.drain(..l.plen).collect::<Vec<u8>>())
+                Err(e) => panic!("the target's PDUs, as rdmablk-initiator checks them: {e}"),
             };
-            self.on_pdu(&pdu.0, &pdu.1);
+            rx.drain(..len);
         }
     }
 
@@ -219,41 +223,25 @@ impl TcpLink {
         self.closed.borrow_mut().get_or_insert(why);
     }
 
-    fn on_pdu(&self, l: &PduLayout, pdu: &[u8]) {
-        let (header, payload) = split(l, pdu);
-        let header: &[u8; DATA_HLEN] = header.try_into().expect("24-byte header");
-        match l.pdu_type {
-            pdu_type::CAPSULE_RESP => {
-                const _: () = assert!(CAPSULE_RESP_HLEN == CH_LEN + CQE_LEN);
-                let cqe = Cqe::decode(pdu[CH_LEN..CAPSULE_RESP_HLEN].try_into().expect("16"));
-                self.held.borrow_mut().push_back(cqe);
-            }
-            pdu_type::C2H_DATA => {
-                let d = DataHeader::decode(header);
-                d.check(l).expect("C2HData: DATAL is its data");
-                let at = d.datao as usize;
-                let mut data = self.data.borrow_mut();
-                assert!(
-                    at + l.data_len <= data.len(),
-                    "C2HData beyond the host's data area: {d:?}"
-                );
-                data[at..at + l.data_len].copy_from_slice(payload);
-                if l.flags & flags::DATA_SUCCESS != 0 {
-                    assert_ne!(l.flags & flags::DATA_LAST, 0, "SUCCESS without LAST");
+    fn on_pdu(&self, pdu: HostPdu<'_>) {
+        match pdu {
+            HostPdu::Response(cqe) => self.held.borrow_mut().push_back(cqe),
+            HostPdu::C2hData {
+                cid,
+                offset,
+                data,
+                success,
+            } => {
+                let at = offset as usize;
+                self.data.borrow_mut()[at..at + data.len()].copy_from_slice(data);
+                if success {
                     // The command succeeded and no CapsuleResp follows (SQ flow control off:
                     // SQHD reserved, 0xFFFF as nvmet and rdmablk report it then).
-                    let cqe = Cqe::error(d.cccid, self.qid, 0xFFFF, Status::SUCCESS);
+                    let cqe = Cqe::error(cid, self.qid, 0xFFFF, Status::SUCCESS);
                     self.held.borrow_mut().push_back(cqe);
                 }
             }
-            pdu_type::R2T => self.answer_r2t(R2t::decode(header)),
-            pdu_type::C2H_TERM_REQ => {
-                let (fes, fei) = TermReq::decode(header);
-                self.term.borrow_mut().get_or_insert(format!(
-                    "the target sent a C2HTermReq: FES {fes:?}, FEI {fei}"
-                ));
-            }
-            t => panic!("the target sent a PDU of type {t} to the host"),
+            HostPdu::R2t(r) => self.answer_r2t(r),
         }
     }
 
@@ -315,6 +303,27 @@ impl TcpLink {
 
     pub fn read_data(&self, off: usize, len: usize) -> Vec<u8> {
         self.data.borrow()[off..off + len].to_vec()
+    }
+}
+
+/// What command `sqe`'s data does through the transport: a Transport SGL Data Block moves
+/// its length in the direction the opcode (or a Fabrics command's fctype) says; any other
+/// data pointer moves nothing through the transport (in-capsule data, none, or one the
+/// target refuses).
+fn expect_of(sqe: &Sqe) -> Expect {
+    let code = if sqe.opcode == opcodes::FABRICS {
+        sqe.fctype()
+    } else {
+        sqe.opcode
+    };
+    match Sgl::decode(&sqe.dptr) {
+        Ok(Sgl::Transport(t)) if t.len > 0 && opcodes::is_host_to_controller(code) => {
+            Expect::ToCtrl { len: t.len }
+        }
+        Ok(Sgl::Transport(t)) if t.len > 0 && opcodes::is_controller_to_host(code) => {
+            Expect::ToHost { len: t.len }
+        }
+        _ => Expect::Nothing,
     }
 }
 
