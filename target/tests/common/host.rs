@@ -420,7 +420,7 @@ impl Host {
 
     /// Takes what the loop or NVMe/TCP target sent: (loop) taken capsules counted, responses
     /// held; Err once the queue can answer no more.
-    fn poll_loop(&self) -> Result<(), String> {
+    fn poll_link(&self) -> Result<(), String> {
         let l = match &self.link {
             Link::Loop(l) => l,
             Link::Tcp(t) => {
@@ -474,7 +474,7 @@ impl Host {
                 if let Some(c) = self.take_held() {
                     return Ok(c);
                 }
-                self.poll_loop()?;
+                self.poll_link()?;
                 if let Some(c) = self.take_held() {
                     return Ok(c);
                 }
@@ -568,7 +568,7 @@ impl Host {
         let deadline = Instant::now() + HANG_GUARD;
         if !matches!(self.link, Link::Rdma(_)) {
             loop {
-                self.poll_loop().expect("the queue lives");
+                self.poll_link().expect("the queue lives");
                 if self.held() >= n {
                     return;
                 }
