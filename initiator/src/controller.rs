@@ -284,6 +284,8 @@ pub(crate) fn open_fabric_and_pool(
     Ok((fabric.with_pool(&bufs), bufs))
 }
 
+use crate::transport::tcp_tls::TlsOffer;
+
 fn open_fabric(opts: &ConnectOptions, url: &TargetUrl) -> Result<Fabric> {
     let kind = match url.transport {
         Transport::Rdma(kind) => kind,
@@ -291,6 +293,7 @@ fn open_fabric(opts: &ConnectOptions, url: &TargetUrl) -> Result<Fabric> {
             return Ok(Fabric::Tcp {
                 hdr_digest: opts.hdr_digest,
                 data_digest: opts.data_digest,
+                tls: TlsOffer::of(opts, &url.subnqn),
             })
         }
         Transport::Loop => return Ok(Fabric::Loop { pool: None }),

@@ -54,3 +54,4 @@ pub use namespace::Namespace;
 pub use options::{default_host_identity, ConnectOptions, TargetUrl, Transport, DEFAULT_PORT};
 pub use session::{ControllerInfo, NamespaceIds, NamespaceInfo};
 pub use stats::StatsSnapshot;
+pub use transport::tcp_tls::TlsKey;

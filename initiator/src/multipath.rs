@@ -537,6 +537,7 @@ fn path_fabric(base: &Fabric, url: &TargetUrl, o: &ConnectOptions, bufs: &BufPoo
         Transport::Tcp => Fabric::Tcp {
             hdr_digest: o.hdr_digest,
             data_digest: o.data_digest,
+            tls: crate::transport::tcp_tls::TlsOffer::of(o, &url.subnqn),
         },
         Transport::Loop => Fabric::Loop {
             pool: Some(bufs.clone()),

@@ -19,6 +19,7 @@ use crate::stats::Stats;
 pub(crate) mod loopback;
 pub(crate) mod rdma;
 pub(crate) mod tcp;
+pub(crate) mod tcp_tls;
 
 /// What a controller's queues are opened over, kept across reconnects (and the buffer pool
 /// registered on it, for RDMA).
@@ -26,8 +27,12 @@ pub(crate) mod tcp;
 pub(crate) enum Fabric {
     /// NVMe/RDMA: the provider and the protection domain the buffer pool is registered on.
     Rdma { kind: ProviderKind, pd: Pd },
-    /// NVMe/TCP, with the digests to ask for.
-    Tcp { hdr_digest: bool, data_digest: bool },
+    /// NVMe/TCP, with the digests to ask for, and TLS if a key is given.
+    Tcp {
+        hdr_digest: bool,
+        data_digest: bool,
+        tls: Option<tcp_tls::TlsOffer>,
+    },
     /// The loop transport (a target in this process), through which the target reaches the
     /// buffer pool (set by [`Fabric::with_pool`]).
     Loop { pool: Option<BufPool> },
@@ -69,7 +74,14 @@ impl Fabric {
             Fabric::Tcp {
                 hdr_digest,
                 data_digest,
-            } => Box::new(tcp::TcpLink::connect(p, *hdr_digest, *data_digest, stats)?),
+                tls,
+            } => Box::new(tcp::TcpLink::connect(
+                p,
+                *hdr_digest,
+                *data_digest,
+                tls.as_ref(),
+                stats,
+            )?),
             Fabric::Loop { pool } => {
                 let pool = pool.as_ref().ok_or_else(|| {
                     Error::protocol("loop transport opened without a buffer pool".to_string())

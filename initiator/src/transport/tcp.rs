@@ -29,6 +29,7 @@ use rdmablk::nvme::transport::tcp::{
 };
 use rdmablk::nvme::{Cqe, InCapsuleSgl, Sgl, Sqe, Status, TransportSgl};
 
+use super::tcp_tls::{Stream, TlsOffer};
 use super::{Event, QueueParams, QueueTransport};
 use crate::error::{Error, Result};
 use crate::queue::Dir;
@@ -65,7 +66,7 @@ struct Placing {
 /// One queue's TCP connection.
 pub(crate) struct TcpLink {
     qid: u16,
-    stream: TcpStream,
+    stream: Stream,
     neg: Negotiated,
     maxh2cdata: u32,
     in_capsule_bytes: u32,
@@ -102,10 +103,12 @@ impl TcpLink {
         p: &QueueParams,
         hdgst: bool,
         ddgst: bool,
+        tls: Option<&TlsOffer>,
         stats: Arc<Stats>,
     ) -> Result<TcpLink> {
         let qid = p.qid;
-        let mut stream = TcpStream::connect_timeout(&p.addr, p.connect_timeout).map_err(|e| {
+        let started = std::time::Instant::now();
+        let stream = TcpStream::connect_timeout(&p.addr, p.connect_timeout).map_err(|e| {
             if e.kind() == ErrorKind::ConnectionRefused {
                 Error::Refused {
                     qid,
@@ -121,6 +124,8 @@ impl TcpLink {
         stream
             .set_read_timeout(Some(p.connect_timeout.max(Duration::from_millis(1))))
             .map_err(io)?;
+        let mut stream = Stream::start(stream, tls, started + p.connect_timeout)
+            .map_err(|why| transport_err(qid, format!("{}: {why}", p.addr)))?;
         let req = IcReq {
             pfv: 0,
             hpda: 0,
@@ -195,6 +200,11 @@ impl TcpLink {
     }
 
     fn flush(&mut self) {
+        if self.stream.has_pending_output() && self.broken.is_none() {
+            if let Err(e) = self.stream.push_output() {
+                self.fail_with(format!("send: {e}"));
+            }
+        }
         while self.tx_off < self.tx.len() && self.broken.is_none() {
             match self.stream.write(&self.tx[self.tx_off..]) {
                 Ok(0) => self.fail_with("the target closed the connection".into()),
@@ -513,8 +523,11 @@ impl QueueTransport for TcpLink {
 
     fn wait(&mut self, timeout: Duration, _bulk: bool) {
         self.flush();
+        if self.stream.has_buffered_input() {
+            return; // TLS holds what the socket will not signal
+        }
         let mut events = libc::POLLIN;
-        if self.tx_off < self.tx.len() {
+        if self.tx_off < self.tx.len() || self.stream.has_pending_output() {
             events |= libc::POLLOUT;
         }
         let mut pfd = libc::pollfd {

@@ -483,7 +483,12 @@ impl TlsConn {
                 Ok(false)
             }
             Err(e) => {
-                let why = self.refusal().map_or_else(|| e.to_string(), str::to_owned);
+                let mut why = self.refusal().map_or_else(|| e.to_string(), str::to_owned);
+                if why.contains("binder does not verify") {
+                    why.push_str(
+                        " (wrong key: the PSK is not the one configured for this identity)",
+                    );
+                }
                 Err(TlsError::Handshake(why))
             }
         }

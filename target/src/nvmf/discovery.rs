@@ -24,7 +24,7 @@ use rdmablk::nvme::{IdentifyController, Nqn};
 use super::controller::Controller;
 use super::transport::QueueTransport;
 use super::{Shared, ADMIN_QUEUE_DEPTH};
-use crate::config::{Provider, Transport};
+use crate::config::{Provider, TlsMode, Transport};
 
 /// Keep-alive timeout of a discovery controller whose host asked for none (KATO 0), so that
 /// hosts that vanish do not hold controllers forever (nvmet: NVMET_DISC_KATO_MS).
@@ -74,14 +74,14 @@ pub fn log_page(shared: &Shared, ctrl: &Controller, provider: Option<Provider>) 
     // rdmablk's soft provider is its own: a host on it learns of soft ports only, and every
     // other host of every other port (RDMA on an RNIC, NVMe/TCP).
     let soft = Some(Provider::Soft);
-    let ports: Vec<(u16, SocketAddr, Transport)> = shared
+    let ports: Vec<(u16, SocketAddr, Transport, TlsMode)> = shared
         .lock_ports()
         .iter()
         .enumerate()
         .filter(|(_, l)| (l.cfg.provider == soft) == (provider == soft))
         .map(|(i, l)| {
             let portid = u16::try_from(i + 1).unwrap_or(u16::MAX);
-            (portid, l.addr, l.cfg.transport)
+            (portid, l.addr, l.cfg.transport, l.cfg.tls)
         })
         .collect();
     let mut entries = Vec::new();
@@ -91,13 +91,14 @@ pub fn log_page(shared: &Shared, ctrl: &Controller, provider: Option<Provider>) 
         .iter()
         .filter(|s| s.allows(&ctrl.hostnqn))
     {
-        for &(portid, addr, transport) in &ports {
-            let (trtype, tsas) = transport_fields(transport);
+        for &(portid, addr, transport, tls) in &ports {
+            let (trtype, mut tsas) = transport_fields(transport);
+            let treq = tls_fields(tls, &mut tsas);
             entries.push(DiscoveryLogEntry {
                 trtype,
                 adrfam: family(addr.ip()),
                 subtype: subtype::NVME,
-                treq: treq::NOT_SPECIFIED,
+                treq,
                 portid,
                 cntlid: rdmablk::nvme::fabrics::CNTLID_DYNAMIC,
                 asqsz: ADMIN_QUEUE_DEPTH as u16,
@@ -140,6 +141,24 @@ fn transport_fields(t: Transport) -> (u8, [u8; 16]) {
         Transport::Rdma => (trtype::RDMA, DiscoveryLogEntry::rdma_tsas()),
         Transport::Tcp => (trtype::TCP, [0u8; 16]),
         Transport::Loop => (trtype::LOOP, [0u8; 16]),
+    }
+}
+
+/// TREQ, and TSAS's SECTYPE (byte 0 of TCP's TSAS), of a port with `tls`: TLS 1.3 (2) where
+/// it is offered, "required" (1) or "not required" (2) as the listener says (SPDK, nvmet);
+/// clear-text ports keep "not specified" and "no security".
+fn tls_fields(tls: TlsMode, tsas: &mut [u8; 16]) -> u8 {
+    const SECTYPE_TLS13: u8 = 2;
+    match tls {
+        TlsMode::None => treq::NOT_SPECIFIED,
+        TlsMode::Allowed => {
+            tsas[0] = SECTYPE_TLS13;
+            treq::NOT_REQUIRED
+        }
+        TlsMode::Required => {
+            tsas[0] = SECTYPE_TLS13;
+            treq::REQUIRED
+        }
     }
 }
 
