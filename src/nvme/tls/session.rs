@@ -282,27 +282,52 @@ enum Role {
     Client(PskHash),
 }
 
-/// The ciphertext buffers OpenSSL's record layer reads from and writes to.
-#[derive(Default)]
+/// The ciphertext buffers OpenSSL's record layer reads from and writes to. The receive side
+/// is allocated once ([`MAX_CIPHERTEXT_IN`]), and `rx[rx_off..rx_end]` is what is unread.
 struct Wire {
-    rx: Vec<u8>,
+    rx: Box<[u8]>,
     rx_off: usize,
+    rx_end: usize,
     tx: Vec<u8>,
     tx_off: usize,
 }
 
+impl Default for Wire {
+    fn default() -> Wire {
+        Wire {
+            rx: vec![0u8; MAX_CIPHERTEXT_IN].into_boxed_slice(),
+            rx_off: 0,
+            rx_end: 0,
+            tx: Vec::new(),
+            tx_off: 0,
+        }
+    }
+}
+
+impl Wire {
+    /// Moves the unread bytes to the buffer's start; the free tail after them.
+    fn room(&mut self) -> &mut [u8] {
+        if self.rx_off > 0 {
+            self.rx.copy_within(self.rx_off..self.rx_end, 0);
+            self.rx_end -= self.rx_off;
+            self.rx_off = 0;
+        }
+        &mut self.rx[self.rx_end..]
+    }
+}
+
 impl Read for Wire {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let have = &self.rx[self.rx_off..];
+        let have = &self.rx[self.rx_off..self.rx_end];
         if have.is_empty() {
             return Err(io::ErrorKind::WouldBlock.into());
         }
         let n = have.len().min(buf.len());
         buf[..n].copy_from_slice(&have[..n]);
         self.rx_off += n;
-        if self.rx_off == self.rx.len() {
-            self.rx.clear();
+        if self.rx_off == self.rx_end {
             self.rx_off = 0;
+            self.rx_end = 0;
         }
         Ok(n)
     }
@@ -382,59 +407,53 @@ impl TlsConn {
         )
     }
 
-    /// Ciphertext received from the peer.
-    pub fn feed(&mut self, ciphertext: &[u8]) {
-        let w = self.ssl.get_mut();
-        w.rx.extend_from_slice(ciphertext);
+    /// Ciphertext received from the peer; returns how much of it was taken (at most what
+    /// fits in [`MAX_CIPHERTEXT_IN`] with what is held).
+    pub fn feed(&mut self, ciphertext: &[u8]) -> usize {
+        let room = self.ssl.get_mut().room();
+        let n = room.len().min(ciphertext.len());
+        room[..n].copy_from_slice(&ciphertext[..n]);
+        self.ssl.get_mut().rx_end += n;
+        n
     }
 
     /// Ciphertext bytes received and not yet through the record layer.
     pub fn buffered_in(&self) -> usize {
         let w = self.ssl.get_ref();
-        w.rx.len() - w.rx_off
+        w.rx_end - w.rx_off
     }
 
     /// Whether decrypted bytes or unread ciphertext are waiting here (a socket's readiness
     /// does not show them: read again before sleeping on the socket).
     pub fn has_buffered_input(&self) -> bool {
-        self.buffered_in() > 0 || self.ssl.ssl().pending() > 0
+        if self.ssl.ssl().pending() > 0 {
+            return true;
+        }
+        // A whole record among the unread ciphertext (a partial one waits for the socket,
+        // which signals when the rest comes). Record header: type, version (2), length (2).
+        let w = self.ssl.get_ref();
+        let have = &w.rx[w.rx_off..w.rx_end];
+        have.len() >= 5 && have.len() >= 5 + usize::from(u16::from_be_bytes([have[3], have[4]]))
     }
 
     /// Reads what `r` (a non-blocking socket) has, up to [`MAX_CIPHERTEXT_IN`] held. Ok(0):
     /// nothing now (or no room); Err(UnexpectedEof): the peer closed the TCP connection.
     pub fn read_from(&mut self, r: &mut impl Read) -> io::Result<usize> {
-        let room = MAX_CIPHERTEXT_IN.saturating_sub(self.buffered_in());
-        if room == 0 {
+        let w = self.ssl.get_mut();
+        let room = w.room();
+        if room.is_empty() {
             return Ok(0);
         }
-        let w = self.ssl.get_mut();
-        if w.rx_off > 0 {
-            w.rx.drain(..w.rx_off);
-            w.rx_off = 0;
-        }
-        let old = w.rx.len();
-        w.rx.resize(old + room, 0);
-        let got = loop {
-            match r.read(&mut w.rx[old..]) {
+        let n = loop {
+            match r.read(room) {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                other => break other,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(0),
+                Err(e) => return Err(e),
+                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                Ok(n) => break n,
             }
         };
-        let n = match got {
-            Ok(n) => n,
-            Err(e) => {
-                w.rx.truncate(old);
-                return if e.kind() == io::ErrorKind::WouldBlock {
-                    Ok(0)
-                } else {
-                    Err(e)
-                };
-            }
-        };
-        w.rx.truncate(old + n);
-        if n == 0 {
-            return Err(io::ErrorKind::UnexpectedEof.into());
-        }
+        w.rx_end += n;
         Ok(n)
     }
 
