@@ -30,7 +30,7 @@ pub use cpu_list::{allowed_cpus, pin_current_thread, CpuList};
 pub use nqn::{
     nqn_form_warning, parse_uuid, validate_nqn, validate_uuid, DISCOVERY_NQN, MAX_NQN_BYTES,
 };
-pub use tls::{generate_psk, TlsMode};
+pub use tls::{add_tls_psk, generate_psk, TlsMode};
 pub use validate::{ana_state_names, parse_ana_group, Problem};
 
 use crate::arena::WindowLayout;

@@ -110,3 +110,16 @@ pub fn generate_psk(hash_bytes: usize, hmac: u8) -> Result<SecretString, String>
     let psk = ConfiguredPsk::new(&key, retained).map_err(|e| e.to_string())?;
     Ok(SecretString::new(&psk.to_interchange()))
 }
+
+/// Adds `tls_psk = key` to a `hosts` entry being written (`rdmablk-ctl host add --tls-psk`):
+/// a bare NQN becomes a one-line table. The key is checked when the edited file is validated.
+pub fn add_tls_psk(entry: &mut toml_edit::Value, host: &str, key: &str) {
+    if let Some(t) = entry.as_inline_table_mut() {
+        t.insert("tls_psk", key.into());
+        return;
+    }
+    let mut t = toml_edit::InlineTable::new();
+    t.insert("nqn", host.into());
+    t.insert("tls_psk", key.into());
+    *entry = toml_edit::Value::InlineTable(t);
+}
