@@ -29,6 +29,7 @@ fn key(hash: PskHash, seed: u8) -> String {
 
 struct Tls {
     target: Option<Target>,
+    toml: String,
     required: std::net::SocketAddr,
     allowed: std::net::SocketAddr,
 }
@@ -42,6 +43,11 @@ impl Drop for Tls {
 }
 
 fn start() -> Tls {
+    start_with(&format!(r#"tls_psk = "{}""#, key(PskHash::Sha256, 1)))
+}
+
+/// A target whose SUB256 entry for HOST has `key256` (`tls_psk = ..` or `tls_psk_file = ..`).
+fn start_with(key256: &str) -> Tls {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()
@@ -80,7 +86,7 @@ lock = false
 
 [[subsystem]]
 nqn = "{SUB256}"
-hosts = [ {{ nqn = "{HOST}", tls_psk = "{k256}" }} ]
+hosts = [ {{ nqn = "{HOST}", {key256} }} ]
 
 [[subsystem.namespace]]
 nsid = 1
@@ -96,12 +102,12 @@ nsid = 1
 block_size = 512
 backend = {{ kind = "ram", size = "8MiB" }}
 "#,
-        k256 = key(PskHash::Sha256, 1),
         k384 = key(PskHash::Sha384, 2),
     );
     let t = Target::start(Config::from_str(&toml).expect("config")).expect("target starts");
     let addrs = t.local_addrs();
     Tls {
+        toml,
         required: addrs[0],
         allowed: addrs[1],
         target: Some(t),
@@ -279,4 +285,118 @@ fn discovery_says_which_ports_require_tls() {
     assert_eq!((a.raw.treq, a.raw.tsas[0]), (2, 2), "not required, TLS 1.3");
     // TlsKey is public for programs that set it in ConnectOptions.
     assert!(TlsKey::parse("NVMeTLSkey-1:01:junk:").is_err());
+}
+
+/// A host of this test's own over TLS: the identity names (HOST, SUB256), the queue's Connect
+/// names SUB384 (which HOST may use, under another key): Connect Invalid Host, as the key
+/// authenticated the pair of its identity and no other.
+#[test]
+fn a_connect_for_another_subsystem_than_the_identity_is_refused() {
+    use rdmablk::nvme::tls::session::{host_offer, TlsConn};
+    use rdmablk::nvme::tls::IdentityVersion;
+    use rdmablk::nvme::transport::tcp::{encode_capsule_cmd, IcReq, Negotiated, CAPSULE_CMD_HLEN};
+    use rdmablk::nvme::{Connect, ConnectData, Cqe, InCapsuleSgl, Nqn, Sgl, Status};
+
+    let t = start();
+    let key = ConfiguredPsk::parse(&key(PskHash::Sha256, 1)).unwrap();
+    let (psk, id) = host_offer(&key, IdentityVersion::V1, HOST, SUB256).unwrap();
+    let mut c = TlsConn::client(psk, &id).unwrap();
+    let mut s = TcpStream::connect(t.required).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    while !c.handshake().unwrap() {
+        c.write_to(&mut s).unwrap();
+        c.read_from(&mut s).unwrap();
+    }
+    // Plaintext through TLS; reads until `n` bytes came.
+    let send = |c: &mut TlsConn, s: &mut TcpStream, b: &[u8]| {
+        c.write_plain(b).unwrap();
+        assert!(c.write_to(s).unwrap());
+    };
+    let recv = |c: &mut TlsConn, s: &mut TcpStream, n: usize| {
+        let mut out = vec![0u8; n];
+        let mut got = 0;
+        while got < n {
+            match c.read_plain(&mut out[got..]).unwrap() {
+                0 => {
+                    c.read_from(s).unwrap();
+                }
+                k => got += k,
+            }
+        }
+        out
+    };
+    let req = IcReq {
+        pfv: 0,
+        hpda: 0,
+        hdgst: false,
+        ddgst: false,
+        maxr2t: 0,
+    };
+    send(&mut c, &mut s, &req.encode());
+    let _icresp = recv(&mut c, &mut s, 128);
+    let data = ConnectData {
+        hostid: [7; 16],
+        cntlid: 0xFFFF,
+        subnqn: Nqn::new(SUB384).unwrap(),
+        hostnqn: Some(Nqn::new(HOST).unwrap()),
+    }
+    .encode();
+    let sqe = Connect {
+        qid: 0,
+        sqsize: 31,
+        cattr: 0,
+        kato_ms: 5000,
+    }
+    .to_sqe(
+        1,
+        &Sgl::InCapsule(InCapsuleSgl {
+            offset: 0,
+            len: 1024,
+        }),
+    );
+    let neg = Negotiated {
+        hdgst: false,
+        ddgst: false,
+        pda: 0,
+    };
+    let mut h = [0u8; CAPSULE_CMD_HLEN];
+    let l = encode_capsule_cmd(&sqe, data.len(), &neg, &mut h);
+    let mut pdu = h.to_vec();
+    pdu.resize(l.pdo, 0);
+    pdu.extend_from_slice(&data);
+    send(&mut c, &mut s, &pdu);
+    let resp = recv(&mut c, &mut s, 24);
+    assert_eq!(resp[0], 5, "a CapsuleResp");
+    let cqe = Cqe::decode(resp[8..24].try_into().unwrap());
+    assert_eq!(
+        cqe.status,
+        Status::CONNECT_INVALID_HOST.with_dnr(),
+        "{cqe:?}"
+    );
+}
+
+/// Rotation: the key file rewritten and the configuration applied again (a reload reads key
+/// files again): the old key is refused at the next handshake, the new one taken, and the
+/// controller connected with the old key goes on.
+#[test]
+fn a_rotated_key_applies_to_the_next_handshake() {
+    let dir = rdmablk_testkit::tmp_dir("tls-rotate");
+    let file = dir.join("host.psk");
+    let (old, new) = (key(PskHash::Sha256, 1), key(PskHash::Sha256, 5));
+    std::fs::write(&file, &old).unwrap();
+    let t = start_with(&format!(r#"tls_psk_file = "{}""#, file.display()));
+    let with = |k: &str| url(t.required, SUB256, &format!("?psk={k}"));
+    let before = Controller::connect_with(&with(&old), opts()).unwrap();
+    std::fs::write(&file, &new).unwrap();
+    let handle = t.target.as_ref().unwrap().handle();
+    handle
+        .apply(Config::from_str(&t.toml).unwrap())
+        .expect("reload");
+    assert!(
+        Controller::connect_with(&with(&old), opts()).is_err(),
+        "the old key"
+    );
+    let after = Controller::connect_with(&with(&new), opts()).unwrap();
+    verified_sizes(&after, 11);
+    verified_sizes(&before, 12);
 }
