@@ -154,8 +154,27 @@ unsafe fn psk_session(ssl: *mut ffi::SSL, psk: &TlsPsk) -> *mut ffi::SSL_SESSION
     sess
 }
 
-/// Target side: OpenSSL asks for the session of the identity the host offered.
+/// Target side: OpenSSL asks for the session of the identity the host offered. A panic in
+/// the lookup (a bug: it parses the peer's bytes) must not unwind into OpenSSL, nor abort the
+/// target: it refuses this host.
 unsafe extern "C" fn find_session(
+    ssl: *mut ffi::SSL,
+    identity: *const c_uchar,
+    identity_len: usize,
+    sess: *mut *mut ffi::SSL_SESSION,
+) -> c_int {
+    std::panic::catch_unwind(|| {
+        // SAFETY: the arguments OpenSSL gave this callback, passed on unchanged.
+        unsafe { find_session_inner(ssl, identity, identity_len, sess) }
+    })
+    .unwrap_or(0)
+}
+
+/// [`find_session`]'s work.
+///
+/// # Safety
+/// The arguments of an OpenSSL PSK find-session callback.
+unsafe fn find_session_inner(
     ssl: *mut ffi::SSL,
     identity: *const c_uchar,
     identity_len: usize,
@@ -204,6 +223,24 @@ unsafe extern "C" fn find_session(
 
 /// Host side: OpenSSL asks for the session (and identity) to offer.
 unsafe extern "C" fn use_session(
+    ssl: *mut ffi::SSL,
+    md: *const ffi::EVP_MD,
+    id: *mut *const c_uchar,
+    idlen: *mut usize,
+    sess: *mut *mut ffi::SSL_SESSION,
+) -> c_int {
+    std::panic::catch_unwind(|| {
+        // SAFETY: the arguments OpenSSL gave this callback, passed on unchanged.
+        unsafe { use_session_inner(ssl, md, id, idlen, sess) }
+    })
+    .unwrap_or(0)
+}
+
+/// [`use_session`]'s work.
+///
+/// # Safety
+/// The arguments of an OpenSSL PSK use-session callback.
+unsafe fn use_session_inner(
     ssl: *mut ffi::SSL,
     _md: *const ffi::EVP_MD,
     id: *mut *const c_uchar,
