@@ -124,6 +124,7 @@ fn accept_loop(
     tls: tls::ListenTls,
 ) {
     let mut handoff = Handoff::new(shared, config::Transport::Tcp);
+    let mut tls_mode = tls.mode;
     while handoff.running(stop) {
         let mut pfd = libc::pollfd {
             fd: listener.as_raw_fd(),
@@ -147,7 +148,7 @@ fn accept_loop(
                 break;
             }
             let over_limit = handoff.full();
-            let mode = tls::mode_of(shared, id, tls.mode);
+            let mode = tls::mode_of(shared, id, &mut tls_mode);
             let conn = Box::new(TcpPending {
                 stream,
                 peer,

@@ -58,14 +58,17 @@ pub fn lookup(shared: &Arc<Shared>) -> PskLookup {
     })
 }
 
-/// The listener's `tls` now (a reload may have changed it; the listener's own until its
-/// port is registered).
-pub fn mode_of(shared: &Shared, listener: u64, started: TlsMode) -> TlsMode {
-    shared
-        .lock_ports()
-        .iter()
-        .find(|p| p.id == listener)
-        .map_or(started, |p| p.cfg.tls)
+/// The listener's `tls` now (a reload may have changed it): read from the port table when
+/// it is free, else the last mode seen (`last`, which starts as the listener's own). Never
+/// waits for the table's lock: a reload holds it while it stops listeners, joining their
+/// threads, this one among them.
+pub fn mode_of(shared: &Shared, listener: u64, last: &mut TlsMode) -> TlsMode {
+    if let Ok(ports) = shared.ports.try_lock() {
+        if let Some(p) = ports.iter().find(|p| p.id == listener) {
+            *last = p.cfg.tls;
+        }
+    }
+    *last
 }
 
 /// Where a connection stands before NVMe/TCP starts.
