@@ -12,7 +12,7 @@ use std::net::{Shutdown, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::Instant;
 
-use rdmablk::nvme::tls::session::{host_offer, TlsConn, TlsError};
+use rdmablk::nvme::tls::session::{host_offer, TlsConn, TlsError, MAX_CIPHERTEXT_IN};
 use rdmablk::nvme::tls::{ConfiguredPsk, IdentityVersion};
 
 /// A host's TLS settings for a controller (`ConnectOptions::tls_psk`).
@@ -189,6 +189,8 @@ impl Read for Stream {
             }
         };
         let mut n = 0;
+        // The last read from the socket was short: it had no more then.
+        let mut drained = false;
         while n < buf.len() {
             match conn.read_plain(&mut buf[n..]) {
                 Ok(0) => {}
@@ -199,10 +201,14 @@ impl Read for Stream {
                 Err(TlsError::Closed) => return Ok(n),
                 Err(e) => return Err(io::Error::other(e.to_string())),
             }
+            if drained && n > 0 {
+                return Ok(n);
+            }
+            let room = MAX_CIPHERTEXT_IN - conn.buffered_in();
             match conn.read_from(&mut { sock }) {
                 Ok(0) if n > 0 => return Ok(n),
                 Ok(0) => return Err(ErrorKind::WouldBlock.into()),
-                Ok(_) => {}
+                Ok(k) => drained = k < room,
                 Err(e) if e.kind() == ErrorKind::UnexpectedEof => return Ok(n),
                 Err(e) => return Err(e),
             }

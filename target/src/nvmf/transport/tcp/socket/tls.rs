@@ -9,7 +9,7 @@
 
 use std::io;
 
-use rdmablk::nvme::tls::session::{TlsConn, TlsError};
+use rdmablk::nvme::tls::session::{TlsConn, TlsError, MAX_CIPHERTEXT_IN};
 
 use super::Socket;
 
@@ -48,6 +48,9 @@ impl Socket {
             return false;
         };
         let mut any = false;
+        // The last read from the socket was short: it had no more then (no second call just
+        // to hear EAGAIN; epoll is level-triggered, what comes later wakes the group).
+        let mut drained = false;
         loop {
             // Decrypt what is held first: the socket may have nothing more to say.
             while self.end < self.rx.len() {
@@ -68,12 +71,13 @@ impl Socket {
                     }
                 }
             }
-            if self.end == self.rx.len() {
+            if self.end == self.rx.len() || drained {
                 return any;
             }
+            let room = MAX_CIPHERTEXT_IN - t.buffered_in();
             match t.read_from(&mut &self.stream) {
                 Ok(0) => return any,
-                Ok(_) => {}
+                Ok(n) => drained = n < room,
                 Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
                     self.broken
                         .get_or_insert_with(|| "the host closed the connection".into());
