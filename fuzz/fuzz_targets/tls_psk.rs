@@ -3,11 +3,14 @@
 //! identity string as a host offers it in its ClientHello. Byte 0 picks which (even: key,
 //! odd: identity); the rest is the text. Asserts no panic; that a key that parses writes back
 //! to a string that parses to the same (hash, key length and retained-PSK derivation); that
-//! an identity that parses writes back to the same string and parses to the same identity.
+//! an identity that parses writes back to the same string and parses to the same identity,
+//! and goes through the target's key check and TLS PSK derivation (`target_psk`, what the
+//! TLS handshake's PSK callback runs on a host's identity) without a panic.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rdmablk::nvme::tls::{ConfiguredPsk, PskIdentity};
+use rdmablk::nvme::tls::session::target_psk;
+use rdmablk::nvme::tls::{ConfiguredPsk, PskHash, PskIdentity};
 
 fuzz_target!(|b: &[u8]| {
     let Some((&which, rest)) = b.split_first() else {
@@ -29,5 +32,9 @@ fuzz_target!(|b: &[u8]| {
         let written = id.to_string();
         assert_eq!(written, text);
         assert_eq!(PskIdentity::parse(&written).as_ref(), Ok(&id));
+        for (len, hash) in [(32, PskHash::Sha256), (48, PskHash::Sha384)] {
+            let key = ConfiguredPsk::new(&vec![7u8; len], Some(hash)).expect("a key");
+            let _ = target_psk(&key, &id);
+        }
     }
 });

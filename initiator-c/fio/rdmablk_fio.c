@@ -8,7 +8,7 @@
  *
  * The file name is the target URL (colons escaped for fio) with the namespace ID as its
  * last path segment (default 1); or set rdmablk_url= (and rdmablk_nsid=). Connect options
- * ride in the URL's query (?io_queues=2&push=0 ...).
+ * ride in the URL's query (?io_queues=2&push=0 ...; NVMe/TCP over TLS: ?psk_file=/path).
  *
  * Each job connects its own controller (in the job's process or thread) and takes one I/O
  * queue for reads, writes and flushes (queued in a send batch that commit transmits, one

@@ -92,7 +92,7 @@ impl Controller {
         opts: ConnectOptions,
         bufs: BufPool,
     ) -> Result<Controller> {
-        let fabric = url.transport.open(&opts, &bufs)?;
+        let fabric = url.transport.open(&url.subnqn, &opts, &bufs)?;
         let stats = Arc::new(Stats::default());
         let session = Setup {
             url: &url,

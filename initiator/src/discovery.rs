@@ -117,7 +117,7 @@ pub fn discover_with(url: &str, mut opts: ConnectOptions) -> Result<Vec<Discover
     let url = TargetUrl::parse_with(&full, &mut opts)?;
     opts.validate()?;
     let pool = url.transport.open_pool(url.addr, &opts, 2 * CHUNK)?;
-    let fabric = url.transport.open(&opts, &pool)?;
+    let fabric = url.transport.open(&url.subnqn, &opts, &pool)?;
     let stats = Arc::new(Stats::default());
     let setup = Setup {
         url: &url,

@@ -56,5 +56,6 @@ pub use namespace::Namespace;
 pub use options::{default_host_identity, ConnectOptions};
 pub use session::{ControllerInfo, NamespaceIds, NamespaceInfo};
 pub use stats::StatsSnapshot;
+pub use transport::tcp_tls::TlsKey;
 pub use transport::Transport;
 pub use url::{TargetUrl, DEFAULT_PORT};

@@ -9,6 +9,7 @@ use rdmablk::nvme::auth::key::DhchapKey;
 use rdmablk::nvme::Nqn;
 
 use crate::error::{Error, Result};
+use crate::transport::tcp_tls::TlsKey;
 
 /// Options of a controller connection. `Default` is what a Linux host would use, with push
 /// writes asked for (standard targets ignore the request).
@@ -68,6 +69,15 @@ pub struct ConnectOptions {
     /// Controller secret: when set, the controller must prove it holds it too
     /// (bidirectional authentication). URL: `?dhchap_ctrl_key_file=PATH`.
     pub dhchap_ctrl_key: Option<DhchapKey>,
+    /// NVMe/TCP over TLS 1.3 with this PSK (`NVMeTLSkey-1:..`, as `nvme gen-tls-key` writes;
+    /// `docs/tcp.md`). URL: `?tls=1&psk_file=PATH`, or `?psk=NVMeTLSkey-1:...:` (a key in a
+    /// URL is seen by whoever sees the URL: prefer the file).
+    pub tls_psk: Option<TlsKey>,
+    /// `?tls=1`: TLS is required (a key must be given too). A key alone turns it on.
+    pub tls: bool,
+    /// TLS PSK identity version: 1 (`NVMe1R0x <hostnqn> <subnqn> <digest>`, the default) or
+    /// 0 (`NVMe0R0x <hostnqn> <subnqn>`, what SPDK v25.09 speaks). URL: `?tls_identity=0`.
+    pub tls_identity: u8,
 }
 
 impl Default for ConnectOptions {
@@ -94,6 +104,9 @@ impl Default for ConnectOptions {
             dhchap_ctrl_key: None,
             hdr_digest: false,
             data_digest: false,
+            tls_psk: None,
+            tls: false,
+            tls_identity: 1,
         }
     }
 }
@@ -112,6 +125,21 @@ impl ConnectOptions {
         let bad = |name, reason: String| Err(Error::Option { name, reason });
         if let Err(e) = Nqn::new(&self.hostnqn) {
             return bad("hostnqn", e.to_string());
+        }
+        if self.tls && self.tls_psk.is_none() {
+            return bad(
+                "tls",
+                "TLS needs the host's PSK: add psk_file=PATH (or ConnectOptions::tls_psk)".into(),
+            );
+        }
+        if crate::transport::tcp_tls::identity_version(self.tls_identity).is_none() {
+            return bad(
+                "tls_identity",
+                format!(
+                    "{} is not a TLS PSK identity version (0 or 1)",
+                    self.tls_identity
+                ),
+            );
         }
         if !(1..=128).contains(&self.io_queues) {
             return bad("io_queues", format!("{} is not in 1..=128", self.io_queues));
@@ -188,6 +216,21 @@ impl ConnectOptions {
             "hdr_digest" => self.hdr_digest = flag("hdr_digest", value)?,
             "data_digest" => self.data_digest = flag("data_digest", value)?,
             "dhchap_key_file" => self.dhchap_key = Some(key_file("dhchap_key_file", value)?),
+            "tls" => self.tls = flag("tls", value)?,
+            "psk" => {
+                self.tls_psk = Some(TlsKey::parse(value).map_err(|reason| Error::Option {
+                    name: "psk",
+                    reason,
+                })?)
+            }
+            "psk_file" => {
+                let path = std::path::Path::new(value);
+                self.tls_psk = Some(TlsKey::from_file(path).map_err(|reason| Error::Option {
+                    name: "psk_file",
+                    reason,
+                })?)
+            }
+            "tls_identity" => self.tls_identity = num("tls_identity", value)?,
             "dhchap_ctrl_key_file" => {
                 self.dhchap_ctrl_key = Some(key_file("dhchap_ctrl_key_file", value)?)
             }

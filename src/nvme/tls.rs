@@ -28,6 +28,8 @@
 //! Every key type zeroizes its bytes on drop and shows only its length in `Debug`; no error
 //! carries key material.
 
+pub mod session;
+
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use hkdf::Hkdf;

@@ -12,6 +12,7 @@ mod auth;
 mod bytes;
 mod cpu_list;
 mod nqn;
+mod tls;
 mod validate;
 
 use std::collections::BTreeMap;
@@ -31,6 +32,7 @@ pub use cpu_list::{allowed_cpus, pin_current_thread, CpuList};
 pub use nqn::{
     nqn_form_warning, parse_uuid, validate_nqn, validate_uuid, DISCOVERY_NQN, MAX_NQN_BYTES,
 };
+pub use tls::{add_tls_psk, generate_psk, TlsMode};
 pub use validate::{ana_state_names, parse_ana_group, Problem};
 
 use crate::arena::{ParcelLayout, PAGE_BYTES};
@@ -274,6 +276,10 @@ pub struct ListenerConfig {
     /// 2 = "inaccessible" }`); a group not listed is optimized. Changes apply on reload.
     #[serde(default)]
     pub ana: BTreeMap<String, String>,
+    /// Under `tcp`: TLS 1.3 with a PSK, `none` (default), `allowed` or `required`
+    /// (`config/tls.rs`). Changes apply to new connections on reload.
+    #[serde(default)]
+    pub tls: TlsMode,
 }
 
 fn default_port() -> u16 {

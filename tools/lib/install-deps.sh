@@ -35,8 +35,9 @@ rdmablk_apt_install() {
 # What building rdmablk-target, rdmablk-ctl and rdmablk-perf needs, and running them (without
 # the RBD backend): the verbs headers and libraries bindgen and the linker need (build.rs), and
 # libclang for bindgen; clang, through which bindgen finds the system's include paths; gcc, the
-# C compiler of the verbs shim (build.rs) and rustc's linker.
-RDMABLK_CORE_PKGS=(libibverbs-dev librdmacm-dev libclang-dev clang gcc)
+# C compiler of the verbs shim (build.rs) and rustc's linker; libssl-dev (found through
+# pkg-config) for NVMe/TCP's TLS (the `openssl` crate links the system's libssl).
+RDMABLK_CORE_PKGS=(libibverbs-dev librdmacm-dev libclang-dev clang gcc libssl-dev pkg-config)
 # librbd-dev and librados-dev for the target's RBD backend (cargo feature `rbd`, on by default;
 # target/build.rs).
 RDMABLK_RBD_PKGS=(librbd-dev librados-dev)

@@ -33,7 +33,13 @@ impl TransportOps for Loop {
         trtype::LOOP
     }
 
-    fn open(&self, _: Transport, _: &ConnectOptions, pool: &BufPool) -> Result<Arc<dyn Fabric>> {
+    fn open(
+        &self,
+        _: Transport,
+        _: &str,
+        _: &ConnectOptions,
+        pool: &BufPool,
+    ) -> Result<Arc<dyn Fabric>> {
         Ok(Arc::new(LoopFabric { pool: pool.clone() }))
     }
 }

@@ -30,6 +30,7 @@ use crate::stats::Stats;
 pub(crate) mod loopback;
 pub(crate) mod rdma;
 pub(crate) mod tcp;
+pub(crate) mod tcp_tls;
 
 /// Every transport this initiator speaks, one line each. A URL scheme that no row claims is
 /// refused; a discovery log entry of a TRTYPE that none claims has no transport.
@@ -72,7 +73,13 @@ pub(crate) trait TransportOps: Sync {
     /// Opens `t` for one controller with `opts`, its queues' data in `pool` (one that
     /// [`TransportOps::open_pool`] of `t`'s row made, or, on a multipath set, of the set's
     /// first path that registers its pool).
-    fn open(&self, t: Transport, opts: &ConnectOptions, pool: &BufPool) -> Result<Arc<dyn Fabric>>;
+    fn open(
+        &self,
+        t: Transport,
+        subnqn: &str,
+        opts: &ConnectOptions,
+        pool: &BufPool,
+    ) -> Result<Arc<dyn Fabric>>;
 }
 
 /// An NVMe-oF transport this initiator speaks, as a URL scheme names it: `rdma` (NVMe/RDMA
@@ -138,9 +145,15 @@ impl Transport {
         self.ops.open_pool(self, addr, opts, bytes)
     }
 
-    /// Opens this transport for one controller with `opts`, its data in `pool`.
-    pub(crate) fn open(self, opts: &ConnectOptions, pool: &BufPool) -> Result<Arc<dyn Fabric>> {
-        self.ops.open(self, opts, pool)
+    /// Opens this transport for one controller of subsystem `subnqn` with `opts`, its data
+    /// in `pool`.
+    pub(crate) fn open(
+        self,
+        subnqn: &str,
+        opts: &ConnectOptions,
+        pool: &BufPool,
+    ) -> Result<Arc<dyn Fabric>> {
+        self.ops.open(self, subnqn, opts, pool)
     }
 }
 

@@ -75,7 +75,13 @@ impl TransportOps for Rdma {
         BufPool::new(Some(&pd), bytes)
     }
 
-    fn open(&self, t: Transport, opts: &ConnectOptions, pool: &BufPool) -> Result<Arc<dyn Fabric>> {
+    fn open(
+        &self,
+        t: Transport,
+        _: &str,
+        opts: &ConnectOptions,
+        pool: &BufPool,
+    ) -> Result<Arc<dyn Fabric>> {
         // Never so by construction: a controller's pool comes from its own row, and a
         // multipath set's from its first RDMA path's.
         let pd = pool.pd().ok_or_else(|| Error::Controller {

@@ -31,6 +31,7 @@ use rdmablk::nvme::transport::tcp::{
 };
 use rdmablk::nvme::{Cqe, InCapsuleSgl, Sgl, SglNeed, Sqe, Status, TransportSgl};
 
+use super::tcp_tls::{Stream, TlsOffer};
 use super::{Dir, Event, Fabric, QueueParams, QueueTransport, Transport, TransportOps};
 use crate::buf::BufPool;
 use crate::error::{Error, Result};
@@ -68,7 +69,7 @@ struct Placing {
 /// One queue's TCP connection.
 pub(crate) struct TcpLink {
     qid: u16,
-    stream: TcpStream,
+    stream: Stream,
     neg: Negotiated,
     maxh2cdata: u32,
     in_capsule_bytes: u32,
@@ -110,18 +111,27 @@ impl TransportOps for Tcp {
         trtype::TCP
     }
 
-    fn open(&self, _: Transport, opts: &ConnectOptions, _: &BufPool) -> Result<Arc<dyn Fabric>> {
+    fn open(
+        &self,
+        _: Transport,
+        subnqn: &str,
+        opts: &ConnectOptions,
+        _: &BufPool,
+    ) -> Result<Arc<dyn Fabric>> {
         Ok(Arc::new(TcpFabric {
             hdr_digest: opts.hdr_digest,
             data_digest: opts.data_digest,
+            tls: TlsOffer::of(opts, subnqn),
         }))
     }
 }
 
-/// NVMe/TCP opened for one controller: the digests its queues ask for.
+/// NVMe/TCP opened for one controller: the digests its queues ask for, and TLS if a key is
+/// given (the identity names the controller's subsystem).
 struct TcpFabric {
     hdr_digest: bool,
     data_digest: bool,
+    tls: Option<TlsOffer>,
 }
 
 impl Fabric for TcpFabric {
@@ -130,7 +140,13 @@ impl Fabric for TcpFabric {
     }
 
     fn connect(&self, p: &QueueParams, stats: Arc<Stats>) -> Result<Box<dyn QueueTransport>> {
-        let link = TcpLink::connect(p, self.hdr_digest, self.data_digest, stats)?;
+        let link = TcpLink::connect(
+            p,
+            self.hdr_digest,
+            self.data_digest,
+            self.tls.as_ref(),
+            stats,
+        )?;
         Ok(Box::new(link))
     }
 }
@@ -138,9 +154,16 @@ impl Fabric for TcpFabric {
 impl TcpLink {
     /// Connects queue `p.qid` to `p.addr` and initializes the connection (no NVMe command
     /// yet).
-    fn connect(p: &QueueParams, hdgst: bool, ddgst: bool, stats: Arc<Stats>) -> Result<TcpLink> {
+    pub fn connect(
+        p: &QueueParams,
+        hdgst: bool,
+        ddgst: bool,
+        tls: Option<&TlsOffer>,
+        stats: Arc<Stats>,
+    ) -> Result<TcpLink> {
         let qid = p.qid;
-        let mut stream = TcpStream::connect_timeout(&p.addr, p.connect_timeout).map_err(|e| {
+        let started = std::time::Instant::now();
+        let stream = TcpStream::connect_timeout(&p.addr, p.connect_timeout).map_err(|e| {
             if e.kind() == ErrorKind::ConnectionRefused {
                 Error::Refused {
                     qid,
@@ -156,6 +179,8 @@ impl TcpLink {
         stream
             .set_read_timeout(Some(p.connect_timeout.max(Duration::from_millis(1))))
             .map_err(io)?;
+        let mut stream = Stream::start(stream, tls, started + p.connect_timeout)
+            .map_err(|why| transport_err(qid, format!("{}: {why}", p.addr)))?;
         let req = IcReq {
             pfv: 0,
             hpda: 0,
@@ -230,6 +255,11 @@ impl TcpLink {
     }
 
     fn flush(&mut self) {
+        if self.stream.has_pending_output() && self.broken.is_none() {
+            if let Err(e) = self.stream.push_output() {
+                self.fail_with(format!("send: {e}"));
+            }
+        }
         while self.tx_off < self.tx.len() && self.broken.is_none() {
             match self.stream.write(&self.tx[self.tx_off..]) {
                 Ok(0) => self.fail_with("the target closed the connection".into()),
@@ -548,8 +578,11 @@ impl QueueTransport for TcpLink {
 
     fn wait(&mut self, timeout: Duration, _bulk: bool) {
         self.flush();
+        if self.stream.has_buffered_input() {
+            return; // TLS holds what the socket will not signal
+        }
         let mut events = libc::POLLIN;
-        if self.tx_off < self.tx.len() {
+        if self.tx_off < self.tx.len() || self.stream.has_pending_output() {
             events |= libc::POLLOUT;
         }
         let mut pfd = libc::pollfd {

@@ -41,6 +41,11 @@ impl SecretString {
     pub fn new(s: &str) -> SecretString {
         SecretString(Zeroizing::new(s.to_owned()))
     }
+
+    /// The secret's text (to parse it; never to print it).
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
 }
 
 /// One `hosts` entry.
@@ -78,6 +83,12 @@ pub struct HostConfig {
     /// ffdhe8192.
     #[serde(default)]
     pub dhchap_dhgroup: Option<String>,
+    /// The host's NVMe/TCP TLS PSK (`NVMeTLSkey-1:..`, as `nvme gen-tls-key` writes it),
+    /// for this subsystem: `config/tls.rs`. Exclusive with `tls_psk_file`.
+    #[serde(default)]
+    pub tls_psk: Option<SecretString>,
+    #[serde(default)]
+    pub tls_psk_file: Option<PathBuf>,
 }
 
 /// A host's resolved DH-HMAC-CHAP settings.
@@ -94,7 +105,11 @@ impl HostEntry {
     pub fn has_key_file(&self) -> bool {
         match self {
             HostEntry::Nqn(_) => false,
-            HostEntry::Host(h) => h.dhchap_key_file.is_some() || h.dhchap_ctrl_key_file.is_some(),
+            HostEntry::Host(h) => {
+                h.dhchap_key_file.is_some()
+                    || h.dhchap_ctrl_key_file.is_some()
+                    || h.tls_psk_file.is_some()
+            }
         }
     }
 
@@ -152,7 +167,7 @@ impl HostEntry {
     pub fn key_files(&self) -> Vec<&Path> {
         match self {
             HostEntry::Nqn(_) => Vec::new(),
-            HostEntry::Host(h) => [&h.dhchap_key_file, &h.dhchap_ctrl_key_file]
+            HostEntry::Host(h) => [&h.dhchap_key_file, &h.dhchap_ctrl_key_file, &h.tls_psk_file]
                 .into_iter()
                 .flatten()
                 .map(PathBuf::as_path)
@@ -162,7 +177,8 @@ impl HostEntry {
 
     /// Whether the entry holds a secret inline (then the config file itself is secret).
     pub fn has_inline_secret(&self) -> bool {
-        matches!(self, HostEntry::Host(h) if h.dhchap_key.is_some() || h.dhchap_ctrl_key.is_some())
+        matches!(self, HostEntry::Host(h)
+            if h.dhchap_key.is_some() || h.dhchap_ctrl_key.is_some() || h.tls_psk.is_some())
     }
 }
 

@@ -129,6 +129,9 @@ fn check_listeners(cfg: &Config, c: &mut Checker) {
         if let Err((key, why)) = l.transport.kind().check_listener(l) {
             c.fail(format!("listener[{i}].{key}"), why);
         }
+        if let Some(e) = super::tls::listener_problem(l.transport, l.tls) {
+            c.fail(format!("listener[{i}].tls"), e);
+        }
         if l.port == 0 {
             c.fail(
                 format!("listener[{i}].port"),
@@ -384,6 +387,9 @@ fn check_subsystem(cfg: &Config, s: &SubsystemConfig, key: &str, c: &mut Checker
             );
         }
         if let Err(e) = h.resolve() {
+            c.fail(format!("{key}.hosts[{j}]"), e);
+        }
+        if let Err(e) = h.tls_psk() {
             c.fail(format!("{key}.hosts[{j}]"), e);
         }
     }

@@ -79,6 +79,9 @@ pub enum Edit {
         /// The controller's secret, for a host that authenticates the controller too.
         #[serde(default)]
         dhchap_ctrl_key: Option<String>,
+        /// The host's NVMe/TCP TLS PSK (`NVMeTLSkey-1:..`) for this subsystem.
+        #[serde(default)]
+        tls_psk: Option<String>,
     },
     HostRemove {
         nqn: String,
@@ -232,6 +235,7 @@ pub fn apply(text: &str, edit: &Edit) -> Result<String, String> {
             host,
             dhchap_key,
             dhchap_ctrl_key,
+            tls_psk,
         } => {
             let sub = find_subsystem(&mut doc, nqn).ok_or_else(|| no_subsystem(nqn))?;
             if sub.get("allow_any_host").and_then(Item::as_bool) == Some(true) {
@@ -244,14 +248,17 @@ pub fn apply(text: &str, edit: &Edit) -> Result<String, String> {
                 .or_insert(value(Array::new()))
                 .as_array_mut()
                 .ok_or("`hosts` is not an array")?;
-            let entry = host_entry(host, dhchap_key, dhchap_ctrl_key)?;
+            let mut entry = host_entry(host, dhchap_key, dhchap_ctrl_key)?;
+            if let Some(k) = tls_psk {
+                crate::config::add_tls_psk(&mut entry, host, k);
+            }
             let listed = hosts
                 .iter()
                 .position(|h| entry_nqn(h) == Some(host.as_str()));
             match listed {
                 // With keys, a listed host gets them (its entry is replaced): the host list
                 // may never be empty, so "remove, then add with keys" cannot be the way.
-                Some(i) if dhchap_key.is_some() => {
+                Some(i) if dhchap_key.is_some() || tls_psk.is_some() => {
                     hosts.replace(i, entry);
                 }
                 Some(_) => return Err(format!("subsystem {nqn} allows {host} already")),
@@ -606,6 +613,31 @@ backend = { kind = "ram", size = "8MiB" }
         let cfg = crate::config::Config::from_str(&t).unwrap();
         assert_eq!(cfg.subsystems.len(), 1);
         assert_eq!(cfg.subsystems[0].namespaces[0].nsid, 2);
+    }
+
+    #[test]
+    fn host_add_with_a_tls_psk_writes_a_table_the_config_accepts() {
+        const PSK: &str = "NVMeTLSkey-1:01:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwNf9LrZ:";
+        let add = |host: &str, t: &str| {
+            edit(
+                &format!(
+                    r#"{{"cmd":"host-add","nqn":"nqn.2026-11.io.rdmablk:a","host":"{host}",
+                        "tls_psk":"{PSK}"}}"#
+                ),
+                t,
+            )
+        };
+        let t = add("nqn.2026-11.io.rdmablk:h9", BASE).unwrap();
+        // A listed host gets the key (its entry replaced).
+        let t = add("nqn.2026-11.io.rdmablk:h1", &t).unwrap();
+        let cfg = crate::config::Config::from_str(&t).expect("a valid configuration");
+        let hosts = &cfg.subsystems[0].hosts;
+        assert!(hosts.iter().all(|h| h.tls_psk().unwrap().is_some()), "{t}");
+        let bad = add("h2", BASE).unwrap().replace("VRLb", "XRLb");
+        let e = crate::config::Config::from_str(&bad)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("tls_psk") && e.contains("CRC"), "{e}");
     }
 
     #[test]

@@ -94,6 +94,15 @@ enum Cmd {
     },
     /// Stop accepting connections on a listener (ADDR:PORT); its connections stay.
     Drain { listener: String },
+    /// Print a new NVMe/TCP TLS PSK in the interchange format (`NVMeTLSkey-1:01:...:`, as
+    /// `nvme gen-tls-key` does), for a host's `tls_psk` and the host's own key file. Needs no
+    /// running target.
+    GenTlsKey {
+        /// The cipher suite's hash: 1 (SHA-256, a 32-byte key, TLS_AES_128_GCM_SHA256) or 2
+        /// (SHA-384, 48 bytes, TLS_AES_256_GCM_SHA384).
+        #[arg(long, default_value_t = 1)]
+        hmac: u8,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -206,6 +215,11 @@ enum HostOp {
         /// The controller's secret, for a host that authenticates the controller too.
         #[arg(long, requires = "dhchap_key")]
         dhchap_ctrl_key: Option<String>,
+        /// The host's NVMe/TCP TLS PSK for this subsystem (`NVMeTLSkey-1:...:`, as
+        /// `rdmablk-ctl gen-tls-key` prints it). Given for a host already listed, it replaces
+        /// that entry.
+        #[arg(long)]
+        tls_psk: Option<String>,
     },
     Remove {
         nqn: String,
@@ -240,6 +254,7 @@ fn request(cmd: &Cmd) -> Value {
         Cmd::Top { .. } => json!({"cmd": "io"}),
         Cmd::Reload => json!({"cmd": "reload"}),
         Cmd::Drain { listener } => json!({"cmd": "drain", "listener": listener}),
+        Cmd::GenTlsKey { .. } => Value::Null, // answered without the target
         Cmd::Subsystem { op } => match op {
             SubsystemOp::Add {
                 nqn,
@@ -309,8 +324,12 @@ fn request(cmd: &Cmd) -> Value {
                 host,
                 dhchap_key,
                 dhchap_ctrl_key,
+                tls_psk,
             } => {
                 let mut r = json!({"cmd": "host-add", "nqn": nqn, "host": host});
+                if let Some(k) = tls_psk {
+                    r["tls_psk"] = json!(k);
+                }
                 if let Some(k) = dhchap_key {
                     r["dhchap_key"] = json!(k);
                 }
@@ -383,6 +402,25 @@ fn main() -> ExitCode {
         return code;
     }
     let args = Args::parse();
+    if let Cmd::GenTlsKey { hmac } = args.cmd {
+        let bytes = if hmac == 2 { 48 } else { 32 };
+        return match rdmablk_target::config::generate_psk(bytes, hmac) {
+            Ok(k) if hmac == 1 || hmac == 2 => {
+                println!("{}", k.expose());
+                ExitCode::SUCCESS
+            }
+            Ok(_) => {
+                eprintln!(
+                    "rdmablk-ctl gen-tls-key: --hmac {hmac}: give 1 (SHA-256) or 2 (SHA-384)"
+                );
+                ExitCode::from(2)
+            }
+            Err(e) => {
+                eprintln!("rdmablk-ctl gen-tls-key: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
     if let Cmd::Top { interval, count } = args.cmd {
         if !(interval.is_finite() && (0.1..=3600.0).contains(&interval)) {
             eprintln!("rdmablk-ctl top: --interval {interval}: give 0.1 to 3600 seconds");

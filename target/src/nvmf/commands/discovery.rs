@@ -23,7 +23,7 @@ use rdmablk::nvme::identify::CNTRLTYPE_DISCOVERY;
 use rdmablk::nvme::opcodes::admin as op;
 use rdmablk::nvme::{IdentifyController, Nqn};
 
-use crate::config::Transport;
+use crate::config::{TlsMode, Transport};
 use crate::nvmf::subsystems::controller::Controller;
 use crate::nvmf::transport::{QueueTransport, Variant};
 use crate::nvmf::{Shared, ADMIN_QUEUE_DEPTH};
@@ -74,14 +74,14 @@ pub fn identify_controller<X: QueueTransport>(
 /// (`ctrl.path`) may reach.
 pub fn log_page(shared: &Shared, ctrl: &Controller) -> Vec<u8> {
     let host: Variant = ctrl.path.variant;
-    let ports: Vec<(u16, SocketAddr, Transport)> = shared
+    let ports: Vec<(u16, SocketAddr, Transport, TlsMode)> = shared
         .lock_ports()
         .iter()
         .enumerate()
         .filter(|(_, l)| l.cfg.variant().shown_to(host))
         .map(|(i, l)| {
             let portid = u16::try_from(i + 1).unwrap_or(u16::MAX);
-            (portid, l.addr, l.cfg.transport)
+            (portid, l.addr, l.cfg.transport, l.cfg.tls)
         })
         .collect();
     let mut entries = Vec::new();
@@ -91,13 +91,14 @@ pub fn log_page(shared: &Shared, ctrl: &Controller) -> Vec<u8> {
         .iter()
         .filter(|s| s.allows(&ctrl.hostnqn))
     {
-        for &(portid, addr, transport) in &ports {
-            let f = transport.kind().discovery_fields(addr.ip());
+        for &(portid, addr, transport, tls) in &ports {
+            let mut f = transport.kind().discovery_fields(addr.ip());
+            let treq = tls_fields(tls, &mut f.tsas);
             entries.push(DiscoveryLogEntry {
                 trtype: f.trtype,
                 adrfam: f.adrfam,
                 subtype: subtype::NVME,
-                treq: treq::NOT_SPECIFIED,
+                treq,
                 portid,
                 cntlid: rdmablk::nvme::fabrics::CNTLID_DYNAMIC,
                 asqsz: ADMIN_QUEUE_DEPTH as u16,
@@ -131,4 +132,22 @@ pub fn log_page(shared: &Shared, ctrl: &Controller) -> Vec<u8> {
         .discovery_genctr
         .load(std::sync::atomic::Ordering::Acquire);
     encode_log(genctr, &entries)
+}
+
+/// TREQ, and TSAS's SECTYPE (byte 0 of TCP's TSAS), of a port with `tls`: TLS 1.3 (2) where
+/// it is offered, "required" (1) or "not required" (2) as the listener says (SPDK, nvmet);
+/// clear-text ports keep "not specified" and "no security".
+fn tls_fields(tls: TlsMode, tsas: &mut [u8; 16]) -> u8 {
+    const SECTYPE_TLS13: u8 = 2;
+    match tls {
+        TlsMode::None => treq::NOT_SPECIFIED,
+        TlsMode::Allowed => {
+            tsas[0] = SECTYPE_TLS13;
+            treq::NOT_REQUIRED
+        }
+        TlsMode::Required => {
+            tsas[0] = SECTYPE_TLS13;
+            treq::REQUIRED
+        }
+    }
 }

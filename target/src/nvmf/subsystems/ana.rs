@@ -135,6 +135,7 @@ mod tests {
                 .iter()
                 .map(|(g, s)| (g.to_string(), s.to_string()))
                 .collect(),
+            tls: Default::default(),
         }
     }
 

@@ -8,6 +8,8 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
+use rdmablk::nvme::tls::ConfiguredPsk;
+
 use crate::config::{HostAuth, HostEntry, SubsystemConfig, CNTLID_MAX, CNTLID_MIN};
 use crate::namespace::Namespace;
 
@@ -34,6 +36,8 @@ pub struct HostList {
 struct AllowedHost {
     nqn: String,
     auth: Result<Option<Arc<HostAuth>>, String>,
+    /// Its NVMe/TCP TLS PSK for this subsystem (`Err`: its file could not be read).
+    tls_psk: Result<Option<ConfiguredPsk>, String>,
 }
 
 impl AllowedHost {
@@ -43,9 +47,14 @@ impl AllowedHost {
             // Validation loaded the same keys moments ago: a key file changed since.
             tracing::error!(hostnqn = e.nqn(), "host refused: {why}");
         }
+        let tls_psk = e.tls_psk();
+        if let Err(why) = &tls_psk {
+            tracing::error!(hostnqn = e.nqn(), "host's TLS PSK not loaded: {why}");
+        }
         AllowedHost {
             nqn: e.nqn().to_owned(),
             auth,
+            tls_psk,
         }
     }
 }
@@ -140,6 +149,15 @@ impl Subsystem {
         match self.hosts.load().hosts.iter().find(|h| h.nqn == hostnqn) {
             None => Ok(None),
             Some(h) => h.auth.clone(),
+        }
+    }
+
+    /// The TLS PSK configured for `hostnqn` on this subsystem (`Ok(None)`: none, or the host
+    /// is not listed; `Err`: its key could not be loaded).
+    pub fn host_tls_psk(&self, hostnqn: &str) -> Result<Option<ConfiguredPsk>, String> {
+        match self.hosts.load().hosts.iter().find(|h| h.nqn == hostnqn) {
+            None => Ok(None),
+            Some(h) => h.tls_psk.clone(),
         }
     }
 

@@ -398,6 +398,7 @@ mod tests {
             address: "127.0.0.1".parse().unwrap(),
             port: 4420,
             ana: Default::default(),
+            tls: Default::default(),
         }
     }
 

@@ -11,6 +11,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use rdmablk::nvme::fabrics::ConnectFailure;
 use rdmablk::nvme::opcodes::{self, fctype};
 use rdmablk::nvme::transport::tcp::{
     pdu_type, CommonHeader, Direction, Fes, IcReq, IcResp, Negotiated, PduLayout, TermError,
@@ -49,6 +50,8 @@ struct Pending {
     neg: Option<Negotiated>,
     /// Over `limits.max_connections`: its Connect is answered Controller Busy.
     over_limit: bool,
+    /// Its TLS, before NVMe/TCP starts (`tls.rs`).
+    tls: super::tls::Stage,
 }
 
 /// Gives back what a connection that is not (or no longer) pending counted: its place in
@@ -154,6 +157,14 @@ impl TcpGroup {
         let Some(p) = self.pending[i].as_mut() else {
             return;
         };
+        match super::tls::advance(&mut p.tls, &mut p.sock, p.peer) {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(why) => {
+                tracing::warn!(peer = %p.peer, why, "NVMe/TCP TLS: connection refused");
+                return self.drop_pending(i, ctx.shared, "TLS refused");
+            }
+        }
         p.sock.fill();
         loop {
             let Some(p) = self.pending[i].as_mut() else {
@@ -161,6 +172,9 @@ impl TcpGroup {
             };
             let buf = p.sock.received();
             if buf.len() < CH_LEN {
+                if p.sock.tls_backlog() && p.sock.fill() {
+                    continue;
+                }
                 break;
             }
             let ch = CommonHeader::decode(buf[..CH_LEN].try_into().expect("8 bytes"));
@@ -171,6 +185,9 @@ impl TcpGroup {
                     Err(e) => return self.fatal_pending(i, e, ctx.shared),
                 };
             if buf.len() < layout.plen {
+                if p.sock.tls_backlog() && p.sock.fill() {
+                    continue;
+                }
                 break;
             }
             match p.neg {
@@ -231,6 +248,12 @@ impl TcpGroup {
                             continue;
                         }
                     };
+                    if let Err(why) = super::tls::check_connect(&p.sock, buf, &layout) {
+                        tracing::warn!(peer = %p.peer, why, "NVMe/TCP TLS: Connect refused");
+                        let cqe = ConnectFailure::invalid_host().to_cqe(sqe.cid, c.qid, 0);
+                        let shared = ctx.shared;
+                        return self.refuse_connect(i, &cqe, neg, shared, "TLS identity");
+                    }
                     return self.connect_queue(i, sqe, c, neg, ctx);
                 }
             }
@@ -429,6 +452,7 @@ impl PollGroup for TcpGroup {
             peer,
             listener,
             over_limit,
+            tls,
         } = *p;
         let sock = match Socket::new(stream, self.tx_capacity) {
             Ok(c) => c,
@@ -464,6 +488,7 @@ impl PollGroup for TcpGroup {
             created: Instant::now(),
             neg: None,
             over_limit,
+            tls: super::tls::Stage::new(tls),
         });
     }
 

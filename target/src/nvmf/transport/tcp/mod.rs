@@ -17,6 +17,7 @@ pub mod group;
 pub mod queue;
 pub mod receive;
 pub mod socket;
+pub mod tls;
 
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
@@ -60,6 +61,8 @@ pub struct TcpPending {
     /// Over `limits.max_connections`: its Connect is answered Controller Busy (it counts in
     /// `Shared::refusing`, not `queues_open`).
     pub over_limit: bool,
+    /// The listener's TLS (None: clear text only).
+    pub tls: Option<tls::ListenTls>,
 }
 
 /// The NVMe/TCP transport of a target.
@@ -127,10 +130,14 @@ impl Transport for TcpTransport {
         listener.set_nonblocking(true).map_err(err)?;
         let local = listener.local_addr().map_err(err)?;
         tracing::info!(transport = "tcp", %local, "listening");
+        let tls = tls::ListenTls {
+            mode: cfg.tls,
+            lookup: tls::lookup(shared),
+        };
         let shared = Arc::clone(shared);
         let thread = std::thread::Builder::new()
             .name(format!("rdmablk-l{id}"))
-            .spawn(move || accept_loop(&listener, &shared, id, &stop))
+            .spawn(move || accept_loop(&listener, &shared, id, &stop, tls))
             .map_err(TargetError::Thread)?;
         Ok((local, thread))
     }
@@ -145,8 +152,15 @@ impl Transport for TcpTransport {
     }
 }
 
-fn accept_loop(listener: &TcpListener, shared: &Shared, id: u64, stop: &AtomicBool) {
+fn accept_loop(
+    listener: &TcpListener,
+    shared: &Shared,
+    id: u64,
+    stop: &AtomicBool,
+    tls: tls::ListenTls,
+) {
     let mut handoff = Handoff::new(shared, config::Transport::of(&Tcp));
+    let mut tls_mode = tls.mode;
     while handoff.running(stop) {
         let mut pfd = libc::pollfd {
             fd: listener.as_raw_fd(),
@@ -170,11 +184,16 @@ fn accept_loop(listener: &TcpListener, shared: &Shared, id: u64, stop: &AtomicBo
                 break;
             }
             let over_limit = handoff.full();
+            let mode = tls::mode_of(shared, id, &mut tls_mode);
             let conn = Box::new(TcpPending {
                 stream,
                 peer,
                 listener: id,
                 over_limit,
+                tls: Some(tls::ListenTls {
+                    mode,
+                    lookup: Arc::clone(&tls.lookup),
+                }),
             });
             if over_limit {
                 handoff.hand_over_refusal(peer, conn);

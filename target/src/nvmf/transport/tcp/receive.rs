@@ -35,6 +35,8 @@ pub fn receive(q: &mut TcpQueue, ctx: &mut Ctx<'_>) {
         });
         match step {
             Ok(true) => {}
+            // TLS may hold what did not fit in the buffer (the socket will not say so).
+            Ok(false) if q.xport.sock.tls_backlog() && q.xport.sock.fill() => {}
             Ok(false) => return,
             Err(e) => return fatal(q, e, ctx.shared),
         }

@@ -8,6 +8,10 @@ use std::io;
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 
+use rdmablk::nvme::tls::session::TlsConn;
+
+mod tls;
+
 /// Receive buffer bytes: room for the largest PDU this target accepts (an H2CData of
 /// [`super::MAXH2CDATA`], or a CapsuleCmd with 8 KiB of in-capsule data) plus what follows.
 pub const RX_BYTES: usize = 2 * super::MAXH2CDATA as usize;
@@ -54,6 +58,10 @@ pub struct Socket {
     /// The peer closed its side, or the socket failed: why.
     pub broken: Option<String>,
     iov: Vec<libc::iovec>,
+    /// TLS, once the connection's handshake is done (`socket/tls.rs`).
+    tls: Option<Box<TlsConn>>,
+    /// TLS: plaintext of the PDUs being encrypted.
+    plain: Vec<u8>,
 }
 
 impl Socket {
@@ -70,6 +78,8 @@ impl Socket {
             sent_bytes: 0,
             broken: None,
             iov: Vec::with_capacity(3 * IOV_BATCH),
+            tls: None,
+            plain: Vec::new(),
         })
     }
 
@@ -79,6 +89,9 @@ impl Socket {
             self.rx.copy_within(self.start..self.end, 0);
             self.end -= self.start;
             self.start = 0;
+        }
+        if self.tls.is_some() {
+            return self.fill_tls();
         }
         let mut any = false;
         while self.end < self.rx.len() {
@@ -142,7 +155,7 @@ impl Socket {
     }
 
     pub fn has_output(&self) -> bool {
-        !self.tx.is_empty()
+        !self.tx.is_empty() || self.tls.as_ref().is_some_and(|t| !t.outgoing().is_empty())
     }
 
     /// PDUs queued and not written.
@@ -159,6 +172,9 @@ impl Socket {
     /// Writes as much of the queue as the socket takes; each request slot whose PDU is written
     /// whole goes to `sent`. Returns whether output is left (the socket is full).
     pub fn flush(&mut self, sent: &mut impl FnMut(u32)) -> bool {
+        if self.tls.is_some() {
+            return self.flush_tls(sent);
+        }
         while !self.tx.is_empty() && self.broken.is_none() {
             self.iov.clear();
             let mut skip = self.tx_off;
