@@ -368,3 +368,23 @@ fn a_host_sitting_on_buffers_cannot_starve_another() {
     wait_held(&t, 0);
     t.shutdown();
 }
+
+/// An I/O queue dropped and connected again at once (SPDK's host does so after an error) gets
+/// its queue ID back: the one going frees it when it begins to close, not once it drained.
+#[test]
+fn an_io_queue_connected_again_at_once_gets_its_id() {
+    let (t, addr) = start();
+    let (_admin, cntlid) = admin(addr, false, false);
+    for round in 0..20 {
+        let q = io_queue(addr, false, 1, cntlid, 32);
+        drop(q);
+        let mut again = Host::connect(addr, false, false);
+        let c = again.fabrics_connect(1, 31, cntlid);
+        assert!(
+            c.status.is_success(),
+            "round {round}: Connect of queue 1 again: {}",
+            c.status
+        );
+    }
+    t.shutdown();
+}

@@ -238,6 +238,11 @@ pub fn begin_close<X: QueueTransport>(q: &mut Queue<X>, reason: &'static str, sh
         if q.qid == 0 {
             // The controller goes with its admin queue; its I/O queues follow.
             shared.controllers.remove(ctrl.cntlid);
+        } else {
+            // The queue ID is free again now, not once the queue has drained: a host that
+            // drops an I/O queue and connects it again at once (SPDK's host does after an
+            // error) must not be refused for the one that is going.
+            ctrl.detach_queue(q.qid);
         }
     }
     if q.phase == Phase::Live && X::revoke(q) {

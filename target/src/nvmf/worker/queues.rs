@@ -252,12 +252,9 @@ impl<X: QueueTransport> Queues<X> {
             pool.give(std::mem::replace(&mut r.data, DataBuf::NONE));
         }
         self.gens[i] = self.gens[i].wrapping_add(1);
-        if let Some(ctrl) = &q.ctrl {
-            if q.qid == 0 {
-                shared.controllers.remove(ctrl.cntlid);
-            } else {
-                ctrl.detach_queue(q.qid);
-            }
+        // (An I/O queue's ID was given back to its controller when it began to close.)
+        if let Some(ctrl) = q.ctrl.as_ref().filter(|_| q.qid == 0) {
+            shared.controllers.remove(ctrl.cntlid);
         }
         finished(&q);
         let (peer, qid, reason) = (q.peer, q.qid, q.close_reason);
