@@ -1,0 +1,228 @@
+//! The fuzz target `tcp_queue`'s entry point (fuzz/fuzz_targets/): one worker's NVMe/TCP
+//! poll group, driven from the calling thread, one pass at a time, over real loopback
+//! sockets. The harness plays the host on the other end of each socket; a pass does what a
+//! worker's loop does (`worker::Worker::run`): the group's events, the backend's completions,
+//! the backlog, the data buffers freed, the end of the pass, and the housekeeping (every pass
+//! here, not every few milliseconds, so a closed queue is gone when the pass returns).
+//!
+//! Single-threaded and without timers that matter, so an input does the same thing every
+//! time it runs. Not for anything but fuzzing and tests.
+
+use std::collections::VecDeque;
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::ptr::NonNull;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::group::TcpGroup;
+use super::TcpPending;
+use crate::arena::pool::{DataPool, PoolStats};
+use crate::backend::{BackendQueue, Completion, IoBuf, IoOp, IoRequest};
+use crate::config::Config;
+use crate::nvmf::request::Tag;
+use crate::nvmf::request_flow::Ctx;
+use crate::nvmf::runtime::port::Port;
+use crate::nvmf::transport::PollGroup;
+use crate::nvmf::worker::ns_queues::NsQueues;
+use crate::nvmf::{open_shared, Shared};
+use crate::ring::WorkerIo;
+
+/// A worker of a target with one NVMe/TCP listener (never bound) and one namespace, which the
+/// harness drives ([`FuzzWorker::pass`]) and whose namespace it fills and reads directly.
+#[doc(hidden)]
+pub struct FuzzWorker {
+    shared: Arc<Shared>,
+    group: TcpGroup,
+    nsq: NsQueues,
+    pool: DataPool,
+    backlog: VecDeque<u64>,
+    comps: Vec<Completion>,
+    done: Vec<Completion>,
+    /// The harness's own queue to the first namespace's backend.
+    ns: Box<dyn BackendQueue>,
+    block_size: u32,
+    /// Where the harness's connections come in.
+    listener: TcpListener,
+    /// The id of the port they count as coming through.
+    port_id: u64,
+    /// Dropped after everything that may have opened a queue on it.
+    _io: WorkerIo,
+}
+
+impl FuzzWorker {
+    /// A worker of the target `config` describes (one worker thread, a `tcp` listener first,
+    /// a first namespace the harness may fill and read). Panics if it cannot be set up.
+    pub fn new(config: &str) -> FuzzWorker {
+        let cfg = Config::from_str(config).expect("the harness's configuration");
+        let shared = open_shared(cfg).expect("the harness's target");
+        let depth = shared.fixed.limits.max_queue_depth * 2;
+        let io = WorkerIo::new(depth * 4, Some(Arc::clone(&shared.arena)));
+        let mut nsq = NsQueues::default();
+        for ns in shared.namespaces.all() {
+            nsq.open(&ns, &io, depth).expect("a namespace queue");
+        }
+        let first = shared.namespaces.all().into_iter().next();
+        let first = first.expect("a namespace");
+        let ns = first
+            .backend()
+            .open_queue(&io, 4)
+            .expect("the harness's queue");
+        let pool = DataPool::new(&shared.arena, shared.fixed.data_pool_bytes_per_worker())
+            .expect("the data pool");
+        let group = TcpGroup::new(shared.fixed.limits.max_queue_depth).expect("an epoll set");
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("a loopback listener");
+        // The port the connections come through, as a Connect looks it up; drained at once,
+        // so its thread ends and the harness's own listener is the only way in.
+        let mut cfg = shared.fixed.listeners[0].clone();
+        cfg.port = 0;
+        let port = Port::start(&shared, &cfg, 0).expect("the harness's port");
+        port.drain();
+        let port_id = port.id;
+        shared.lock_ports().push(port);
+        FuzzWorker {
+            group,
+            nsq,
+            pool,
+            backlog: VecDeque::new(),
+            comps: vec![Completion::EMPTY; 64],
+            done: Vec::new(),
+            ns,
+            block_size: first.block_size(),
+            listener,
+            port_id,
+            _io: io,
+            shared,
+        }
+    }
+
+    /// A new connection: the host's end, whose other end the poll group now serves (as if
+    /// a listener had handed it over).
+    pub fn connect(&mut self) -> TcpStream {
+        let addr = self.listener.local_addr().expect("the listener's address");
+        let host = TcpStream::connect(addr).expect("a loopback connection");
+        let (stream, peer) = self.listener.accept().expect("the loopback connection");
+        self.shared.queues_open.fetch_add(1, Ordering::AcqRel);
+        let pending = Box::new(TcpPending {
+            stream,
+            peer,
+            listener: self.port_id,
+            over_limit: false,
+        });
+        self.with_ctx(|group, ctx| group.add(pending, ctx));
+        host
+    }
+
+    /// Runs `f` on the poll group with the worker's context for its requests.
+    fn with_ctx<R>(&mut self, f: impl FnOnce(&mut TcpGroup, &mut Ctx<'_>) -> R) -> R {
+        let shared = Arc::clone(&self.shared);
+        let mut ctx = Ctx {
+            shared: &shared,
+            group: 0,
+            counters: &[],
+            nsq: &mut self.nsq,
+            backlog: &mut self.backlog,
+            pool: &mut self.pool,
+        };
+        f(&mut self.group, &mut ctx)
+    }
+
+    /// One pass of the worker's loop; true if anything happened.
+    pub fn pass(&mut self) -> bool {
+        let mut busy = self.with_ctx(|group, ctx| {
+            group.begin_pass();
+            group.poll(ctx)
+        });
+        let mut done = std::mem::take(&mut self.done);
+        busy |= self.nsq.poll(&mut self.comps, |c| done.push(c));
+        busy |= self.with_ctx(|group, ctx| {
+            for c in done.drain(..) {
+                group.on_backend(Tag::decode(c.tag), &c, ctx);
+            }
+            for _ in 0..ctx.backlog.len() {
+                let Some(tag) = ctx.backlog.pop_front() else {
+                    break;
+                };
+                group.resume(Tag::decode(tag), ctx);
+            }
+            let mut busy = false;
+            while let Some((w, data)) = ctx.pool.next_ready() {
+                busy = true;
+                group.on_buffer(w.queue, w.slot, data, ctx);
+            }
+            busy |= group.end_pass(ctx);
+            group.housekeeping(ctx);
+            busy
+        });
+        self.done = done;
+        busy
+    }
+
+    /// Passes until two in a row find nothing to do and no backend operation is left.
+    pub fn settle(&mut self) {
+        let mut idle = 0;
+        for _ in 0..10_000 {
+            if self.pass() || self.nsq.in_flight() > 0 || !self.backlog.is_empty() {
+                idle = 0;
+            } else {
+                idle += 1;
+                if idle == 2 {
+                    return;
+                }
+            }
+        }
+        panic!("the worker never settled: it keeps finding work with no input");
+    }
+
+    /// The data pool's counts (buffers in use, commands waiting for one).
+    pub fn pool_stats(&self) -> PoolStats {
+        self.pool.stats()
+    }
+
+    /// Queues open (connections counted against `limits.max_connections`).
+    pub fn queues_open(&self) -> usize {
+        self.shared.queues_open.load(Ordering::Acquire)
+    }
+
+    /// The first namespace's block size.
+    pub fn block_size(&self) -> u32 {
+        self.block_size
+    }
+
+    /// Writes `data` (whole blocks) to the first namespace at block `lba`.
+    pub fn ns_write(&mut self, lba: u64, data: &mut [u8]) {
+        let blocks = (data.len() / self.block_size as usize) as u32;
+        let buf = io_buf(data);
+        self.ns_io(IoOp::Write {
+            lba,
+            blocks,
+            buf,
+            fua: false,
+        });
+    }
+
+    /// Reads whole blocks of the first namespace at block `lba` into `data`.
+    pub fn ns_read(&mut self, lba: u64, data: &mut [u8]) {
+        let blocks = (data.len() / self.block_size as usize) as u32;
+        let buf = io_buf(data);
+        self.ns_io(IoOp::Read { lba, blocks, buf });
+    }
+
+    fn ns_io(&mut self, op: IoOp) {
+        self.ns
+            .submit(IoRequest { tag: 0, op })
+            .expect("the harness's namespace I/O");
+        let mut c = [Completion::EMPTY];
+        while self.ns.in_flight() > 0 {
+            if self.ns.poll(&mut c) == 1 {
+                c[0].result.expect("the harness's namespace I/O");
+            }
+        }
+    }
+}
+
+fn io_buf(data: &mut [u8]) -> IoBuf {
+    let ptr = NonNull::new(data.as_mut_ptr()).expect("a buffer");
+    // SAFETY: `data` is borrowed mutably until `ns_io` returns, and `ns_io` returns only once
+    // the request completed: the memory stays valid and nothing else touches it meanwhile.
+    unsafe { IoBuf::from_raw_parts(ptr, data.len() as u32) }
+}
