@@ -360,6 +360,8 @@ fuzz_target!(|input: &[u8]| {
 struct Run<'a> {
     w: &'a mut FuzzWorker,
     nonce: u64,
+    /// The namespace as it was before the input.
+    img: Vec<u8>,
     input: Bytes<'a>,
     c: Conn,
     cmds: Vec<Cmd>,
@@ -393,7 +395,7 @@ impl<'a> Run<'a> {
         for (i, b) in img.iter_mut().enumerate() {
             *b = pat(nonce, 0, i as u64);
         }
-        h.w.ns_write(0, &mut img);
+        h.w.ns_write(0, &mut img.clone());
         let mut c = Conn::new(&mut h.w, mode & 1 != 0, mode & 2 != 0, (mode >> 2) & 3);
         let sqsize = 1 + u16::from((mode >> 4) & 7);
         let cqe = c.connect(&mut h.w, 1, sqsize, h.cntlid);
@@ -401,6 +403,7 @@ impl<'a> Run<'a> {
         Run {
             w: &mut h.w,
             nonce,
+            img,
             input,
             c,
             cmds: Vec::new(),
@@ -880,7 +883,8 @@ impl<'a> Run<'a> {
     /// Whether block `lba` may hold `blk`: as before the input (unless `written`), or byte for
     /// byte data sent for a write that covers it, at the block's offset in its data.
     fn block_ok(&self, lba: u64, blk: &[u8], written: bool) -> bool {
-        let before = (0..BS).all(|j| blk[j] == pat(self.nonce, 0, lba * BS as u64 + j as u64));
+        let at = lba as usize * BS;
+        let before = blk == &self.img[at..at + BS];
         if before && !written {
             return true;
         }
@@ -939,11 +943,11 @@ impl<'a> Run<'a> {
         if self.tainted {
             return;
         }
-        let mut blk = vec![0u8; BS];
-        for lba in 0..BLOCKS {
-            self.w.ns_read(lba, &mut blk);
+        let mut now = vec![0u8; self.img.len()];
+        self.w.ns_read(0, &mut now);
+        for (lba, blk) in now.chunks(BS).enumerate() {
             assert!(
-                self.block_ok(lba, &blk, false),
+                self.block_ok(lba as u64, blk, false),
                 "LBA {lba} holds data no write sent whole: {:02x?}...",
                 &blk[..16]
             );

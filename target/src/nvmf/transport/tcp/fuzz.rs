@@ -157,17 +157,12 @@ impl FuzzWorker {
         busy
     }
 
-    /// Passes until two in a row find nothing to do and no backend operation is left.
+    /// Passes until one finds nothing to do and no backend operation is left (the next would
+    /// find the same: nothing comes in but what the harness sends).
     pub fn settle(&mut self) {
-        let mut idle = 0;
         for _ in 0..10_000 {
-            if self.pass() || self.nsq.in_flight() > 0 || !self.backlog.is_empty() {
-                idle = 0;
-            } else {
-                idle += 1;
-                if idle == 2 {
-                    return;
-                }
+            if !self.pass() && self.nsq.in_flight() == 0 && self.backlog.is_empty() {
+                return;
             }
         }
         panic!("the worker never settled: it keeps finding work with no input");
