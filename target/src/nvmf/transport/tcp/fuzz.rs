@@ -100,6 +100,9 @@ impl FuzzWorker {
     pub fn connect(&mut self) -> TcpStream {
         let addr = self.listener.local_addr().expect("the listener's address");
         let host = TcpStream::connect(addr).expect("a loopback connection");
+        // What the harness writes arrives before its next pass (no Nagle delay behind a
+        // delayed ACK).
+        host.set_nodelay(true).expect("TCP_NODELAY");
         let (stream, peer) = self.listener.accept().expect("the loopback connection");
         self.shared.queues_open.fetch_add(1, Ordering::AcqRel);
         let pending = Box::new(TcpPending {
