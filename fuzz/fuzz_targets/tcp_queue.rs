@@ -43,54 +43,17 @@ use rdmablk::nvme::transport::tcp::{
     IcResp, Negotiated, PduLayout, R2t, TermReq, CAPSULE_CMD_HLEN, CH_LEN, DATA_HLEN, IC_LEN,
 };
 use rdmablk::nvme::{
-    Connect, ConnectData, Cqe, InCapsuleSgl, Nqn, PropertySet, ReadWrite, Sgl, Sqe, TransportSgl,
-    CQE_LEN, SQE_LEN,
+    Cqe, InCapsuleSgl, PropertySet, ReadWrite, Sgl, Sqe, TransportSgl, CQE_LEN, SQE_LEN,
 };
-use rdmablk_target::nvmf::transport::tcp::fuzz::FuzzWorker;
+use rdmablk_target::nvmf::transport::tcp::fuzz::{connect_command, FuzzWorker, CONFIG};
 
-const SUBNQN: &str = "nqn.2026-12.io.rdmablk:fuzz";
-const HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:5a5a5a5a-5a5a-5a5a-5a5a-5a5a5a5a5a5a";
+/// What `CONFIG` gives: its block size, its blocks, its largest I/O, its in-capsule data.
 const BS: usize = 512;
 const BLOCKS: u64 = 128;
 const MAX_IO: u32 = 32 * 1024;
 const ICD: usize = 4096;
 /// Operations per input at most.
 const MAX_OPS: usize = 64;
-
-/// A small pool (16 pages) so that commands wait for data buffers too.
-const CONFIG: &str = r#"
-[[listener]]
-transport = "tcp"
-address = "127.0.0.1"
-port = 4420
-
-[target]
-worker_threads = 1
-io_statistics = false
-
-[control]
-socket = ""
-
-[arena]
-bytes = "4MiB"
-data_bytes = "64KiB"
-lock = false
-
-[limits]
-max_queue_depth = 32
-max_io_size = 32768
-in_capsule_data_size = 4096
-max_queues_per_controller = 4
-
-[[subsystem]]
-nqn = "nqn.2026-12.io.rdmablk:fuzz"
-hosts = ["nqn.2014-08.org.nvmexpress:uuid:5a5a5a5a-5a5a-5a5a-5a5a-5a5a5a5a5a5a"]
-
-[[subsystem.namespace]]
-nsid = 1
-block_size = 512
-backend = { kind = "ram", size = "64KiB" }
-"#;
 
 /// The byte at `off` of the data of PDU `seq` of input `nonce` (seq 0: the namespace's
 /// contents before the input).
@@ -289,24 +252,8 @@ impl Conn {
     }
 
     fn connect(&mut self, w: &mut FuzzWorker, qid: u16, sqsize: u16, cntlid: u16) -> Cqe {
-        let data = ConnectData {
-            hostid: [0x5a; 16],
-            cntlid,
-            subnqn: Nqn::new(SUBNQN).expect("nqn"),
-            hostnqn: Some(Nqn::new(HOSTNQN).expect("nqn")),
-        }
-        .encode();
-        let c = Connect {
-            qid,
-            sqsize,
-            cattr: 0,
-            kato_ms: 0,
-        };
-        let sgl = Sgl::InCapsule(InCapsuleSgl {
-            offset: 0,
-            len: data.len() as u32,
-        });
-        self.exec(w, &c.to_sqe(0, &sgl), &data)
+        let (sqe, data) = connect_command(qid, sqsize, cntlid);
+        self.exec(w, &sqe, &data)
     }
 }
 

@@ -16,6 +16,9 @@ use std::sync::Arc;
 
 use super::group::TcpGroup;
 use super::TcpPending;
+use rdmablk::nvme::fabrics::CONNECT_DATA_LEN;
+use rdmablk::nvme::{Connect, ConnectData, InCapsuleSgl, Nqn, Sgl, Sqe};
+
 use crate::arena::pool::{DataPool, PoolStats};
 use crate::backend::{BackendQueue, Completion, IoBuf, IoOp, IoRequest};
 use crate::config::Config;
@@ -26,6 +29,71 @@ use crate::nvmf::transport::PollGroup;
 use crate::nvmf::worker::ns_queues::NsQueues;
 use crate::nvmf::{open_shared, Shared};
 use crate::ring::WorkerIo;
+
+/// The subsystem of [`CONFIG`].
+pub const SUBNQN: &str = "nqn.2026-12.io.rdmablk:fuzz";
+/// The host [`CONFIG`] allows.
+pub const HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:5a5a5a5a-5a5a-5a5a-5a5a-5a5a5a5a5a5a";
+
+/// A target for the harness: 64 KiB of ram namespace in 512-byte blocks; a data pool of 16
+/// pages (64 KiB), so that commands wait for buffers too; I/O of 32 KiB at most, 4 KiB of it
+/// in the capsule.
+pub const CONFIG: &str = r#"
+[[listener]]
+transport = "tcp"
+address = "127.0.0.1"
+port = 4420
+
+[target]
+worker_threads = 1
+io_statistics = false
+
+[control]
+socket = ""
+
+[arena]
+bytes = "4MiB"
+data_bytes = "64KiB"
+lock = false
+
+[limits]
+max_queue_depth = 32
+max_io_size = 32768
+in_capsule_data_size = 4096
+max_queues_per_controller = 4
+
+[[subsystem]]
+nqn = "nqn.2026-12.io.rdmablk:fuzz"
+hosts = ["nqn.2014-08.org.nvmexpress:uuid:5a5a5a5a-5a5a-5a5a-5a5a-5a5a5a5a5a5a"]
+
+[[subsystem.namespace]]
+nsid = 1
+block_size = 512
+backend = { kind = "ram", size = "64KiB" }
+"#;
+
+/// The Fabrics Connect of queue `qid` (`sqsize`, controller `cntlid`) of [`CONFIG`]'s
+/// subsystem by its host, without keep-alive, its data to send in the capsule.
+pub fn connect_command(qid: u16, sqsize: u16, cntlid: u16) -> (Sqe, [u8; CONNECT_DATA_LEN]) {
+    let data = ConnectData {
+        hostid: [0x5a; 16],
+        cntlid,
+        subnqn: Nqn::new(SUBNQN).expect("an NQN"),
+        hostnqn: Some(Nqn::new(HOSTNQN).expect("an NQN")),
+    }
+    .encode();
+    let c = Connect {
+        qid,
+        sqsize,
+        cattr: 0,
+        kato_ms: 0,
+    };
+    let sgl = Sgl::InCapsule(InCapsuleSgl {
+        offset: 0,
+        len: data.len() as u32,
+    });
+    (c.to_sqe(0, &sgl), data)
+}
 
 /// A worker of a target with one NVMe/TCP listener (never bound) and one namespace, which the
 /// harness drives ([`FuzzWorker::pass`]) and whose namespace it fills and reads directly.
@@ -224,3 +292,4 @@ fn io_buf(data: &mut [u8]) -> IoBuf {
     // the request completed: the memory stays valid and nothing else touches it meanwhile.
     unsafe { IoBuf::from_raw_parts(ptr, data.len() as u32) }
 }
+
