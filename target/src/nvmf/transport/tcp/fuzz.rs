@@ -293,3 +293,152 @@ fn io_buf(data: &mut [u8]) -> IoBuf {
     unsafe { IoBuf::from_raw_parts(ptr, data.len() as u32) }
 }
 
+#[cfg(test)]
+mod tests {
+    use std::io::{ErrorKind, Read, Write};
+
+    use rdmablk::nvme::fabrics::CNTLID_DYNAMIC;
+    use rdmablk::nvme::opcodes::io;
+    use rdmablk::nvme::properties::{self, PropertySize};
+    use rdmablk::nvme::transport::tcp::{
+        encode_capsule_cmd, flags, pdu_type, CommonHeader, DataHeader, IcReq, Negotiated, R2t,
+        CAPSULE_CMD_HLEN, CH_LEN, DATA_HLEN,
+    };
+    use rdmablk::nvme::{Cqe, PropertySet, ReadWrite, TransportSgl, CQE_LEN};
+
+    use super::*;
+
+    /// A host's end of a connection: writes, and reads whole PDUs once the worker settled.
+    struct Host(TcpStream, Vec<u8>);
+
+    impl Host {
+        fn new(w: &mut FuzzWorker) -> Host {
+            let s = w.connect();
+            s.set_nonblocking(true).unwrap();
+            let mut h = Host(s, Vec::new());
+            let req = IcReq {
+                pfv: 0,
+                hpda: 0,
+                hdgst: false,
+                ddgst: false,
+                maxr2t: 0,
+            };
+            h.send(w, &req.encode());
+            assert_eq!(h.pdu().0, pdu_type::IC_RESP);
+            h
+        }
+
+        fn send(&mut self, w: &mut FuzzWorker, b: &[u8]) {
+            self.0.write_all(b).unwrap();
+            w.settle();
+            let mut buf = [0u8; 65536];
+            loop {
+                match self.0.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => self.1.extend_from_slice(&buf[..n]),
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        }
+
+        /// The next PDU received: its type and bytes.
+        fn pdu(&mut self) -> (u8, Vec<u8>) {
+            let ch = CommonHeader::decode(self.1[..CH_LEN].try_into().unwrap());
+            let p = self.1.drain(..ch.plen as usize).collect();
+            (ch.pdu_type, p)
+        }
+
+        fn capsule(&mut self, w: &mut FuzzWorker, sqe: &Sqe, data: &[u8]) {
+            let mut h = [0u8; CAPSULE_CMD_HLEN];
+            let l = encode_capsule_cmd(sqe, data.len(), &Negotiated::default(), &mut h);
+            let mut pdu = h.to_vec();
+            pdu.resize(if data.is_empty() { pdu.len() } else { l.pdo }, 0);
+            pdu.extend_from_slice(data);
+            self.send(w, &pdu);
+        }
+
+        fn exec(&mut self, w: &mut FuzzWorker, sqe: &Sqe, data: &[u8]) -> Cqe {
+            self.capsule(w, sqe, data);
+            let (t, p) = self.pdu();
+            assert_eq!(t, pdu_type::CAPSULE_RESP);
+            Cqe::decode(p[CH_LEN..CH_LEN + CQE_LEN].try_into().unwrap())
+        }
+
+        fn connect(&mut self, w: &mut FuzzWorker, qid: u16, cntlid: u16) -> Cqe {
+            let (sqe, data) = connect_command(qid, 31, cntlid);
+            self.exec(w, &sqe, &data)
+        }
+    }
+
+    fn h2c(cccid: u16, ttag: u16, data: &[u8]) -> Vec<u8> {
+        let h = DataHeader {
+            cccid,
+            ttag,
+            datao: 0,
+            datal: data.len() as u32,
+        };
+        let mut b = [0u8; DATA_HLEN];
+        let l = h.encode(
+            pdu_type::H2C_DATA,
+            flags::DATA_LAST,
+            &Negotiated::default(),
+            &mut b,
+        );
+        let mut pdu = b.to_vec();
+        pdu.resize(l.pdo, 0);
+        pdu.extend_from_slice(data);
+        pdu
+    }
+
+    /// A write that waited for a data buffer got one after its queue began closing (a
+    /// protocol error closed it while another write, its data just in, was executing): it was
+    /// prepared and sent an R2T on the closed socket, which never left, so the queue did not
+    /// drain for `DRAIN_TIMEOUT` (5 s) and kept its buffers, while the worker spun on the
+    /// closed socket's readiness. Found by the fuzz target `tcp_queue`.
+    #[test]
+    fn buffer_handed_to_a_closing_queue_goes_back() {
+        let mut w = FuzzWorker::new(CONFIG);
+        let mut admin = Host::new(&mut w);
+        let c = admin.connect(&mut w, 0, CNTLID_DYNAMIC);
+        assert!(c.status.is_success(), "{}", c.status);
+        let cc = PropertySet {
+            size: PropertySize::Four,
+            offset: properties::CC,
+            value: 0x0046_0001,
+        };
+        assert!(admin.exec(&mut w, &cc.to_sqe(1), &[]).status.is_success());
+        let mut host = Host::new(&mut w);
+        assert!(host.connect(&mut w, 1, c.dw0 as u16).status.is_success());
+        // Writes of 16 KiB until one waits for a buffer (the pool has 64 KiB).
+        let mut r2ts = Vec::new();
+        for cid in 1..=6 {
+            let rw = ReadWrite {
+                nsid: 1,
+                slba: u64::from(cid % 4) * 32,
+                nlb: 31,
+                fua: false,
+                lr: false,
+                dsm: 0,
+            };
+            let mut sqe = rw.to_sqe(io::WRITE, cid);
+            sqe.set_sgl(&Sgl::Transport(TransportSgl { len: 16384 }));
+            host.capsule(&mut w, &sqe, &[]);
+        }
+        while !host.1.is_empty() {
+            let (t, p) = host.pdu();
+            assert_eq!(t, pdu_type::R2T);
+            r2ts.push(R2t::decode(p[..DATA_HLEN].try_into().unwrap()));
+        }
+        assert!(w.pool_stats().waiting > 0 && !r2ts.is_empty(), "{r2ts:?}");
+        // The first write's data, and in the same segment H2CData for no R2T (fatal).
+        let mut seg = h2c(r2ts[0].cccid, r2ts[0].ttag, &[0x42; 16384]);
+        seg.extend_from_slice(&h2c(r2ts[0].cccid, 999, &[0x42; 512]));
+        host.0.write_all(&seg).unwrap();
+        for _ in 0..100 {
+            w.pass();
+        }
+        assert_eq!(w.queues_open(), 1, "the closed I/O queue is still draining");
+        assert_eq!(w.pool_stats().pages_in_use, 0, "{:?}", w.pool_stats());
+    }
+}
