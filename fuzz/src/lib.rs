@@ -812,6 +812,86 @@ pub fn seeds_tls_psk() -> Seeds {
     ]
 }
 
+/// `tcp_queue` input (fuzz_targets/tcp_queue.rs): byte 0 the connection (bit 0 header
+/// digest, bit 1 data digest, bits 2-3 HPDA, bits 4-6 SQSIZE - 1), then operations: opcode
+/// byte mod 8 0-1 a write, 2 a read (then CID, SLBA, NLB, shape: bits 0-1 3 = data in the
+/// capsule, bits 2-4 the SGL length off, bit 5 a wrong data digest), 3-4 H2CData answering an
+/// open R2T (then which, chunk in 512-byte units - 1, mangling mod 16: 0 CCCID, 1 TTAG,
+/// 2-3 DATAO, 4 DATAL, 5 LAST, 6 data digest, 7 header digest, 8 PLEN, 9 DATAL short,
+/// 10 two parts, else none; then its argument), 5 H2CData of the input's fields, 6 another
+/// PDU (0 H2CTermReq, 1 ICReq, 2 a controller's type, 3 an SQE, 4 raw bytes), 7 send with the
+/// next operation.
+pub fn seeds_tcp_queue() -> Seeds {
+    // A write of `blocks` blocks at `slba` by R2T (shape 0) or in the capsule (shape 3), a
+    // read, and H2CData answering R2T `pick` in chunks of `units` * 512 bytes, `mangle`d.
+    let write = |cid: u8, slba: u8, blocks: u8, shape: u8| vec![0, cid, slba, blocks - 1, shape];
+    let read = |cid: u8, slba: u8, blocks: u8| vec![2, cid, slba, blocks - 1, 0];
+    let h2c = |pick: u8, units: u8, mangle: u8, arg: u8| vec![3, pick, units - 1, mangle, arg];
+    const KEEP: u8 = 15;
+    const TOGETHER: u8 = 7;
+    let seed = |mode: u8, ops: &[Vec<u8>]| {
+        let mut v = vec![mode];
+        for op in ops {
+            v.extend_from_slice(op);
+        }
+        v
+    };
+    vec![
+        (
+            "write-by-r2t-then-read",
+            seed(
+                0x30,
+                &[
+                    write(1, 0, 8, 0),
+                    h2c(0, 5, KEEP, 0),
+                    h2c(0, 8, KEEP, 0),
+                    read(2, 0, 8),
+                ],
+            ),
+        ),
+        (
+            "digests-in-capsule-write-then-read",
+            seed(0x33, &[write(3, 16, 4, 3), read(4, 16, 4)]),
+        ),
+        (
+            "wrong-ttag-then-a-write-after-it",
+            seed(
+                0x30,
+                &[
+                    write(1, 8, 4, 0),
+                    write(2, 24, 4, 0),
+                    vec![TOGETHER],
+                    h2c(0, 8, 1, 0),
+                    h2c(1, 8, KEEP, 0),
+                ],
+            ),
+        ),
+        (
+            "split-h2cdata-then-h2ctermreq",
+            seed(0x31, &[write(5, 40, 6, 0), h2c(0, 6, 10, 30), vec![6, 0]]),
+        ),
+        (
+            "writes-waiting-for-buffers",
+            seed(
+                0x70,
+                &[
+                    write(0, 0, 16, 0),
+                    write(1, 16, 16, 0),
+                    write(2, 32, 16, 0),
+                    write(3, 48, 16, 0),
+                    write(4, 64, 16, 0),
+                    h2c(0, 9, KEEP, 0),
+                    h2c(0, 9, KEEP, 0),
+                    h2c(1, 9, KEEP, 0),
+                    h2c(1, 9, KEEP, 0),
+                    h2c(2, 9, KEEP, 0),
+                    h2c(2, 9, KEEP, 0),
+                ],
+            ),
+        ),
+    ]
+}
+
 pub fn all_seeds() -> Vec<(&'static str, Seeds)> {
     vec![
         ("sqe_and_sgl", seeds_sqe_and_sgl()),
@@ -825,6 +905,7 @@ pub fn all_seeds() -> Vec<(&'static str, Seeds)> {
         ("discovery_log", seeds_discovery_log()),
         ("tcp_pdu", seeds_tcp_pdu()),
         ("tcp_host_rx", seeds_tcp_host_rx()),
+        ("tcp_queue", seeds_tcp_queue()),
         ("reservation_report", seeds_reservation_report()),
         ("reservation_state", seeds_reservation_state()),
         ("control_request", seeds_control_request()),

@@ -288,42 +288,8 @@ impl Target {
     /// device, with the arena registered on it), opens the namespaces, starts the workers and
     /// the listeners.
     pub fn start(cfg: Config) -> Result<Target, TargetError> {
-        cfg.validate()?;
-        runtime::open_files::raise_to(
-            u64::from(cfg.limits.max_connections) + runtime::open_files::BESIDE_QUEUES,
-        );
-        let arena = Arena::map(&cfg.arena)?;
-        let (transports, arena) = transport::open_served(&cfg, arena)?;
-        let arena = Arc::new(arena);
-        let namespaces = NamespaceTable::default();
-        let subsystems = open_subsystems(&cfg, &namespaces)?;
-        let workers_n = cfg.target.worker_threads.max(1) as usize;
-        let shared = Arc::new(Shared {
-            live: ArcSwap::from_pointee(cfg.clone()),
-            subsystems: ArcSwap::from_pointee(subsystems),
-            namespaces,
-            workers: OnceLock::new(),
-            controllers: ControllerTable::default(),
-            arena,
-            transports,
-            epoch: Instant::now(),
-            stop: AtomicBool::new(false),
-            queues_open: AtomicUsize::new(0),
-            refusing: AtomicUsize::new(0),
-            final_flush_failures: Mutex::new(Vec::new()),
-            discovery: Arc::new(Subsystem::discovery(
-                cfg.target.discovery_nqn.as_deref().unwrap_or(DISCOVERY_NQN),
-            )),
-            discovery_genctr: AtomicU64::new(1),
-            ports: Mutex::new(Vec::new()),
-            next_listener_id: AtomicU64::new(1),
-            reload_lock: Mutex::new(()),
-            config_path: OnceLock::new(),
-            counters_by_worker: (0..workers_n).map(|_| Arc::default()).collect(),
-            counters: TargetCounters::default(),
-            fences: runtime::fence::Fences::default(),
-            fixed: cfg,
-        });
+        let shared = open_shared(cfg)?;
+        let workers_n = shared.counters_by_worker.len();
         let mut target = Target {
             shared: Arc::clone(&shared),
             workers: Vec::new(),
@@ -504,6 +470,49 @@ impl TargetHandle {
         tracing::info!(addr, "listener drained: no new connections");
         Ok(())
     }
+}
+
+/// What every thread of a target for `cfg` shares, with nothing running yet: the arena, the
+/// transports opened, the subsystems and their namespaces. [`Target::start`] then starts the
+/// workers and the listeners; the fuzz target `tcp_queue` drives a poll group itself
+/// ([`transport::tcp::fuzz`]).
+pub(crate) fn open_shared(cfg: Config) -> Result<Arc<Shared>, TargetError> {
+    cfg.validate()?;
+    runtime::open_files::raise_to(
+        u64::from(cfg.limits.max_connections) + runtime::open_files::BESIDE_QUEUES,
+    );
+    let arena = Arena::map(&cfg.arena)?;
+    let (transports, arena) = transport::open_served(&cfg, arena)?;
+    let arena = Arc::new(arena);
+    let namespaces = NamespaceTable::default();
+    let subsystems = open_subsystems(&cfg, &namespaces)?;
+    let workers_n = cfg.target.worker_threads.max(1) as usize;
+    Ok(Arc::new(Shared {
+        live: ArcSwap::from_pointee(cfg.clone()),
+        subsystems: ArcSwap::from_pointee(subsystems),
+        namespaces,
+        workers: OnceLock::new(),
+        controllers: ControllerTable::default(),
+        arena,
+        transports,
+        epoch: Instant::now(),
+        stop: AtomicBool::new(false),
+        queues_open: AtomicUsize::new(0),
+        refusing: AtomicUsize::new(0),
+        final_flush_failures: Mutex::new(Vec::new()),
+        discovery: Arc::new(Subsystem::discovery(
+            cfg.target.discovery_nqn.as_deref().unwrap_or(DISCOVERY_NQN),
+        )),
+        discovery_genctr: AtomicU64::new(1),
+        ports: Mutex::new(Vec::new()),
+        next_listener_id: AtomicU64::new(1),
+        reload_lock: Mutex::new(()),
+        config_path: OnceLock::new(),
+        counters_by_worker: (0..workers_n).map(|_| Arc::default()).collect(),
+        counters: TargetCounters::default(),
+        fences: runtime::fence::Fences::default(),
+        fixed: cfg,
+    }))
 }
 
 fn open_subsystems(

@@ -115,10 +115,12 @@ fn buffer_order(sqe: &rdmablk::nvme::Sqe, shared: &Shared) -> Option<u8> {
 }
 
 /// Request `slot`, which waited, has its data buffer `data`: prepare it now. A request that no
-/// longer waits for one (its queue is closing) gives it back.
+/// longer waits for one, or whose queue is closing, gives it back (prepared, it would post an
+/// R2T or RDMA READ that never leaves, and its queue would not drain).
 pub fn on_buffer<X: QueueTransport>(q: &mut Queue<X>, slot: u32, data: DataBuf, ctx: &mut Ctx<'_>) {
+    let closing = q.is_closing();
     let r = &mut q.reqs[slot as usize];
-    if r.state != ReqState::New || !r.awaits_buffer {
+    if r.state != ReqState::New || !r.awaits_buffer || closing {
         ctx.pool.give(data);
         return;
     }

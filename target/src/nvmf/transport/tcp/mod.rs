@@ -11,8 +11,11 @@
 //! - [`receive`]: what a queue's socket brings: each PDU checked and acted on (capsules,
 //!   H2CData, the host's TermReq).
 //! - [`queue`]: the per-queue state and its [`super::QueueTransport`] implementation.
-//! - [`conn`]: a socket's receive buffer and its queue of PDUs to send.
+//! - [`socket`]: a socket's receive buffer and its queue of PDUs to send.
+//! - [`fuzz`]: the fuzz target `tcp_queue`'s entry point: a poll group the harness drives.
 
+#[doc(hidden)]
+pub mod fuzz;
 pub mod group;
 pub mod queue;
 pub mod receive;
