@@ -243,24 +243,6 @@ impl DataPool {
         None
     }
 
-    /// Forgets the waiters of queue `queue` of poll group `group` (the queue is gone).
-    pub fn forget_queue(&mut self, group: u8, queue: u32) {
-        let mut dropped = 0;
-        for share in self.hosts.values_mut() {
-            let before = share.waiters.len();
-            share
-                .waiters
-                .retain(|w| !(w.group == group && w.queue == queue));
-            dropped += before - share.waiters.len();
-        }
-        self.waiting -= dropped as u32;
-        self.hosts
-            .retain(|_, s| s.held_pages > 0 || !s.waiters.is_empty());
-        let hosts = &self.hosts;
-        self.turn
-            .retain(|h| hosts.get(h).is_some_and(|s| !s.waiters.is_empty()));
-    }
-
     pub fn stats(&self) -> PoolStats {
         PoolStats {
             total_pages: self.buddy.pages,
@@ -530,17 +512,5 @@ mod tests {
         // Host 1 first (it waited first), then host 2, then host 1's others.
         assert_eq!(order[..2], [1, 10]);
         assert_eq!(order.len(), 4);
-    }
-
-    #[test]
-    fn forgetting_a_queue_drops_its_waiters() {
-        let mut p = pool(4 * PAGE_BYTES);
-        let all = p.take(1, w(0, 2)).unwrap();
-        assert!(p.take(1, w(1, 0)).is_none());
-        p.forget_queue(0, 1);
-        assert_eq!(p.stats().waiting, 0);
-        p.give(all);
-        assert!(p.next_ready().is_none());
-        assert_eq!(p.stats().pages_in_use, 0);
     }
 }
