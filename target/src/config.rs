@@ -355,6 +355,10 @@ pub struct TargetConfig {
     pub worker_cpus: Option<CpuList>,
     /// How workers wait for work.
     pub poll_mode: PollMode,
+    /// In `adaptive` poll mode: how long (µs) a worker keeps polling after the last pass that
+    /// found work before it sleeps. Long enough for a host's next command at queue depth 1
+    /// (a loopback or LAN round trip); each idle spell costs at most this much CPU.
+    pub poll_spin_us: u32,
     /// Keep Alive granularity advertised in Identify Controller (KAS, in 100 ms units on the
     /// wire); the keep-alive timer is checked this often.
     pub keep_alive_granularity_ms: u32,
@@ -390,7 +394,8 @@ impl Default for TargetConfig {
         TargetConfig {
             worker_threads: 1,
             worker_cpus: None,
-            poll_mode: PollMode::Interrupt,
+            poll_mode: PollMode::Adaptive,
+            poll_spin_us: 50,
             keep_alive_granularity_ms: 1000,
             default_keep_alive_timeout_ms: 0,
             connect_timeout_ms: 10_000,
@@ -410,6 +415,10 @@ pub enum PollMode {
     Busy,
     /// Arm the completion queues and sleep until an event: for shared machines.
     Interrupt,
+    /// Keep polling for `poll_spin_us` after the last work, then sleep as `Interrupt`: the
+    /// next command of a busy host is found without a wake-up, an idle worker sleeps (the
+    /// default).
+    Adaptive,
 }
 
 /// `[arena]`.

@@ -9,6 +9,9 @@
 //!   tell; the benchmarks measure it.)
 //! - `interrupt` sleeps on the CQ channel and the ring's eventfd between commands, and after
 //!   an idle pause.
+//! - `adaptive` polls on for `poll_spin_us` after each command (the next one of this test
+//!   comes within it), then sleeps as `interrupt` during the idle pause and wakes for the
+//!   command after it.
 
 mod common;
 
@@ -75,4 +78,9 @@ fn busy_polling_serves_a_file_namespace() {
 #[test]
 fn interrupt_mode_serves_a_file_namespace() {
     write_read_verify("interrupt");
+}
+
+#[test]
+fn adaptive_polling_serves_a_file_namespace() {
+    write_read_verify("adaptive");
 }

@@ -201,6 +201,13 @@ fn limits_out_of_range_are_refused() {
     assert!(has_problem(&text, "target.worker_threads"));
     let text = with("[target]\nkeep_alive_granularity_ms = 150", "");
     assert!(has_problem(&text, "target.keep_alive_granularity_ms"));
+    let text = with("[target]\npoll_spin_us = 10001", "");
+    assert!(has_problem(&text, "target.poll_spin_us"));
+    let text = with(
+        "[target]\npoll_mode = \"adaptive\"\npoll_spin_us = 10000",
+        "",
+    );
+    Config::from_str(&text).unwrap();
 }
 
 #[test]

@@ -234,6 +234,17 @@ fn check_target(cfg: &Config, c: &mut Checker) {
             ),
         );
     }
+    if t.poll_spin_us > MAX_POLL_SPIN_US {
+        c.fail(
+            "target.poll_spin_us",
+            format!(
+                "{} is out of range (set 0..={MAX_POLL_SPIN_US}: a spell of polling after work; \
+                 50 covers a host's next command at queue depth 1; poll_mode = \"busy\" \
+                 polls always)",
+                t.poll_spin_us
+            ),
+        );
+    }
     if t.response_timeout_ms > MAX_CONNECT_TIMEOUT_MS {
         c.fail(
             "target.response_timeout_ms",
@@ -245,6 +256,9 @@ fn check_target(cfg: &Config, c: &mut Checker) {
         );
     }
 }
+
+/// Longest `target.poll_spin_us` (10 ms).
+const MAX_POLL_SPIN_US: u32 = 10_000;
 
 /// Longest `target.connect_timeout_ms` and `target.response_timeout_ms` (10 minutes).
 const MAX_CONNECT_TIMEOUT_MS: u32 = 600_000;

@@ -7,7 +7,10 @@
 //! for; every few milliseconds look at held events, connection events, timers and closing
 //! queues. In `busy` poll mode it spins; in `interrupt` mode it arms the transport and
 //! sleeps when nothing is in flight: [`IDLE_WAIT`] at first, longer while nothing comes (up
-//! to [`IDLE_WAIT_MAX`]); a transport event or a message wakes it at once.
+//! to [`IDLE_WAIT_MAX`]); a transport event or a message wakes it at once. In `adaptive`
+//! mode (the default) it polls on for `poll_spin_us` after the last pass that found work,
+//! then sleeps as in `interrupt` mode: a host's next command at queue depth 1 is found
+//! without a wake-up, and an idle worker costs nothing.
 //!
 //! What an event means for its request is in [`super::request_flow`]; what every transport's
 //! queues share (backend completions, timers, shutdown) in [`queues`]; the rest in each
@@ -159,6 +162,13 @@ pub(super) fn spawn(
                 index,
                 backend_depth: depth,
                 busy_poll: shared.fixed.target.poll_mode == PollMode::Busy,
+                spin: match shared.fixed.target.poll_mode {
+                    PollMode::Adaptive => {
+                        Duration::from_micros(shared.fixed.target.poll_spin_us.into())
+                    }
+                    PollMode::Busy | PollMode::Interrupt => Duration::ZERO,
+                },
+                spin_until: None,
                 shared,
                 groups,
                 others,
@@ -225,6 +235,12 @@ struct Worker {
     /// Depth of each backend queue this worker opens.
     backend_depth: u32,
     busy_poll: bool,
+    /// Adaptive mode: how long the worker keeps polling after the last pass that found work
+    /// (zero in the other modes).
+    spin: Duration,
+    /// The end of the present spell of polling: set by the first pass that finds nothing
+    /// (the only clock read of a spell), cleared by a pass that finds work (no clock read).
+    spin_until: Option<Instant>,
     shared: Arc<Shared>,
     /// One poll group per transport served, in [`Shared::transports`] order (its index is
     /// the group of its requests' backend tags).
@@ -290,11 +306,16 @@ impl Worker {
             }
             if busy {
                 self.idle_streak = 0;
+                self.spin_until = None;
             } else {
                 // Only the waiting is timed (busy = lifetime - idle): no clock read per pass
                 // while work keeps coming.
                 let t = Instant::now();
-                self.idle();
+                if self.spinning(t) {
+                    std::hint::spin_loop();
+                } else {
+                    self.idle();
+                }
                 counters
                     .idle_ns
                     .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
@@ -451,6 +472,15 @@ impl Worker {
         for g in 0..self.groups.len() {
             self.with_group(g, |group, ctx| group.housekeeping(ctx));
         }
+    }
+
+    /// Adaptive mode, a pass that found nothing at `now`: whether the spell of polling since
+    /// the last work goes on (the next pass polls again) or is over (the worker may sleep).
+    fn spinning(&mut self, now: Instant) -> bool {
+        if self.spin.is_zero() {
+            return false;
+        }
+        now < *self.spin_until.get_or_insert(now + self.spin)
     }
 
     /// Nothing happened in the last pass. Busy mode spins. Interrupt mode sleeps on the CQ's
