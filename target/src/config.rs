@@ -379,7 +379,7 @@ pub struct TargetConfig {
     pub discovery_nqn: Option<String>,
     /// Count every I/O command (ops, bytes, a latency histogram, errors by status) for
     /// `rdmablk-ctl stats` and the Prometheus endpoint. `false` skips the counting and its two
-    /// clock reads per command; those views then show no I/O (connections, arena and
+    /// clock reads per worker pass; those views then show no I/O (connections, arena and
     /// keep-alive figures stay).
     pub io_statistics: bool,
     /// A directory for state that must outlive the process: reservations a host asked to

@@ -57,6 +57,17 @@ pub struct NsCounters {
     errors: Mutex<HashMap<(u8, u16), u64>>,
 }
 
+#[cfg(test)]
+impl NsCounters {
+    /// (bytes read, latency sum of reads in ns): for tests of the counting.
+    pub(crate) fn reads_for_tests(&self) -> (u64, u64) {
+        (
+            self.read_bytes.load(Ordering::Relaxed),
+            self.latency_sum_ns[OpKind::Read as usize].load(Ordering::Relaxed),
+        )
+    }
+}
+
 fn add(a: &AtomicU64, n: u64) {
     // One writer per counter: a relaxed add never contends.
     a.fetch_add(n, Ordering::Relaxed);

@@ -8,7 +8,6 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Instant;
 
 use rdmablk::nvme::SQE_LEN;
 
@@ -18,6 +17,7 @@ use super::queue::{begin_close, Queue};
 use super::request::{Action, ReqState, Request, Tag};
 use super::transport::QueueTransport;
 use super::worker::ns_queues::NsQueues;
+use super::worker::pass_stats::PassStats;
 use super::Shared;
 use crate::arena::pool::{order_for, DataBuf, DataPool, Waiter};
 use crate::metrics::{NsCounters, OpKind};
@@ -34,6 +34,8 @@ pub struct Ctx<'a> {
     pub backlog: &'a mut VecDeque<u64>,
     /// This worker's data buffers.
     pub pool: &'a mut DataPool,
+    /// This pass's clock and the I/O commands finished in it (counted at its end).
+    pub stats: &'a mut PassStats,
 }
 
 impl Ctx<'_> {
@@ -78,7 +80,7 @@ fn start_request<X: QueueTransport>(
     let r = &mut q.reqs[slot as usize];
     r.reset(sqe, len, recv, push_slot.unwrap_or(0));
     if ctx.shared.fixed.target.io_statistics {
-        r.received = Some(Instant::now());
+        r.received = Some(ctx.stats.arrival());
     }
     r.enter(ReqState::New, qid, slot);
     if let Some(ps) = push_slot {
@@ -297,12 +299,12 @@ fn io_metric(r: &Request) -> Option<(usize, OpKind)> {
 }
 
 /// Counts a finished I/O command in its namespace's metrics.
-fn record(r: &Request, ctx: &Ctx<'_>) {
+fn record(r: &Request, ctx: &mut Ctx<'_>) {
     let Some((ns, op)) = io_metric(r) else {
         return;
     };
-    if let (Some(c), Some(t)) = (ctx.counter(ns), r.received) {
-        c.done(op, r.data_len, r.status, t.elapsed(), r.counted);
+    if let Some(t) = r.received {
+        ctx.stats.finish(ns, op, r.data_len, r.status, t, r.counted);
     }
 }
 

@@ -37,9 +37,11 @@ use crate::metrics::NsCounters;
 use crate::ring::wake::BackendWake;
 use crate::ring::WorkerIo;
 use ns_queues::{Ack, NsQueues};
+use pass_stats::PassStats;
 use queues::SHUTDOWN_GRACE;
 
 pub mod ns_queues;
+pub mod pass_stats;
 pub mod queues;
 
 /// How long an idle worker in interrupt mode sleeps on its CQ before looking at connection
@@ -169,6 +171,7 @@ pub(super) fn spawn(
                     PollMode::Busy | PollMode::Interrupt => Duration::ZERO,
                 },
                 spin_until: None,
+                stats: PassStats::default(),
                 shared,
                 groups,
                 others,
@@ -264,6 +267,8 @@ struct Worker {
     backlog: VecDeque<u64>,
     /// This worker's data buffers ([`crate::arena::pool`]).
     pool: DataPool,
+    /// The pass's clock and the I/O commands finished in it ([`pass_stats`]).
+    stats: PassStats,
     /// Held commands the QoS limits just admitted (capacity kept).
     released: Vec<u64>,
     comps: Vec<Completion>,
@@ -296,6 +301,7 @@ impl Worker {
             for g in 0..self.groups.len() {
                 busy |= self.with_group(g, |group, ctx| group.end_pass(ctx));
             }
+            self.stats.end_pass(&self.ns_counters);
             if self.last_tick.elapsed() >= TICK {
                 self.last_tick = Instant::now();
                 self.housekeeping();
@@ -338,6 +344,7 @@ impl Worker {
             nsq: &mut self.nsq,
             backlog: &mut self.backlog,
             pool: &mut self.pool,
+            stats: &mut self.stats,
         };
         f(self.groups[g].1.as_mut(), &mut ctx)
     }

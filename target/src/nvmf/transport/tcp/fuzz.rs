@@ -27,6 +27,7 @@ use crate::nvmf::request_flow::Ctx;
 use crate::nvmf::runtime::port::Port;
 use crate::nvmf::transport::PollGroup;
 use crate::nvmf::worker::ns_queues::NsQueues;
+use crate::nvmf::worker::pass_stats::PassStats;
 use crate::nvmf::{open_shared, Shared};
 use crate::ring::WorkerIo;
 
@@ -103,6 +104,7 @@ pub struct FuzzWorker {
     group: TcpGroup,
     nsq: NsQueues,
     pool: DataPool,
+    stats: PassStats,
     backlog: VecDeque<u64>,
     comps: Vec<Completion>,
     done: Vec<Completion>,
@@ -151,6 +153,7 @@ impl FuzzWorker {
             group,
             nsq,
             pool,
+            stats: PassStats::default(),
             backlog: VecDeque::new(),
             comps: vec![Completion::EMPTY; 64],
             done: Vec::new(),
@@ -194,6 +197,7 @@ impl FuzzWorker {
             nsq: &mut self.nsq,
             backlog: &mut self.backlog,
             pool: &mut self.pool,
+            stats: &mut self.stats,
         };
         f(&mut self.group, &mut ctx)
     }
@@ -222,6 +226,7 @@ impl FuzzWorker {
                 group.on_buffer(w.queue, w.slot, data, ctx);
             }
             busy |= group.end_pass(ctx);
+            ctx.stats.end_pass(ctx.counters);
             group.housekeeping(ctx);
             busy
         });
