@@ -1,23 +1,25 @@
-//! NVMe/TCP against rdmablk-target over real sockets: a host written from the NVMe/TCP
-//! specification ([`tcp_host`]) connects, enables the controller, identifies it, writes and
-//! reads back every size with and without digests; malformed PDUs get a C2HTermReq and the
-//! connection closes; data that fails its digest fails only its command.
+//! NVMe/TCP against rdmablk-target over real sockets: the raw test host's NVMe/TCP wire
+//! (`common/tcp_wire.rs`, driven by hand) connects, enables the controller, identifies it,
+//! writes and reads back every size with and without digests; malformed PDUs get a C2HTermReq
+//! and the connection closes; data that fails its digest fails only its command.
 
-mod tcp_host;
+mod common;
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::net::SocketAddr;
 
+use common::tcp_target::{start, start_with_arena, start_with_limits, wait_held};
+use common::tcp_wire::{rw_cmd, TcpWire};
+use common::{pattern, BLOCK, ICD, MAX_IO, OTHER_HOSTNQN};
 use rdmablk::nvme::identify::{cns, sgls, IdentifyController, IDENTIFY_LEN};
 use rdmablk::nvme::transport::tcp::{
     encode_capsule_cmd, pdu_type, Fes, IcReq, TermReq, CAPSULE_CMD_HLEN, CH_LEN, DATA_HLEN,
 };
 use rdmablk::nvme::{Cqe, Sgl, Sqe, Status, TransportSgl, CQE_LEN};
 use rdmablk_target::Target;
-use tcp_host::*;
 
 fn every_size(addr: SocketAddr, hdgst: bool, ddgst: bool) {
-    let (mut a, cntlid) = admin(addr, hdgst, ddgst);
+    let (mut a, cntlid) = TcpWire::admin(addr, hdgst, ddgst);
     let id = rdmablk::nvme::IdentifyCmd {
         cns: cns::CONTROLLER,
         cntid: 0,
@@ -33,7 +35,7 @@ fn every_size(addr: SocketAddr, hdgst: bool, ddgst: bool) {
     assert_eq!(idc.ioccsz, (64 + ICD) / 16);
     assert_eq!(idc.icdoff, 0);
 
-    let mut q = Host::connect(addr, hdgst, ddgst);
+    let mut q = TcpWire::connect(addr, hdgst, ddgst);
     let c = q.fabrics_connect(1, 31, cntlid);
     assert!(c.status.is_success(), "I/O Connect: {}", c.status);
     let mut lba = 0u64;
@@ -42,14 +44,14 @@ fn every_size(addr: SocketAddr, hdgst: bool, ddgst: bool) {
         let len = (blocks * BLOCK) as usize;
         let data = pattern(lba + u64::from(hdgst) * 7 + u64::from(ddgst) * 13, len);
         let in_capsule = len as u32 <= ICD;
-        let (c, _) = q.exec(rw_sqe(true, lba, blocks), &data, 0, in_capsule);
+        let (c, _) = q.exec(rw_cmd(true, lba, blocks), &data, 0, in_capsule);
         assert!(c.status.is_success(), "write {len}: {}", c.status);
         if in_capsule {
             // The same size again by R2T: both ways of sending data work.
-            let (c, _) = q.exec(rw_sqe(true, lba, blocks), &data, 0, false);
+            let (c, _) = q.exec(rw_cmd(true, lba, blocks), &data, 0, false);
             assert!(c.status.is_success(), "write {len} by R2T: {}", c.status);
         }
-        let (c, read) = q.exec(rw_sqe(false, lba, blocks), &[], len as u32, false);
+        let (c, read) = q.exec(rw_cmd(false, lba, blocks), &[], len as u32, false);
         assert!(c.status.is_success(), "read {len}: {}", c.status);
         assert!(
             read == data,
@@ -59,7 +61,7 @@ fn every_size(addr: SocketAddr, hdgst: bool, ddgst: bool) {
         blocks *= 2;
     }
     // A keyed SGL is NVMe/RDMA's: refused with SGL Descriptor Type Invalid.
-    let mut sqe = rw_sqe(false, 0, 1);
+    let mut sqe = rw_cmd(false, 0, 1);
     sqe.cid = 999;
     sqe.set_sgl(&Sgl::Keyed(rdmablk::nvme::KeyedSgl {
         addr: 0x1000,
@@ -85,7 +87,7 @@ fn a_host_writes_and_reads_every_size_without_and_with_digests() {
 
 /// Reads until the target's C2HTermReq; returns its FES and FEI, and checks the connection
 /// closes after it.
-fn term_req(h: &mut Host) -> (Option<Fes>, u32) {
+fn term_req(h: &mut TcpWire) -> (Option<Fes>, u32) {
     let (l, header, _) = h.recv().expect("a C2HTermReq");
     assert_eq!(l.pdu_type, pdu_type::C2H_TERM_REQ);
     let r = TermReq::decode(header[..DATA_HLEN].try_into().unwrap());
@@ -98,20 +100,20 @@ fn term_req(h: &mut Host) -> (Option<Fes>, u32) {
 fn malformed_pdus_get_a_term_req_and_the_connection_closes() {
     let (t, addr) = start();
     // A capsule whose HLEN is not a capsule's.
-    let mut h = Host::connect(addr, false, false);
+    let mut h = TcpWire::connect(addr, false, false);
     let mut bad = [0u8; CAPSULE_CMD_HLEN];
     encode_capsule_cmd(&Sqe::default(), 0, &h.neg, &mut bad);
     bad[2] = 24;
-    h.s.write_all(&bad).unwrap();
+    h.send(&bad).unwrap();
     assert_eq!(term_req(&mut h), (Some(Fes::InvalidHeaderField), 2));
 
     // H2CData for an R2T that was never sent, on a connected queue.
-    let (mut a, _) = admin(addr, false, false);
+    let (mut a, _) = TcpWire::admin(addr, false, false);
     a.h2c(1, 3, 0, &[0u8; 512], true);
     assert_eq!(term_req(&mut a).0, Some(Fes::DataTransferOutOfRange));
 
     // A second ICReq.
-    let mut h = Host::connect(addr, false, false);
+    let mut h = TcpWire::connect(addr, false, false);
     let req = IcReq {
         pfv: 0,
         hpda: 0,
@@ -119,22 +121,22 @@ fn malformed_pdus_get_a_term_req_and_the_connection_closes() {
         ddgst: false,
         maxr2t: 0,
     };
-    h.s.write_all(&req.encode()).unwrap();
+    h.send(&req.encode()).unwrap();
     assert_eq!(term_req(&mut h).0, Some(Fes::PduSequenceError));
 
     // A header digest that does not match.
-    let (mut a, _) = admin(addr, true, false);
+    let (mut a, _) = TcpWire::admin(addr, true, false);
     let mut h = [0u8; CAPSULE_CMD_HLEN];
     encode_capsule_cmd(&Sqe::default(), 0, &a.neg, &mut h);
-    a.s.write_all(&h).unwrap();
-    a.s.write_all(&0xDEAD_BEEFu32.to_le_bytes()).unwrap();
+    a.send(&h).unwrap();
+    a.send(&0xDEAD_BEEFu32.to_le_bytes()).unwrap();
     assert_eq!(term_req(&mut a).0, Some(Fes::HeaderDigestError));
 
     // The target is fine: a new host does I/O.
-    let (_a, cntlid) = admin(addr, false, false);
-    let mut q = Host::connect(addr, false, false);
+    let (_a, cntlid) = TcpWire::admin(addr, false, false);
+    let mut q = TcpWire::connect(addr, false, false);
     assert!(q.fabrics_connect(1, 31, cntlid).status.is_success());
-    let (c, _) = q.exec(rw_sqe(false, 0, 1), &[], BLOCK, false);
+    let (c, _) = q.exec(rw_cmd(false, 0, 1), &[], BLOCK, false);
     assert!(c.status.is_success());
     t.shutdown();
 }
@@ -146,25 +148,25 @@ fn malformed_pdus_get_a_term_req_and_the_connection_closes() {
 #[test]
 fn a_data_digest_error_fails_its_command_with_a_transient_transport_error_and_nothing_else() {
     let (t, addr) = start();
-    let (a, cntlid) = admin(addr, false, true);
-    let mut q = io_queue(addr, true, 1, cntlid, 32);
+    let (a, cntlid) = TcpWire::admin(addr, false, true);
+    let mut q = TcpWire::io_queue(addr, true, 1, cntlid, 32);
     // 8 KiB at LBA 64: 4 KiB of it fits in a capsule (ICD); 8 KiB goes by R2T in two
     // H2CData PDUs.
     let (lba, blocks) = (64, 16);
     let known = pattern(1, (blocks * BLOCK) as usize);
-    let (c, _) = q.exec(rw_sqe(true, lba, blocks), &known, 0, false);
+    let (c, _) = q.exec(rw_cmd(true, lba, blocks), &known, 0, false);
     assert_eq!(c.status, Status::SUCCESS, "the known pattern");
     let other = pattern(2, known.len());
-    let read_back = |q: &mut Host| {
-        let (c, read) = q.exec(rw_sqe(false, lba, blocks), &[], known.len() as u32, false);
+    let read_back = |q: &mut TcpWire| {
+        let (c, read) = q.exec(rw_cmd(false, lba, blocks), &[], known.len() as u32, false);
         assert_eq!(c.status, Status::SUCCESS, "read");
         read
     };
 
     // In-capsule data with a wrong digest.
-    q.corrupt_ddgst = true;
+    q.corrupt_next_data_digest();
     let (c, _) = q.exec(
-        rw_sqe(true, lba, blocks / 2),
+        rw_cmd(true, lba, blocks / 2),
         &other[..known.len() / 2],
         0,
         true,
@@ -176,14 +178,14 @@ fn a_data_digest_error_fails_its_command_with_a_transient_transport_error_and_no
     );
 
     // By R2T: the first H2CData's digest is wrong; the second (LAST) is taken and dropped.
-    q.corrupt_ddgst = true;
-    let (c, _) = q.exec(rw_sqe(true, lba, blocks), &other, 0, false);
+    q.corrupt_next_data_digest();
+    let (c, _) = q.exec(rw_cmd(true, lba, blocks), &other, 0, false);
     assert_eq!(c.status, Status::TRANSIENT_TRANSPORT_ERROR, "H2CData");
     assert!(read_back(&mut q) == known, "damaged H2CData was written");
 
     // The same connection, the same receive and request slots: both ways work again.
     let (c, _) = q.exec(
-        rw_sqe(true, lba, blocks / 2),
+        rw_cmd(true, lba, blocks / 2),
         &other[..known.len() / 2],
         0,
         true,
@@ -194,7 +196,7 @@ fn a_data_digest_error_fails_its_command_with_a_transient_transport_error_and_no
         "in-capsule write after the errors"
     );
     let (c, _) = q.exec(
-        rw_sqe(true, lba + 8, blocks / 2),
+        rw_cmd(true, lba + 8, blocks / 2),
         &other[known.len() / 2..],
         0,
         false,
@@ -216,15 +218,15 @@ fn h2c_data_trickling_in_lands_whole_and_its_digest_is_checked() {
     use rdmablk::nvme::transport::tcp::{R2t, DIGEST_LEN};
     let (t, addr) = start();
     for ddgst in [false, true] {
-        let (a, cntlid) = admin(addr, true, ddgst);
-        let mut q = io_queue(addr, ddgst, 1, cntlid, 32);
+        let (a, cntlid) = TcpWire::admin(addr, true, ddgst);
+        let mut q = TcpWire::io_queue(addr, ddgst, 1, cntlid, 32);
         let hlen = DATA_HLEN + DIGEST_LEN; // the I/O queue has header digests
         let dd = if ddgst { DIGEST_LEN } else { 0 };
         let (lba, blocks) = (256, 128); // 64 KiB: 48 KiB trickling in, then 16 KiB whole (LAST)
         let len = (blocks * BLOCK) as usize;
         let first = 48 * 1024;
-        let write = |q: &mut Host, data: &[u8], cuts: &[usize], corrupt: bool| {
-            let mut sqe = rw_sqe(true, lba, blocks);
+        let write = |q: &mut TcpWire, data: &[u8], cuts: &[usize], corrupt: bool| {
+            let mut sqe = rw_cmd(true, lba, blocks);
             sqe.cid = q.next_cid;
             q.next_cid += 1;
             sqe.set_sgl(&Sgl::Transport(TransportSgl { len: len as u32 }));
@@ -233,15 +235,17 @@ fn h2c_data_trickling_in_lands_whole_and_its_digest_is_checked() {
             assert_eq!(l.pdu_type, pdu_type::R2T);
             let r = R2t::decode(header[..DATA_HLEN].try_into().unwrap());
             assert_eq!((r.r2to, r.r2tl as usize), (0, len));
-            q.corrupt_ddgst = corrupt;
+            if corrupt {
+                q.corrupt_next_data_digest();
+            }
             q.h2c_trickle((r.cccid, r.ttag, 0), &data[..first], false, cuts);
             q.h2c(r.cccid, r.ttag, first as u32, &data[first..], true);
             let (l, header, _) = q.recv().unwrap();
             assert_eq!(l.pdu_type, pdu_type::CAPSULE_RESP);
             Cqe::decode(header[CH_LEN..CH_LEN + CQE_LEN].try_into().unwrap())
         };
-        let read_back = |q: &mut Host| {
-            let (c, read) = q.exec(rw_sqe(false, lba, blocks), &[], len as u32, false);
+        let read_back = |q: &mut TcpWire| {
+            let (c, read) = q.exec(rw_cmd(false, lba, blocks), &[], len as u32, false);
             assert_eq!(c.status, Status::SUCCESS, "read");
             read
         };
@@ -295,9 +299,9 @@ fn h2c_data_trickling_in_lands_whole_and_its_digest_is_checked() {
 /// Busy (no DNR: room comes back as queues go) and the connection then closes, and none of
 /// them counts as a queue (the admin queue and `q1` are the two); once `q1` goes, the same
 /// Connect succeeds.
-fn busy_until_queue_1_goes(t: &Target, addr: SocketAddr, cntlid: u16, q1: Host, tries: usize) {
+fn busy_until_queue_1_goes(t: &Target, addr: SocketAddr, cntlid: u16, q1: TcpWire, tries: usize) {
     for _ in 0..tries {
-        let mut q2 = Host::connect(addr, false, false);
+        let mut q2 = TcpWire::connect(addr, false, false);
         let c = q2.fabrics_connect(2, 31, cntlid);
         assert_eq!(c.status, Status::CONNECT_CONTROLLER_BUSY, "{}", c.status);
         assert!(!c.status.dnr);
@@ -307,7 +311,7 @@ fn busy_until_queue_1_goes(t: &Target, addr: SocketAddr, cntlid: u16, q1: Host, 
     wait_held(t, 2);
     drop(q1);
     wait_held(t, 1);
-    let mut q2 = Host::connect(addr, false, false);
+    let mut q2 = TcpWire::connect(addr, false, false);
     let c = q2.fabrics_connect(2, 31, cntlid);
     assert!(c.status.is_success(), "{}", c.status);
 }
@@ -317,8 +321,8 @@ fn busy_until_queue_1_goes(t: &Target, addr: SocketAddr, cntlid: u16, q1: Host, 
 #[test]
 fn a_connect_over_max_connections_is_answered_controller_busy() {
     let (t, addr) = start_with_limits("", 32, "64MiB", "max_connections = 2");
-    let (_admin, cntlid) = admin(addr, false, false);
-    let q1 = io_queue(addr, false, 1, cntlid, 32);
+    let (_admin, cntlid) = TcpWire::admin(addr, false, false);
+    let q1 = TcpWire::io_queue(addr, false, 1, cntlid, 32);
     busy_until_queue_1_goes(&t, addr, cntlid, q1, 3);
     t.shutdown();
 }
@@ -330,10 +334,10 @@ fn a_connect_over_max_connections_is_answered_controller_busy() {
 fn a_host_sitting_on_buffers_cannot_starve_another() {
     // A pool of 1 MiB: eight 128 KiB buffers.
     let (t, addr) = start_with_arena("", 32, "4MiB\"\ndata_bytes = \"1MiB");
-    let (heavy_admin, cntlid) = admin(addr, false, false);
-    let mut heavy = io_queue(addr, false, 1, cntlid, 32);
+    let (heavy_admin, cntlid) = TcpWire::admin(addr, false, false);
+    let heavy = TcpWire::io_queue(addr, false, 1, cntlid, 32);
     for cid in 1..=16u16 {
-        let mut w = rw_sqe(true, 0, MAX_IO / BLOCK);
+        let mut w = rw_cmd(true, 0, MAX_IO / BLOCK);
         w.cid = cid;
         w.set_sgl(&Sgl::Transport(TransportSgl { len: MAX_IO }));
         heavy.send_capsule(&w, &[]);
@@ -352,15 +356,15 @@ fn a_host_sitting_on_buffers_cannot_starve_another() {
         "an eighth R2T: the pool's last eighth went to one host"
     );
     // The other host: its admin queue, an I/O queue, verified writes and reads.
-    let (light_admin, cntlid2) = admin_as(addr, false, false, 5000, HOSTNQN2);
-    let mut light = io_queue_as(addr, false, 1, cntlid2, 32, HOSTNQN2);
+    let (light_admin, cntlid2) = TcpWire::admin_as(addr, false, false, 5000, OTHER_HOSTNQN);
+    let mut light = TcpWire::io_queue_as(addr, false, 1, cntlid2, 32, OTHER_HOSTNQN);
     for (i, len) in [4096usize, 8192, 4096].into_iter().enumerate() {
         let data = pattern(i as u64, len);
         let lba = 1024 + 64 * i as u64;
         let blocks = len as u32 / BLOCK;
-        let (c, _) = light.exec(rw_sqe(true, lba, blocks), &data, 0, false);
+        let (c, _) = light.exec(rw_cmd(true, lba, blocks), &data, 0, false);
         assert!(c.status.is_success(), "write: {}", c.status);
-        let (c, back) = light.exec(rw_sqe(false, lba, blocks), &[], len as u32, false);
+        let (c, back) = light.exec(rw_cmd(false, lba, blocks), &[], len as u32, false);
         assert!(c.status.is_success(), "read: {}", c.status);
         assert!(back == data, "data read back differs");
     }
@@ -374,11 +378,11 @@ fn a_host_sitting_on_buffers_cannot_starve_another() {
 #[test]
 fn an_io_queue_connected_again_at_once_gets_its_id() {
     let (t, addr) = start();
-    let (_admin, cntlid) = admin(addr, false, false);
+    let (_admin, cntlid) = TcpWire::admin(addr, false, false);
     for round in 0..20 {
-        let q = io_queue(addr, false, 1, cntlid, 32);
+        let q = TcpWire::io_queue(addr, false, 1, cntlid, 32);
         drop(q);
-        let mut again = Host::connect(addr, false, false);
+        let mut again = TcpWire::connect(addr, false, false);
         let c = again.fabrics_connect(1, 31, cntlid);
         assert!(
             c.status.is_success(),

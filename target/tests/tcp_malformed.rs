@@ -4,28 +4,28 @@
 //! nothing sent, or an ICResp where a value is accepted. The rows are the NVMe/TCP table of
 //! `docs/conformance.md`, which names each by its test and row and says what nvmet and SPDK
 //! answer. Each row starts from a new connection (fresh, initialized, a connected I/O queue,
-//! or one whose write waits for its data), sends its bytes through the raw host of
-//! [`tcp_host`] and checks the answer; a test runs all its rows and names every row that
-//! failed.
+//! or one whose write waits for its data), sends its bytes through the raw test host's
+//! NVMe/TCP wire (`common/tcp_wire.rs`) and checks the answer; a test runs all its rows and
+//! names every row that failed.
 
-mod tcp_host;
+mod common;
 
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, Read};
 use std::net::{SocketAddr, TcpStream};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::time::Duration;
 
+use common::tcp_target::{start, wait_held};
+use common::tcp_wire::{rw_cmd, TcpWire};
+use common::{pattern, BLOCK, MAX_IO};
 use rdmablk::nvme::fabrics::CNTLID_DYNAMIC;
 use rdmablk::nvme::identify::cns;
 use rdmablk::nvme::transport::tcp::{
-    digest, flags, pdu_type, CommonHeader, Fes, IcReq, IcResp, Negotiated, R2t, TermReq, CH_LEN,
-    DATA_HLEN, IC_LEN,
+    digest, flags, pdu_type, CommonHeader, Fes, IcReq, IcResp, R2t, TermReq, CH_LEN, DATA_HLEN,
+    IC_LEN,
 };
 use rdmablk::nvme::{
-    Connect, ConnectData, Cqe, IdentifyCmd, InCapsuleSgl, KeyedSgl, Nqn, Sgl, Sqe, Status,
-    TransportSgl, CQE_LEN,
+    Cqe, IdentifyCmd, InCapsuleSgl, KeyedSgl, Sgl, Sqe, Status, TransportSgl, CQE_LEN,
 };
-use tcp_host::*;
 
 /// The connection a row starts from.
 #[derive(Clone, Copy, Debug)]
@@ -99,9 +99,9 @@ impl Row {
 
 /// A row's connection.
 struct Stage {
-    host: Host,
+    host: TcpWire,
     /// The admin queue that keeps the controller of an I/O queue alive.
-    _admin: Option<Host>,
+    _admin: Option<TcpWire>,
     /// The R2T the target sent ([`At::AwaitingData`]).
     r2t: R2t,
 }
@@ -120,20 +120,8 @@ const PLEN: u32 = 4;
 
 fn stage(addr: SocketAddr, r: &Row) -> Stage {
     let (host, admin) = match r.at {
-        At::Fresh => {
-            let s = TcpStream::connect(addr).expect("TCP connect");
-            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-            let host = Host {
-                s,
-                neg: Negotiated::default(),
-                next_cid: 1,
-                kato_ms: 5000,
-                hostnqn: HOSTNQN,
-                corrupt_ddgst: false,
-            };
-            (host, None)
-        }
-        At::Initialized => (Host::connect(addr, r.hdgst, r.ddgst), None),
+        At::Fresh => (TcpWire::uninitialized(addr).expect("TCP connect"), None),
+        At::Initialized => (TcpWire::connect(addr, r.hdgst, r.ddgst), None),
         At::Queue(depth) => queue(addr, r, depth),
         At::AwaitingData => queue(addr, r, 32),
     };
@@ -143,7 +131,7 @@ fn stage(addr: SocketAddr, r: &Row) -> Stage {
         r2t: R2t::default(),
     };
     if let At::AwaitingData = r.at {
-        let mut sqe = rw_sqe(true, 0, R2T_BYTES / BLOCK);
+        let mut sqe = rw_cmd(true, 0, R2T_BYTES / BLOCK);
         sqe.cid = 0x77;
         sqe.set_sgl(&Sgl::Transport(TransportSgl { len: R2T_BYTES }));
         st.host.send_capsule(&sqe, &[]);
@@ -155,9 +143,9 @@ fn stage(addr: SocketAddr, r: &Row) -> Stage {
     st
 }
 
-fn queue(addr: SocketAddr, r: &Row, depth: u16) -> (Host, Option<Host>) {
-    let (admin, cntlid) = admin(addr, false, false);
-    let mut q = Host::connect(addr, r.hdgst, r.ddgst);
+fn queue(addr: SocketAddr, r: &Row, depth: u16) -> (TcpWire, Option<TcpWire>) {
+    let (admin, cntlid) = TcpWire::admin(addr, false, false);
+    let mut q = TcpWire::connect(addr, r.hdgst, r.ddgst);
     let c = q.fabrics_connect(1, depth - 1, cntlid);
     assert!(c.status.is_success(), "I/O Connect: {}", c.status);
     (q, Some(admin))
@@ -168,7 +156,7 @@ fn run(addr: SocketAddr, r: &Row) {
     let mut st = stage(addr, r);
     let pdu = (r.pdu)(&mut st);
     // A target that closes at the header may refuse the rest: what it answers is the test.
-    let _ = st.host.s.write_all(&pdu);
+    let _ = st.host.send(&pdu);
     match r.answer {
         Answer::TermReq(fes, fei) => {
             let (l, header, quote) = st.host.recv().expect("a C2HTermReq");
@@ -190,7 +178,7 @@ fn run(addr: SocketAddr, r: &Row) {
             assert_eq!(l.pdu_type, pdu_type::CAPSULE_RESP, "PDU type of the answer");
             let cqe = Cqe::decode(header[CH_LEN..CH_LEN + CQE_LEN].try_into().unwrap());
             assert_eq!(cqe.status, want, "status {}", cqe.status);
-            let (c, _) = st.host.exec(rw_sqe(false, 0, 1), &[], BLOCK, false);
+            let (c, _) = st.host.exec(rw_cmd(false, 0, 1), &[], BLOCK, false);
             assert!(c.status.is_success(), "a read after it: {}", c.status);
         }
         Answer::RefusedFirst(want) => {
@@ -245,10 +233,10 @@ fn check_rows(rows: Vec<Row>) {
         }
     }
     // The target is fine after them all: a new host does I/O.
-    let (_a, cntlid) = admin(addr, false, false);
-    let mut q = Host::connect(addr, false, false);
+    let (_a, cntlid) = TcpWire::admin(addr, false, false);
+    let mut q = TcpWire::connect(addr, false, false);
     assert!(q.fabrics_connect(1, 31, cntlid).status.is_success());
-    let (c, _) = q.exec(rw_sqe(false, 0, 1), &[], BLOCK, false);
+    let (c, _) = q.exec(rw_cmd(false, 0, 1), &[], BLOCK, false);
     assert!(c.status.is_success(), "I/O after the rows: {}", c.status);
     t.shutdown();
     assert!(
@@ -310,7 +298,7 @@ fn set_plen(b: &mut [u8], plen: u32) {
 
 /// A read of one block (its data by C2HData).
 fn read_sqe() -> Sqe {
-    let mut sqe = rw_sqe(false, 0, 1);
+    let mut sqe = rw_cmd(false, 0, 1);
     sqe.cid = 0x55;
     sqe.set_sgl(&Sgl::Transport(TransportSgl { len: BLOCK }));
     sqe
@@ -324,7 +312,7 @@ fn read_capsule(st: &mut Stage) -> Vec<u8> {
 /// A write of `blocks` whose SGL describes `sgl_len` bytes in the capsule, carrying `data_len`
 /// bytes.
 fn icd_write(st: &mut Stage, blocks: u32, sgl_len: u32, data_len: usize) -> Vec<u8> {
-    let mut sqe = rw_sqe(true, 0, blocks);
+    let mut sqe = rw_cmd(true, 0, blocks);
     sqe.cid = 0x66;
     sqe.set_sgl(&Sgl::InCapsule(InCapsuleSgl {
         offset: 0,
@@ -340,26 +328,11 @@ fn write_capsule(st: &mut Stage) -> Vec<u8> {
 
 /// The Fabrics Connect of an admin queue (`f` applied to its SQE), its data in the capsule.
 fn connect_capsule(st: &mut Stage, f: fn(&mut Sqe)) -> Vec<u8> {
-    let data = ConnectData {
-        hostid: [7; 16],
-        cntlid: CNTLID_DYNAMIC,
-        subnqn: Nqn::new(SUBNQN).unwrap(),
-        hostnqn: Some(Nqn::new(HOSTNQN).unwrap()),
-    }
-    .encode();
-    let c = Connect {
-        qid: 0,
-        sqsize: 31,
-        cattr: 0,
-        kato_ms: 5000,
-    };
-    let sgl = Sgl::InCapsule(InCapsuleSgl {
-        offset: 0,
-        len: data.len() as u32,
-    });
-    let mut sqe = c.to_sqe(1, &sgl);
+    let mut sqe = st.host.connect_sqe(0, 31);
+    sqe.cid = 1;
     f(&mut sqe);
-    st.host.capsule_pdu(&sqe, &data)
+    st.host
+        .capsule_pdu(&sqe, &st.host.connect_data(CNTLID_DYNAMIC))
 }
 
 /// H2CData answering the stage's R2T: `data_len` bytes at `datao`.
@@ -843,7 +816,7 @@ fn h2c_data_rows() {
             Data,
             |st| {
                 let all = h2c_all(st);
-                st.host.s.write_all(&all).unwrap();
+                st.host.send(&all).unwrap();
                 let (l, header, _) = st.host.recv().expect("the write's CapsuleResp");
                 assert_eq!(l.pdu_type, pdu_type::CAPSULE_RESP);
                 let cqe = Cqe::decode(header[CH_LEN..CH_LEN + CQE_LEN].try_into().unwrap());
@@ -856,7 +829,7 @@ fn h2c_data_rows() {
             "h2c_data_data_digest",
             Data,
             |st| {
-                st.host.corrupt_ddgst = true;
+                st.host.corrupt_next_data_digest();
                 h2c_all(st)
             },
             Answer::Status(Status::TRANSIENT_TRANSPORT_ERROR),
@@ -874,7 +847,7 @@ fn command_rows() {
             "capsule_data_digest",
             QUEUE,
             |st| {
-                st.host.corrupt_ddgst = true;
+                st.host.corrupt_next_data_digest();
                 write_capsule(st)
             },
             Answer::Status(Status::TRANSIENT_TRANSPORT_ERROR),
@@ -903,7 +876,7 @@ fn command_rows() {
             QUEUE,
             |st| {
                 let blocks = MAX_IO / BLOCK + 1;
-                let mut sqe = rw_sqe(false, 0, blocks);
+                let mut sqe = rw_cmd(false, 0, blocks);
                 sqe.set_sgl(&Sgl::Transport(TransportSgl {
                     len: blocks * BLOCK,
                 }));
@@ -934,20 +907,20 @@ fn command_rows() {
                 // not answered), two more wait in the queue's two receive slots, a fifth has
                 // nowhere to go.
                 let write = |st: &mut Stage, cid: u16| {
-                    let mut sqe = rw_sqe(true, 0, 1);
+                    let mut sqe = rw_cmd(true, 0, 1);
                     sqe.cid = cid;
                     sqe.set_sgl(&Sgl::Transport(TransportSgl { len: BLOCK }));
                     st.host.capsule_pdu(&sqe, &[])
                 };
                 for cid in [10, 11] {
                     let b = write(st, cid);
-                    st.host.s.write_all(&b).unwrap();
+                    st.host.send(&b).unwrap();
                     let (l, _, _) = st.host.recv().expect("an R2T");
                     assert_eq!(l.pdu_type, pdu_type::R2T);
                 }
                 let mut b = write(st, 12);
                 b.extend(write(st, 13));
-                st.host.s.write_all(&b).unwrap();
+                st.host.send(&b).unwrap();
                 write(st, 14)
             },
             Answer::TermReq(SEQ, 0),

@@ -9,14 +9,15 @@
 //! (`/proc/<pid>/status`: VmRSS, VmLck). `RDMABLK_SCALE_CONTROLLERS` lowers the count for a
 //! quick local run (`tools/test` runs the full 1,000).
 
-mod tcp_host;
+mod common;
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use tcp_host::{admin_kato, io_queue, pattern, rw_sqe, Host, BLOCK, HANG_GUARD, SUBNQN};
+use common::tcp_wire::{rw_cmd, TcpWire};
+use common::{pattern, BLOCK, HANG_GUARD, SUBNQN};
 
 const CONTROLLERS: usize = 1000;
 /// What an idle controller may add to the daemon's resident memory.
@@ -114,19 +115,19 @@ fn raise_open_files(n: u64) {
 }
 
 /// A controller: its admin queue (a long KATO: these hosts stay idle) and one I/O queue.
-fn controller(addr: SocketAddr) -> (Host, Host) {
-    let (a, cntlid) = admin_kato(addr, false, false, 600_000);
-    let q = io_queue(addr, false, 1, cntlid, IO_DEPTH);
+fn controller(addr: SocketAddr) -> (TcpWire, TcpWire) {
+    let (a, cntlid) = TcpWire::admin_kato(addr, false, false, 600_000);
+    let q = TcpWire::io_queue(addr, false, 1, cntlid, IO_DEPTH);
     (a, q)
 }
 
 /// Writes then reads back `len` bytes at `lba` through `q`.
-fn verified_io(q: &mut Host, lba: u64, len: usize, seed: u64) {
+fn verified_io(q: &mut TcpWire, lba: u64, len: usize, seed: u64) {
     let data = pattern(seed, len);
     let blocks = (len / BLOCK as usize) as u32;
-    let (c, _) = q.exec(rw_sqe(true, lba, blocks), &data, 0, false);
+    let (c, _) = q.exec(rw_cmd(true, lba, blocks), &data, 0, false);
     assert!(c.status.is_success(), "write: {}", c.status);
-    let (c, back) = q.exec(rw_sqe(false, lba, blocks), &[], len as u32, false);
+    let (c, back) = q.exec(rw_cmd(false, lba, blocks), &[], len as u32, false);
     assert!(c.status.is_success(), "read: {}", c.status);
     assert!(back == data, "data read back differs");
 }
@@ -145,7 +146,7 @@ fn a_thousand_controllers_fit_a_default_target_and_a_new_host_is_served() {
     verified_io(&mut q0, 0, 4096, 1);
     let (rss0, lck0) = (status_bytes(pid, "VmRSS:"), status_bytes(pid, "VmLck:"));
     let start = Instant::now();
-    let held: Vec<(Host, Host)> = (0..n).map(|_| controller(d.addr)).collect();
+    let held: Vec<(TcpWire, TcpWire)> = (0..n).map(|_| controller(d.addr)).collect();
     let took = start.elapsed();
     let (rss1, lck1) = (status_bytes(pid, "VmRSS:"), status_bytes(pid, "VmLck:"));
     let per = rss1.saturating_sub(rss0) / n as u64;

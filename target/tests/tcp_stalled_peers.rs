@@ -5,52 +5,54 @@
 //! before the Fabrics Connect, the keep-alive timeout after it, `target.response_timeout_ms`
 //! for a host that takes nothing), or when it closes, and holds nothing of it afterwards.
 //! No timing is asserted beyond "not before its timer": events are waited for, up to
-//! [`HANG_GUARD`].
+//! `HANG_GUARD`.
 
-mod tcp_host;
+mod common;
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
+use common::tcp_target::{start, start_with, wait_held};
+use common::tcp_wire::{rw_cmd, wait_closed, TcpWire};
+use common::{pattern, BLOCK, ICD, MAX_IO};
 use rdmablk::nvme::admin::keep_alive_sqe;
 use rdmablk::nvme::transport::tcp::{encode_capsule_cmd, IcReq, CAPSULE_CMD_HLEN, IC_LEN};
 use rdmablk::nvme::{Sgl, Sqe, Status, TransportSgl};
-use tcp_host::*;
 
 const SILENT_PEERS: usize = 50;
 
 /// Writes half of a command capsule's header (a Keep Alive's) and nothing more.
-fn half_a_capsule(h: &mut Host) {
+fn half_a_capsule(h: &mut TcpWire) {
     let mut b = [0u8; CAPSULE_CMD_HLEN];
     encode_capsule_cmd(&keep_alive_sqe(77), 0, &h.neg, &mut b);
-    h.s.write_all(&b[..CAPSULE_CMD_HLEN / 2]).unwrap();
+    h.send(&b[..CAPSULE_CMD_HLEN / 2]).unwrap();
 }
 
 /// A verified write and read back of `blocks` at `lba` through `q`: by R2T, and in the
 /// capsule too when it fits.
-fn verified_io(q: &mut Host, seed: u64, lba: u64, blocks: u32) {
+fn verified_io(q: &mut TcpWire, seed: u64, lba: u64, blocks: u32) {
     let data = pattern(seed, (blocks * BLOCK) as usize);
-    let (c, _) = q.exec(rw_sqe(true, lba, blocks), &data, 0, false);
+    let (c, _) = q.exec(rw_cmd(true, lba, blocks), &data, 0, false);
     assert_eq!(c.status, Status::SUCCESS, "write by R2T, round {seed}");
     if data.len() as u32 <= ICD {
-        let (c, _) = q.exec(rw_sqe(true, lba, blocks), &data, 0, true);
+        let (c, _) = q.exec(rw_cmd(true, lba, blocks), &data, 0, true);
         assert_eq!(
             c.status,
             Status::SUCCESS,
             "write in the capsule, round {seed}"
         );
     }
-    let (c, read) = q.exec(rw_sqe(false, lba, blocks), &[], data.len() as u32, false);
+    let (c, read) = q.exec(rw_cmd(false, lba, blocks), &[], data.len() as u32, false);
     assert_eq!(c.status, Status::SUCCESS, "read, round {seed}");
     assert!(read == data, "data read back, round {seed}");
 }
 
 /// A host's admin queue (no keep-alive) and one I/O queue, and a verified write and read.
-fn good_host(addr: SocketAddr) -> (Host, Host) {
-    let (a, cntlid) = admin_kato(addr, false, false, 0);
-    let mut q = io_queue(addr, false, 1, cntlid, 32);
+fn good_host(addr: SocketAddr) -> (TcpWire, TcpWire) {
+    let (a, cntlid) = TcpWire::admin_kato(addr, false, false, 0);
+    let mut q = TcpWire::io_queue(addr, false, 1, cntlid, 32);
     verified_io(&mut q, 1, 0, 8);
     (a, q)
 }
@@ -77,7 +79,7 @@ fn silent_and_half_sent_connections_cost_a_host_nothing_and_end_at_the_connect_t
     };
     half_ic.write_all(&ic.encode()[..IC_LEN / 2]).unwrap();
     quiet.push(half_ic);
-    let mut half_cmd = Host::connect(addr, false, false);
+    let mut half_cmd = TcpWire::connect(addr, false, false);
     half_a_capsule(&mut half_cmd);
     quiet.push(half_cmd.s);
     // Every one of them is the target's (counted from its accept), and none has a window.
@@ -115,8 +117,8 @@ fn silent_and_half_sent_connections_cost_a_host_nothing_and_end_at_the_connect_t
 fn a_controller_whose_queues_stop_mid_pdu_ends_at_its_keep_alive_timeout() {
     let (t, addr) = start();
     let kato = Duration::from_millis(1000);
-    let (mut a, cntlid) = admin_kato(addr, false, false, kato.as_millis() as u32);
-    let mut q = io_queue(addr, false, 1, cntlid, 32);
+    let (mut a, cntlid) = TcpWire::admin_kato(addr, false, false, kato.as_millis() as u32);
+    let mut q = TcpWire::io_queue(addr, false, 1, cntlid, 32);
     verified_io(&mut q, 1, 0, 8);
     // The controller's last sign of life is at the earliest here.
     let last_word = Instant::now();
@@ -142,8 +144,8 @@ fn a_controller_whose_queues_stop_mid_pdu_ends_at_its_keep_alive_timeout() {
 /// The stalled host's I/O queue: `depth` deep, with a small receive buffer (the window the
 /// target may fill), and `depth` reads of the largest size submitted, whose data it never
 /// reads: far more than the socket buffers on both sides hold.
-fn stalled_reader(addr: SocketAddr, cntlid: u16, depth: u16) -> Host {
-    let mut s = io_queue(addr, false, 1, cntlid, depth);
+fn stalled_reader(addr: SocketAddr, cntlid: u16, depth: u16) -> TcpWire {
+    let s = TcpWire::io_queue(addr, false, 1, cntlid, depth);
     let rcvbuf: libc::c_int = 16 << 10;
     // SAFETY: a valid socket descriptor and option value of the size given.
     let rc = unsafe {
@@ -157,7 +159,7 @@ fn stalled_reader(addr: SocketAddr, cntlid: u16, depth: u16) -> Host {
     };
     assert_eq!(rc, 0, "SO_RCVBUF");
     for cid in 0..depth {
-        let mut sqe: Sqe = rw_sqe(false, u64::from(cid) * 256, MAX_IO / BLOCK);
+        let mut sqe: Sqe = rw_cmd(false, u64::from(cid) * 256, MAX_IO / BLOCK);
         sqe.cid = 1000 + cid;
         sqe.set_sgl(&Sgl::Transport(TransportSgl { len: MAX_IO }));
         s.send_capsule(&sqe, &[]);
@@ -169,7 +171,7 @@ const STALLED_DEPTH: u16 = 128;
 
 /// What a neighbour does while a host does not read: verified I/O of every kind, while the
 /// target's memory in use stays what the queues were given at their connect.
-fn neighbour_unaffected(t: &rdmablk_target::Target, q: &mut Host) {
+fn neighbour_unaffected(t: &rdmablk_target::Target, q: &mut TcpWire) {
     let held = t.arena_stats();
     for round in 0..16 {
         verified_io(
@@ -192,7 +194,7 @@ fn a_host_that_stops_reading_costs_its_neighbour_nothing_and_is_released_when_it
     // Longer than the test: the stalled queue ends because its host closes it.
     let (t, addr) = start_with("response_timeout_ms = 600000", u32::from(STALLED_DEPTH));
     let (a, mut q) = good_host(addr);
-    let (sa, s_cntlid) = admin_kato(addr, false, false, 0);
+    let (sa, s_cntlid) = TcpWire::admin_kato(addr, false, false, 0);
     let s = stalled_reader(addr, s_cntlid, STALLED_DEPTH);
     wait_held(&t, 4);
     neighbour_unaffected(&t, &mut q);
@@ -215,7 +217,7 @@ fn a_host_that_stops_reading_is_cut_off_at_the_response_timeout() {
         u32::from(STALLED_DEPTH),
     );
     let (a, mut q) = good_host(addr);
-    let (sa, s_cntlid) = admin_kato(addr, false, false, 0);
+    let (sa, s_cntlid) = TcpWire::admin_kato(addr, false, false, 0);
     let mut s = stalled_reader(addr, s_cntlid, STALLED_DEPTH);
     let stalled = Instant::now();
     neighbour_unaffected(&t, &mut q);

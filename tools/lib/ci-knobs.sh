@@ -159,6 +159,7 @@ RDMABLK_APT_UPDATED         allow     install-deps.sh: skips apt-get update (a m
 MIN_QUEUES                  refuse    tests/vm/many-queues.sh: fewer I/O queues than the host's CPUs accepted
 RDMABLK_SCALE_CONTROLLERS   refuse    target tests (tcp_scale.rs): fewer controllers than the 1,000 the test asserts on
 RDMABLK_E2E_TRANSPORT       refuse    target tests: loop or tcp instead of RDMA (RDMA-only cases then skip)
+RDMABLK_E2E_TCP_DIGESTS     allow     target tests over NVMe/TCP: 1 turns header and data digests on (stricter); tools/test sets it for its TCP conformance pass
 RDMABLK_E2E_PROVIDER        refuse    testkit, initiator tests: another provider than soft (the VM sets verbs itself)
 RDMABLK_E2E_ADDR            allow     testkit, initiator tests: the address (the VM sets it)
 RDMABLK_REQUIRE_RDMA        allow     verbs tests: 1 fails instead of skipping without a device (stricter)

@@ -2,8 +2,9 @@
 //! test's control. Over RDMA (the soft or verbs provider: a QP, a CQ and one registered
 //! buffer), over the loop transport (an in-memory channel to a target in this process, and
 //! the same buffer as its memory region) or over NVMe/TCP (one connection, [`super::tcp_link`]),
-//! as [`e2e_transport`] says. Data pointers are keyed SGLs into the buffer's data area over
-//! RDMA and loop, Transport SGL Data Blocks over NVMe/TCP ([`Host::keyed`]).
+//! as [`e2e_transport`] says (over NVMe/TCP with header and data digests if
+//! [`e2e_tcp_digests`]). Data pointers are keyed SGLs into the buffer's data area over RDMA and
+//! loop, Transport SGL Data Blocks over NVMe/TCP ([`Host::keyed`]).
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -86,6 +87,16 @@ pub fn e2e_tcp() -> bool {
     e2e_transport() == E2eTransport::Tcp
 }
 
+/// Whether the NVMe/TCP link negotiates header and data digests: `RDMABLK_E2E_TCP_DIGESTS`
+/// `1` (unset, empty or `0`: neither).
+pub fn e2e_tcp_digests() -> bool {
+    match std::env::var("RDMABLK_E2E_TCP_DIGESTS").as_deref() {
+        Err(_) | Ok("") | Ok("0") => false,
+        Ok("1") => true,
+        Ok(other) => panic!("RDMABLK_E2E_TCP_DIGESTS={other}: 1 for both digests, or unset"),
+    }
+}
+
 /// For a test of RDMA itself (CM private data, memory windows, push writes, receive
 /// completions): true, with a note, when it does not apply because the run is over another
 /// transport.
@@ -158,7 +169,8 @@ impl Host {
             E2eTransport::Rdma => Host::connect_raw(addr, cm.encode().to_vec(), depth),
             E2eTransport::Loop => Ok(Host::connect_loop(addr, cm.qid, depth)),
             E2eTransport::Tcp => {
-                let link = TcpLink::connect(addr, cm.qid, BUF_LEN - DATA_OFF)
+                let digests = e2e_tcp_digests();
+                let link = TcpLink::connect(addr, cm.qid, BUF_LEN - DATA_OFF, digests)
                     .unwrap_or_else(|e| panic!("NVMe/TCP connect to {addr}: {e}"));
                 Ok(Host::over(Link::Tcp(link), depth))
             }

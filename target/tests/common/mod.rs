@@ -5,12 +5,19 @@
 //!
 //! `RDMABLK_E2E_TRANSPORT=loop` runs the suites that use it over the loop transport (a target
 //! in the test's process) instead of RDMA, `RDMABLK_E2E_TRANSPORT=tcp` over NVMe/TCP (the
-//! target with a tcp listener); tests of RDMA itself skip there ([`skip_unless_rdma`]).
+//! target with a tcp listener; `RDMABLK_E2E_TCP_DIGESTS=1` adds header and data digests);
+//! tests of RDMA itself skip there ([`skip_unless_rdma`]).
+//!
+//! The NVMe/TCP link is built on [`tcp_wire`], the same host's NVMe/TCP connection with every
+//! byte under the test's control, which the NVMe/TCP-only tests drive by hand against the
+//! target of [`tcp_target`].
 
 #![allow(dead_code)]
 
 mod host;
 mod tcp_link;
+pub mod tcp_target;
+pub mod tcp_wire;
 pub use host::*;
 
 use std::net::SocketAddr;
@@ -35,6 +42,8 @@ pub const NS_BLOCKS: u64 = 32768;
 pub const BLOCK: u32 = 512;
 pub const MAX_IO: u32 = 128 << 10;
 pub const DEPTH: u32 = 32;
+/// The in-capsule data a queue takes (`limits.in_capsule_data_size`).
+pub const ICD: u32 = 4096;
 
 /// How long a test waits for an event that takes milliseconds on an idle machine before it
 /// calls it a hang. Only a hang guard: a loaded 2-core machine or a TCG VM (10-50x slower)
@@ -57,7 +66,8 @@ pub fn free_port() -> u16 {
 /// The namespace line of [`config_text`]; a test that needs another backend replaces it.
 pub const RAM_BACKEND: &str = r#"backend = { kind = "ram", size = "16MiB" }"#;
 
-/// A target configuration text on `port` with `arena` bytes.
+/// A target configuration text on `port` with `arena` bytes, listening on the transport the
+/// tests run over ([`e2e_transport`]); one host, [`HOSTNQN`], may connect.
 pub fn config_text(port: u16, arena: &str, extra_target: &str) -> String {
     let (kind, address) = e2e_fabric();
     let listener = match e2e_transport() {
@@ -65,6 +75,59 @@ pub fn config_text(port: u16, arena: &str, extra_target: &str) -> String {
         E2eTransport::Loop => "transport = \"loop\"".to_string(),
         E2eTransport::Tcp => "transport = \"tcp\"".to_string(),
     };
+    let limits = format!("max_queue_depth = {DEPTH}\nmax_connections = 16");
+    target_text(
+        &listener,
+        &address,
+        port,
+        arena,
+        extra_target,
+        &limits,
+        &[HOSTNQN],
+    )
+}
+
+/// The configuration text of the NVMe/TCP-only tests' target (`tcp_target::start`): a tcp
+/// listener on 127.0.0.1, I/O queues up to `max_queue_depth` deep, `extra_limits` lines in
+/// its `[limits]` table; two hosts, [`HOSTNQN`] and [`OTHER_HOSTNQN`], may connect.
+pub fn tcp_config_text(
+    port: u16,
+    arena: &str,
+    extra_target: &str,
+    max_queue_depth: u32,
+    extra_limits: &str,
+) -> String {
+    let limits = format!("max_queue_depth = {max_queue_depth}\n{extra_limits}");
+    let hosts = [HOSTNQN, OTHER_HOSTNQN];
+    let listener = "transport = \"tcp\"";
+    target_text(
+        listener,
+        "127.0.0.1",
+        port,
+        arena,
+        extra_target,
+        &limits,
+        &hosts,
+    )
+}
+
+/// A test target's configuration: one listener (`listener`: its transport or provider line),
+/// one worker, `limits` lines beside the I/O size limits, subsystem [`SUBNQN`] for `hosts`
+/// with namespace 1 ([`NS_BLOCKS`] of RAM).
+fn target_text(
+    listener: &str,
+    address: &str,
+    port: u16,
+    arena: &str,
+    extra_target: &str,
+    limits: &str,
+    hosts: &[&str],
+) -> String {
+    let hosts = hosts
+        .iter()
+        .map(|h| format!("\"{h}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
     format!(
         r#"
 [[listener]]
@@ -86,15 +149,14 @@ bytes = "{arena}"
 lock = false
 
 [limits]
-max_queue_depth = {DEPTH}
 max_io_size = {MAX_IO}
-in_capsule_data_size = 4096
+in_capsule_data_size = {ICD}
 max_queues_per_controller = 4
-max_connections = 16
+{limits}
 
 [[subsystem]]
 nqn = "{SUBNQN}"
-hosts = ["{HOSTNQN}"]
+hosts = [{hosts}]
 
 [[subsystem.namespace]]
 nsid = 1

@@ -1,5 +1,5 @@
 //! The raw test host's NVMe/TCP link: one TCP connection initialized as the Linux host does
-//! it (ICReq with PFV 0, HPDA 0, MAXR2T 0, digests off; ICResp checked as the Linux host
+//! it (ICReq with PFV 0, HPDA 0, MAXR2T 0, the digests asked for; ICResp checked as the Linux host
 //! checks it), command capsules with in-capsule data, H2CData answering each R2T from the
 //! host buffer, C2HData into it, CapsuleResp. The PDU codecs are
 //! `rdmablk::nvme::transport::tcp`'s; what the target sends is checked PDU by PDU as
@@ -7,9 +7,10 @@
 //! their write, SUCCESS only at the end), so a conformance run over NVMe/TCP also fails on a
 //! target PDU a host would refuse.
 //!
-//! The functions that put a PDU on the wire and take one off it ([`initialize`],
-//! [`assemble`], [`split`]) are also the NVMe/TCP-only tests' (`target/tests/tcp_host/`,
-//! which sends malformed PDUs, digests and R2T answers by hand).
+//! The link is built on [`TcpWire`], the raw-PDU layer the NVMe/TCP-only tests drive by hand:
+//! the connection's initialization, every PDU put together (with its digests) and sent. Header
+//! and data digests are the link's option: `RDMABLK_E2E_TCP_DIGESTS=1` turns both on
+//! (`e2e_tcp_digests`), and then every PDU the target sends must carry both, right.
 //!
 //! NVMe/TCP has no keyed SGLs: a command's data outside the capsule is described by a
 //! Transport SGL Data Block (0x5A) that names only its length, so the link keeps every
@@ -18,98 +19,21 @@
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
-use std::io::{ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::{ErrorKind, Read};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use rdmablk::nvme::opcodes;
 use rdmablk::nvme::transport::tcp::host_rx::{Expect, HostPdu, HostRx, HostRxError, Next};
-use rdmablk::nvme::transport::tcp::{
-    digest, encode_capsule_cmd, flags, pdu_type, CommonHeader, DataHeader, Direction, IcReq,
-    IcResp, Negotiated, PduLayout, R2t, CAPSULE_CMD_HLEN, CH_LEN, DATA_HLEN, DIGEST_LEN, IC_LEN,
-};
+use rdmablk::nvme::transport::tcp::{pdu_type, CommonHeader, R2t, CAPSULE_CMD_HLEN, CH_LEN};
 use rdmablk::nvme::{Cqe, Sgl, Sqe, Status, SQE_LEN};
 
-/// The most data a PDU from the target may carry (its largest C2HData is MDTS, 128 KiB).
-pub const MAX_PDU_DATA: u32 = 1 << 20;
-
-/// Initializes a new connection as the Linux host does (ICReq: PFV 0, HPDA 0, MAXR2T 0, the
-/// digests asked for) and checks the ICResp as the Linux host checks it; the PDUs' shape
-/// from then on and the ICResp.
-pub fn initialize(
-    s: &mut TcpStream,
-    hdgst: bool,
-    ddgst: bool,
-) -> std::io::Result<(Negotiated, IcResp)> {
-    let req = IcReq {
-        pfv: 0,
-        hpda: 0,
-        hdgst,
-        ddgst,
-        maxr2t: 0,
-    };
-    s.write_all(&req.encode())?;
-    let mut b = [0u8; IC_LEN];
-    s.read_exact(&mut b)?;
-    let ch = CommonHeader::decode(b[..CH_LEN].try_into().expect("8 bytes"));
-    PduLayout::check(&ch, Direction::ControllerToHost, None, 0).expect("ICResp header");
-    let resp = IcResp::decode(&b, &req).expect("an ICResp as the Linux host checks it");
-    assert!(resp.maxh2cdata >= 4096, "MAXH2CDATA {}", resp.maxh2cdata);
-    let neg = Negotiated {
-        hdgst,
-        ddgst,
-        pda: 0,
-    };
-    Ok((neg, resp))
-}
-
-/// A whole PDU from its `header` (common header included) laid out as `l` says: the header
-/// digest if `neg` has them, padding to PDO, `data`, and `data_digest` after it if `neg` has
-/// data digests (a test may pass a wrong one).
-pub fn assemble(
-    header: &[u8],
-    l: &PduLayout,
-    neg: &Negotiated,
-    data: &[u8],
-    data_digest: u32,
-) -> Vec<u8> {
-    let mut pdu = header.to_vec();
-    if neg.hdgst {
-        pdu.extend_from_slice(&digest(header).to_le_bytes());
-    }
-    if !data.is_empty() {
-        pdu.resize(l.pdo, 0);
-        pdu.extend_from_slice(data);
-        if neg.ddgst {
-            pdu.extend_from_slice(&data_digest.to_le_bytes());
-        }
-    }
-    pdu
-}
-
-/// A whole PDU received, laid out as `l` says, cut into its header and its data; its header
-/// and data digests, where it has them, must be right.
-pub fn split<'a>(l: &PduLayout, pdu: &'a [u8]) -> (&'a [u8], &'a [u8]) {
-    let header = &pdu[..l.hlen];
-    if l.hdgst > 0 {
-        let got = u32::from_le_bytes(pdu[l.hlen..l.hlen + DIGEST_LEN].try_into().expect("4"));
-        assert_eq!(got, digest(header), "header digest of type {}", l.pdu_type);
-    }
-    let data = &pdu[l.pdo.max(l.hlen)..][..l.data_len];
-    if l.ddgst > 0 {
-        let at = l.pdo + l.data_len;
-        let got = u32::from_le_bytes(pdu[at..at + DIGEST_LEN].try_into().expect("4"));
-        assert_eq!(got, digest(data), "data digest of type {}", l.pdu_type);
-    }
-    (header, data)
-}
+use super::tcp_wire::{TcpWire, MAX_PDU_DATA};
 
 /// One NVMe/TCP queue's connection, from the host's side.
 pub struct TcpLink {
-    s: TcpStream,
-    neg: Negotiated,
-    /// The ICResp's MAXH2CDATA: H2CData PDUs carry at most this much.
-    maxh2cdata: u32,
+    /// The connection: what it negotiated, the PDUs put together and sent.
+    wire: TcpWire,
     /// The queue's ID, as the response a SUCCESS C2HData stands for names it.
     qid: u16,
     /// The host's data area: C2HData lands here, H2CData is sent from here.
@@ -130,17 +54,18 @@ pub struct TcpLink {
 }
 
 impl TcpLink {
-    /// Connects to `addr` for queue `qid` and initializes the connection; `data_len` is the
-    /// size of the host's data area.
-    pub fn connect(addr: SocketAddr, qid: u16, data_len: usize) -> std::io::Result<TcpLink> {
-        let mut s = TcpStream::connect(addr)?;
-        s.set_nodelay(true)?;
-        s.set_read_timeout(Some(Duration::from_secs(10)))?;
-        let (neg, resp) = initialize(&mut s, false, false)?;
+    /// Connects to `addr` for queue `qid` and initializes the connection, with header and
+    /// data digests if `digests`; `data_len` is the size of the host's data area.
+    pub fn connect(
+        addr: SocketAddr,
+        qid: u16,
+        data_len: usize,
+        digests: bool,
+    ) -> std::io::Result<TcpLink> {
+        let wire = TcpWire::try_connect(addr, digests, digests)?;
+        let neg = wire.neg;
         Ok(TcpLink {
-            s,
-            neg,
-            maxh2cdata: resp.maxh2cdata,
+            wire,
             qid,
             data: RefCell::new(vec![0; data_len]),
             rx: RefCell::new(Vec::new()),
@@ -175,9 +100,9 @@ impl TcpLink {
             let decoded = Sqe::decode(sqe);
             let e = expect_of(&decoded);
             self.check.borrow_mut().expect(decoded.cid, e);
-            capsule_pdu(sqe, data, &self.neg, digest(data))
+            self.wire.capsule_bytes(sqe, data)
         };
-        (&self.s).write_all(&pdu).is_ok()
+        self.wire.send(&pdu).is_ok()
     }
 
     /// Takes what the target sent within `wait`: responses held, R2Ts answered, C2HData
@@ -187,10 +112,9 @@ impl TcpLink {
             return;
         }
         let mut chunk = self.chunk.borrow_mut();
-        let _ = self
-            .s
-            .set_read_timeout(Some(wait.max(Duration::from_millis(1))));
-        match (&self.s).read(&mut chunk) {
+        let s = &self.wire.s;
+        let _ = s.set_read_timeout(Some(wait.max(Duration::from_millis(1))));
+        match (&*s).read(&mut chunk) {
             Ok(0) => self.close("the target closed the connection".into()),
             Ok(n) => self.rx.borrow_mut().extend_from_slice(&chunk[..n]),
             Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
@@ -255,17 +179,12 @@ impl TcpLink {
         );
         let mut at = from;
         while at < from + len {
-            let n = (from + len - at).min(self.maxh2cdata as usize);
+            let n = (from + len - at).min(self.wire.maxh2cdata as usize);
             let last = at + n == from + len;
-            let h = DataHeader {
-                cccid: r.cccid,
-                ttag: r.ttag,
-                datao: at as u32,
-                datal: n as u32,
-            };
-            let chunk = &data[at..at + n];
-            let pdu = h2c_pdu(&h, last, chunk, &self.neg, digest(chunk));
-            if (&self.s).write_all(&pdu).is_err() {
+            let pdu = self
+                .wire
+                .h2c_pdu(r.cccid, r.ttag, at as u32, &data[at..at + n], last);
+            if self.wire.send(&pdu).is_err() {
                 return; // the target closed the connection: poll sees it
             }
             at += n;
@@ -325,35 +244,4 @@ fn expect_of(sqe: &Sqe) -> Expect {
         }
         _ => Expect::Nothing,
     }
-}
-
-/// A CapsuleCmd PDU carrying `sqe` exactly as given (reserved bits and all) and `data` in the
-/// capsule, with `data_digest` after the data if the connection has data digests.
-pub fn capsule_pdu(
-    sqe: &[u8; SQE_LEN],
-    data: &[u8],
-    neg: &Negotiated,
-    data_digest: u32,
-) -> Vec<u8> {
-    let mut h = [0u8; CAPSULE_CMD_HLEN];
-    let l = encode_capsule_cmd(&Sqe::decode(sqe), data.len(), neg, &mut h);
-    h[CH_LEN..].copy_from_slice(sqe);
-    let pdu = assemble(&h, &l, neg, data, data_digest);
-    assert_eq!(pdu.len(), l.plen);
-    pdu
-}
-
-/// An H2CData PDU of header `h` (its DATAL `data`'s length), LAST if `last`, with
-/// `data_digest` after the data if the connection has data digests.
-pub fn h2c_pdu(
-    h: &DataHeader,
-    last: bool,
-    data: &[u8],
-    neg: &Negotiated,
-    data_digest: u32,
-) -> Vec<u8> {
-    let mut b = [0u8; DATA_HLEN];
-    let f = if last { flags::DATA_LAST } else { 0 };
-    let l = h.encode(pdu_type::H2C_DATA, f, neg, &mut b);
-    assemble(&b, &l, neg, data, data_digest)
 }

@@ -29,7 +29,8 @@ pub struct Fx {
 }
 
 /// Starts a target with namespace 1 (read-write) and 2 (read-only); `extra_target` goes in
-/// its `[target]` table.
+/// its `[target]` table. Over NVMe/TCP with digests (`RDMABLK_E2E_TCP_DIGESTS=1`) the target
+/// is first shown to check both ([`tcp_target::assert_target_checks_digests`]).
 pub fn target_with(extra_target: &str) -> Fx {
     init_tracing();
     let port = free_port();
@@ -45,6 +46,11 @@ backend = { kind = "ram", size = "1MiB" }
     );
     let cfg = Config::from_str(&text).expect("config");
     let target = Target::start(cfg).expect("target starts");
+    if e2e_tcp() && e2e_tcp_digests() {
+        // The rows run with both digests on: this target must check them, or the run
+        // proves nothing of them.
+        tcp_target::assert_target_checks_digests(&target);
+    }
     let addr = target.local_addrs()[0];
     Fx {
         addr,
