@@ -80,7 +80,7 @@ fn start_request<X: QueueTransport>(
     let r = &mut q.reqs[slot as usize];
     r.reset(sqe, len, recv, push_slot.unwrap_or(0));
     if ctx.shared.fixed.target.io_statistics {
-        r.received = Some(ctx.stats.arrival());
+        r.received = Some(ctx.stats.now());
     }
     r.enter(ReqState::New, qid, slot);
     if let Some(ps) = push_slot {
@@ -140,7 +140,10 @@ fn prepare_request<X: QueueTransport>(q: &mut Queue<X>, slot: u32, recv: u32, ct
             q.reqs[slot as usize].fail(st);
             Next::Respond
         }
-        Ok(()) => commands::prepare(q, slot, ctx.shared),
+        Ok(()) => {
+            let now_ms = ctx.stats.now_ms(ctx.shared.epoch);
+            commands::prepare(q, slot, ctx.shared, now_ms)
+        }
     };
     // The capsule is consumed (SQE decoded, in-capsule data copied): give its buffer back
     // (repost its receive) before any response can reach the host.

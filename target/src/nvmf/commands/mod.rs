@@ -25,7 +25,12 @@ use super::Shared;
 use data_phase::Next;
 
 /// Checks the command in request `slot` and decides its course. Fills `status` on failure.
-pub fn prepare<X: QueueTransport>(q: &mut Queue<X>, slot: u32, shared: &Shared) -> Next {
+pub fn prepare<X: QueueTransport>(
+    q: &mut Queue<X>,
+    slot: u32,
+    shared: &Shared,
+    now_ms: u64,
+) -> Next {
     let r = &mut q.reqs[slot as usize];
     let sqe = r.sqe;
     if let Err(st) = sqe.check_fabrics_flags() {
@@ -40,7 +45,7 @@ pub fn prepare<X: QueueTransport>(q: &mut Queue<X>, slot: u32, shared: &Shared) 
         r.fail(Status::COMMAND_SEQUENCE_ERROR.with_dnr());
         return Next::Respond;
     };
-    ctrl.touch(shared.now_ms());
+    ctrl.touch(now_ms);
     if !auth::admitted(&q.auth) {
         r.fail(Status::AUTH_REQUIRED.with_dnr());
         return Next::Respond;

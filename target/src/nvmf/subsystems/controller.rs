@@ -105,9 +105,13 @@ impl Controller {
         self.kato_ms.store(ms, Ordering::Relaxed);
     }
 
-    /// Records a sign of life at `now_ms`.
+    /// Records a sign of life at `now_ms`. Stored only when the millisecond changed: the
+    /// controller's queues run on several workers, and a store per command would bounce its
+    /// cache line between them.
     pub fn touch(&self, now_ms: u64) {
-        self.last_seen_ms.store(now_ms, Ordering::Relaxed);
+        if self.last_seen_ms.load(Ordering::Relaxed) != now_ms {
+            self.last_seen_ms.store(now_ms, Ordering::Relaxed);
+        }
     }
 
     /// Whether the keep-alive timer expired at `now_ms`.

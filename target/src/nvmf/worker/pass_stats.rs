@@ -1,5 +1,5 @@
-//! I/O statistics as a worker pass sees time: commands that arrive in one pass share one
-//! clock reading, and those that finish in it are counted at its end with one more, when
+//! I/O statistics (and keep-alive's signs of life) as a worker pass sees time: commands that
+//! arrive in one pass share one clock reading, and those that finish in it are counted at its end with one more, when
 //! their responses leave together ([`super::super::transport::PollGroup::end_pass`]). At
 //! most two clock reads a pass, none per command: at queue depth 32 a pass takes in and
 //! answers dozens of commands, and two reads each cost about 5 % of the worker's time.
@@ -44,10 +44,16 @@ impl Default for PassStats {
 }
 
 impl PassStats {
-    /// When this pass took in a capsule: the first call of a pass reads the clock, the
-    /// others share its reading.
-    pub fn arrival(&mut self) -> Instant {
+    /// This pass's time (when it took in a capsule): the first call of a pass reads the
+    /// clock, the others share its reading.
+    pub fn now(&mut self) -> Instant {
         *self.arrived.get_or_insert_with(Instant::now)
+    }
+
+    /// This pass's time in milliseconds since `epoch` (keep-alive's clock: a command is a
+    /// sign of life of its controller).
+    pub fn now_ms(&mut self, epoch: Instant) -> u64 {
+        self.now().saturating_duration_since(epoch).as_millis() as u64
     }
 
     /// An I/O command of namespace slot `ns` finished (its response is posted); counted at
@@ -95,11 +101,11 @@ mod tests {
     #[test]
     fn a_pass_shares_one_arrival_reading_and_the_next_reads_again() {
         let mut s = PassStats::default();
-        let a = s.arrival();
+        let a = s.now();
         std::thread::sleep(std::time::Duration::from_millis(2));
-        assert_eq!(s.arrival(), a, "arrivals of one pass share its reading");
+        assert_eq!(s.now(), a, "arrivals of one pass share its reading");
         s.end_pass(&[]);
-        assert!(s.arrival() > a, "the next pass reads the clock again");
+        assert!(s.now() > a, "the next pass reads the clock again");
     }
 
     #[test]
@@ -107,7 +113,7 @@ mod tests {
         let c = Arc::new(NsCounters::default());
         let counters = vec![None, Some(Arc::clone(&c))];
         let mut s = PassStats::default();
-        let t = s.arrival();
+        let t = s.now();
         s.finish(1, OpKind::Read, 4096, Status::SUCCESS, t, true);
         s.finish(0, OpKind::Read, 4096, Status::SUCCESS, t, true); // no counters: skipped
         assert_eq!(
