@@ -624,6 +624,28 @@ fn listener_transport_is_rdma_by_default_and_provider_belongs_to_rdma() {
     assert!(Config::from_str(&both).is_ok());
 }
 
+/// `tls` belongs to tcp listeners: an rdma or loop listener with it is refused, naming the key.
+#[test]
+fn tls_is_for_tcp_listeners_only() {
+    let rdma = MINIMAL.replace("[[listener]]\n", "[[listener]]\ntls = \"required\"\n");
+    let p = problems(&rdma);
+    assert_eq!(p.len(), 1, "{p:#?}");
+    assert_eq!(p[0].key, "listener[0].tls");
+    assert!(p[0].message.contains("rdma listener"), "{}", p[0].message);
+    let lp = MINIMAL.replace(
+        "[[listener]]\nprovider = \"soft\"\n",
+        "[[listener]]\ntransport = \"loop\"\ntls = \"allowed\"\n",
+    );
+    let p = problems(&lp);
+    assert_eq!(p.len(), 1, "{p:#?}");
+    assert_eq!(p[0].key, "listener[0].tls");
+    let tcp = MINIMAL.replace(
+        "[[listener]]\nprovider = \"soft\"\n",
+        "[[listener]]\ntransport = \"tcp\"\ntls = \"allowed\"\n",
+    );
+    assert!(Config::from_str(&tcp).is_ok());
+}
+
 /// `loop` listeners take no provider either, and a referral cannot point to a loop target
 /// (it lives in its own process).
 #[test]

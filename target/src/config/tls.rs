@@ -23,7 +23,6 @@ use serde::Deserialize;
 use rdmablk::nvme::tls::ConfiguredPsk;
 
 use super::auth::{HostEntry, SecretString};
-use super::Transport;
 
 /// A tcp listener's `tls`.
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq, Hash)]
@@ -49,18 +48,6 @@ impl TlsMode {
             TlsMode::Required => "required",
         }
     }
-}
-
-/// A `listener[i].tls` that cannot be: TLS is NVMe/TCP's only.
-pub fn listener_problem(transport: Transport, tls: TlsMode) -> Option<String> {
-    let tcp = Transport::of(&crate::nvmf::transport::tcp::Tcp);
-    (transport != tcp && tls != TlsMode::None).then(|| {
-        format!(
-            "tls is meaningful only under transport = \"tcp\" (remove it from this {} \
-             listener)",
-            transport.as_str()
-        )
-    })
 }
 
 impl HostEntry {

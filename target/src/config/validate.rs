@@ -129,9 +129,6 @@ fn check_listeners(cfg: &Config, c: &mut Checker) {
         if let Err((key, why)) = l.transport.kind().check_listener(l) {
             c.fail(format!("listener[{i}].{key}"), why);
         }
-        if let Some(e) = super::tls::listener_problem(l.transport, l.tls) {
-            c.fail(format!("listener[{i}].tls"), e);
-        }
         if l.port == 0 {
             c.fail(
                 format!("listener[{i}].port"),

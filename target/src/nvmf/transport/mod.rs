@@ -155,6 +155,21 @@ pub fn check_no_provider(l: &ListenerConfig) -> Result<(), (&'static str, String
     }
 }
 
+/// For the listener checks of transports other than NVMe/TCP: TLS is NVMe/TCP's only.
+pub fn check_no_tls(l: &ListenerConfig) -> Result<(), (&'static str, String)> {
+    match l.tls {
+        crate::config::TlsMode::None => Ok(()),
+        _ => Err((
+            "tls",
+            format!(
+                "tls is meaningful only under transport = \"tcp\" (remove it from this {} \
+                 listener)",
+                l.transport.as_str()
+            ),
+        )),
+    }
+}
+
 /// Opens every transport of [`TRANSPORTS`] that `cfg` has listeners of, in the table's
 /// order; gives back the arena (registered if a transport registered it).
 pub fn open_served(

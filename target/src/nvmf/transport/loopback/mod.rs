@@ -57,7 +57,8 @@ impl TransportKind for Loop {
     }
 
     fn check_listener(&self, l: &ListenerConfig) -> Result<(), (&'static str, String)> {
-        check_no_provider(l)
+        check_no_provider(l)?;
+        super::check_no_tls(l)
     }
 
     fn check_referral(&self) -> Result<(), String> {

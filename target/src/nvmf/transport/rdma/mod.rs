@@ -174,7 +174,7 @@ impl TransportKind for Rdma {
                  \"soft\" (rdmablk's userspace provider)"
                     .to_owned(),
             )),
-            Some(_) => Ok(()),
+            Some(_) => super::check_no_tls(l),
         }
     }
 
