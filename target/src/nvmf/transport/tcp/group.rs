@@ -356,15 +356,21 @@ impl TcpGroup {
         let Some(q) = self.queues.get(key) else {
             return;
         };
-        if q.is_closing() {
-            return;
-        }
-        receive(q, ctx);
-        if let Some(why) = q.xport.sock.broken.clone() {
-            if !q.is_closing() {
-                tracing::info!(peer = %q.peer, qid = q.qid, why, "NVMe/TCP connection ended");
-                begin_close(q, "host disconnected", ctx.shared);
+        if !q.is_closing() {
+            receive(q, ctx);
+            if let Some(why) = q.xport.sock.broken.clone() {
+                if !q.is_closing() {
+                    tracing::info!(peer = %q.peer, qid = q.qid, why, "NVMe/TCP connection ended");
+                    begin_close(q, "host disconnected", ctx.shared);
+                }
             }
+        }
+        // A closed connection (shut down, its output discarded) has nothing more to read or
+        // send while its queue drains: out of the epoll set, or its end of file would make
+        // every pass busy (and an adaptive worker spin) until housekeeping drops the queue.
+        if q.is_closing() && q.xport.sock.broken.is_some() {
+            let fd = q.xport.sock.stream.as_raw_fd();
+            epoll_ctl(&self.epoll, libc::EPOLL_CTL_DEL, fd, 0, 0);
         }
     }
 
