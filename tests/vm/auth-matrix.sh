@@ -26,6 +26,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 TBIN=${RDMABLK_TARGET:-$ROOT/build/debug/rdmablk-target}
 IP=${RXE_VM_IP:-10.0.2.15}
 source "$(dirname "${BASH_SOURCE[0]}")/nvme-host.sh"  # TRTYPE, nvme_connect
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"  # small_target_toml
 MODE=${AUTH_MATRIX:-full}
 CTO=${AUTH_CONNECT_TIMEOUT:-120}
 TPORT=4420
@@ -85,19 +86,9 @@ provider = "verbs"
 address = "$IP"
 port = $TPORT
 
-[target]
-worker_threads = 1
-poll_mode = "interrupt"
-
-[arena]
-bytes = "96MiB"
-lock = false
-
-[limits]
-max_queue_depth = 32
-max_io_size = 131072
-max_queues_per_controller = 3
-max_connections = 16
+CFG
+  small_target_toml
+  cat <<CFG
 
 [[subsystem]]
 nqn = "$NQN"

@@ -26,6 +26,7 @@ TBIN=${RDMABLK_TARGET:-$ROOT/build/debug/rdmablk-target}
 VBIN=${VERIFY_BIN:-$ROOT/build/debug/examples/verify}
 IP=${RXE_VM_IP:-10.0.2.15}
 source "$(dirname "${BASH_SOURCE[0]}")/nvme-host.sh"  # TRTYPE, nvme_connect
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"  # small_target_toml
 TPORT=4420
 NPORT=4421
 NQN=nqn.2026-11.io.rdmablk:vm-auth
@@ -86,25 +87,15 @@ echo "$KX" >"$WORK/wrong.key"
 
 # ------------------------------------------------------------------ A: rdmablk-target
 if [ "$TRTYPE" = rdma ]; then LISTENER='provider = "verbs"'; else LISTENER="transport = \"$TRTYPE\""; fi
-cat >"$WORK/target.toml" <<CFG
+{ cat <<CFG
 [[listener]]
 $LISTENER
 address = "$IP"
 port = $TPORT
 
-[target]
-worker_threads = 1
-poll_mode = "interrupt"
-
-[arena]
-bytes = "96MiB"
-lock = false
-
-[limits]
-max_queue_depth = 32
-max_io_size = 131072
-max_queues_per_controller = 3
-max_connections = 16
+CFG
+small_target_toml
+cat <<CFG
 
 [[subsystem]]
 nqn = "$NQN"
@@ -118,6 +109,7 @@ nsid = 1
 block_size = 512
 backend = { kind = "ram", size = "32MiB" }
 CFG
+} >"$WORK/target.toml"
 
 RUST_LOG=${RUST_LOG:-info} "$TBIN" --config "$WORK/target.toml" >"$WORK/target.out" 2>"$WORK/target.log" &
 TPID=$!

@@ -1,7 +1,7 @@
 # tests/vm/lib.sh - what the VM scripts that drive the Linux host against rdmablk-target share.
 # Source it after defining say() and fail() (each script prints and cleans up its own way) and
 # setting BIN (the target binary), WORK (a scratch directory holding target.toml), IP, PORT,
-# NQN (and TRTYPE for connect_as). Sets TPID.
+# NQN (and TRTYPE for connect_as). Sets TPID. perf_ok needs none of them.
 
 # start_target: starts $BIN on $WORK/target.toml (log appended to $WORK/target.log) and waits
 # up to 60 s for its `ready` line (printed once every listener, the control socket and the
@@ -19,6 +19,27 @@ start_target() {
   done
   grep -q '^ready$' "$WORK/target.out" || fail "target did not print ready within 60 s"
   say "$(cat "$WORK/target.out")"
+}
+
+# small_target_toml: the [target], [arena] and [limits] sections of a small rdmablk-target
+# (one worker, interrupt mode, 96 MiB arena, QD32, 128 KiB I/O, 3 queues per controller), for
+# a script's target.toml between its listeners and subsystems.
+small_target_toml() {
+  cat <<'TOML'
+[target]
+worker_threads = 1
+poll_mode = "interrupt"
+
+[arena]
+bytes = "96MiB"
+lock = false
+
+[limits]
+max_queue_depth = 32
+max_io_size = 131072
+max_queues_per_controller = 3
+max_connections = 16
+TOML
 }
 
 # ns_dev [NSID]: the block device of namespace NSID (default 1) of $NQN (waits up to 10 s).
@@ -67,4 +88,19 @@ ctrl_of_host() {
     echo "${c##*/}"; return 0
   done
   return 1
+}
+
+# perf_ok REPORT: rdmablk-perf's JSON report shows I/O done, no failed I/O and no verify failure.
+perf_ok() {
+  python3 - "$1" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+t = d["total"]
+ios = t["read"]["total_ios"] + t["write"]["total_ios"]
+v = t.get("verify") or {}
+print(f"rdmablk-perf: {ios} I/Os, {t['error']} failed, {v.get('blocks_checked', 0)} blocks checked, "
+      f"{v.get('failures', 0)} verify failures, exit code {d['exit_code']}")
+sys.exit(0 if ios > 0 and t["error"] == 0 and v.get("failures", 0) == 0
+         and v.get("blocks_checked", 0) > 0 and d["exit_code"] == 0 else 1)
+PY
 }

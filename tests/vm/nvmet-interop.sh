@@ -38,6 +38,7 @@ LOOP=  # set below; cleanup must not take a LOOP from the environment
 
 fail() { echo "FAIL: $*"; exit 1; }
 step() { echo "== $*"; }
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"  # perf_ok
 
 [ -x "$BIN" ] || fail "$BIN missing: cargo build -p rdmablk-initiator --example verify"
 [ -x "$IDLE" ] || fail "$IDLE missing: cargo build -p rdmablk-initiator --example idle"
@@ -118,21 +119,6 @@ if got != want:
     sys.exit(1)
 print("backing store: 64 KiB match")
 PY
-
-# perf_ok REPORT: rdmablk-perf's JSON report shows I/O done, no failed I/O and no verify failure.
-perf_ok() {
-  python3 - "$1" <<'PY'
-import json, sys
-d = json.load(open(sys.argv[1]))
-t = d["total"]
-ios = t["read"]["total_ios"] + t["write"]["total_ios"]
-v = t.get("verify") or {}
-print(f"rdmablk-perf: {ios} I/Os, {t['error']} failed, {v.get('blocks_checked', 0)} blocks checked, "
-      f"{v.get('failures', 0)} verify failures, exit code {d['exit_code']}")
-sys.exit(0 if ios > 0 and t["error"] == 0 and v.get("failures", 0) == 0
-         and v.get("blocks_checked", 0) > 0 and d["exit_code"] == 0 else 1)
-PY
-}
 
 step "discovery: rdmablk-perf $TR://$IP:$PORT/ (no NQN: nvmet's discovery log names the subsystem)"
 out=/tmp/rdmablk-interop-perf.discovery

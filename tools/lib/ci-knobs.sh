@@ -51,6 +51,8 @@ RDMABLK_FUZZ_RUNS           refuse    tools/fuzz-smoke: stops each target after 
 RDMABLK_FUZZ_TARGETS        refuse    tools/fuzz-smoke: only these targets
 RDMABLK_FUZZ_SCRATCH        allow     tools/fuzz-smoke: a corpus directory kept and grown (more inputs, not fewer)
 RDMABLK_FUZZ_LOGS           allow     tools/fuzz-smoke: where the logs go
+# --- tools/rxe-vm/trixie-root.sh (and tools/test-tls-linux, which tools/test does not run)
+RDMABLK_PEERS_DIR           allow     trixie-root.sh, test-tls-linux: where the Debian 13 root and the VMs' kernels are cached
 # --- tools/test-rxe
 RXE_NO_CONFORMANCE          refuse    tools/test-rxe: skips the conformance suite on rxe
 RXE_NO_PACKAGES             refuse    tools/test-rxe, guest-steps.sh: skips the Debian packages step
@@ -81,6 +83,7 @@ RXE_VM_DISK_CACHE           allow     run-in-vm.sh: qemu's cache mode for them (
 RXE_VM_NVME                 allow     run-in-vm.sh: emulated NVMe drives to attach (test-rxe, powercut set theirs)
 RXE_VM_PIDFILE              allow     run-in-vm.sh: where qemu writes its pid (callers set it)
 RXE_VM_APPEND               allow     run-in-vm.sh: more kernel command line
+RXE_VM_ROOT                 refuse    run-in-vm.sh: the guest's root file system instead of this machine's (other peer tools; tools/test-tls-linux sets its own)
 STEP_TIMEOUT                allow     guest-steps.sh: a step's timeout
 STALL_DIR                   allow     tests/vm/keepalive-stall.sh: set by guest-steps.sh
 PHASE_TIMEOUT               allow     tools/blktests, blktests-guest.sh: a phase's timeout

@@ -42,6 +42,10 @@
 #        with one namespace: the guest's /dev/nvme0n1 and /dev/ng0n1 after `modprobe nvme`;
 #        several: colon-separated; same cache mode as RXE_VM_DISK)
 #      RXE_VM_APPEND (more kernel command line, e.g. nvme.poll_queues=2)
+#      RXE_VM_ROOT (a directory holding another root file system, e.g. the Debian 13 one
+#        tools/rxe-vm/trixie-root.sh builds: the guest's / instead of this machine's, under
+#        the same tmpfs overlay; the current directory and RXE_VM_RW are still shared, so the
+#        checkout and its build/ binaries run there against that root's libraries)
 # cargo: [target.x86_64-unknown-linux-gnu] runner = "/path/to/run-in-vm.sh" in
 # .cargo/config.toml makes `cargo test` run each test binary in a fresh VM.
 set -euo pipefail
@@ -52,6 +56,7 @@ TIMEOUT=${RXE_VM_TIMEOUT:-900}
 MEM=${RXE_VM_MEM:-2048}
 SMP=${RXE_VM_SMP:-2}
 VERBOSE=${RXE_VM_VERBOSE:-0}
+GUEST_ROOT=${RXE_VM_ROOT:-/}
 # modules the initramfs needs before it can reach the host's root
 BOOT_MODS="virtio_pci 9pnet_virtio 9p overlay virtio_console"
 # the default kernel keeps the historical $VMDIR/kroot; others get their own tree
@@ -73,6 +78,8 @@ PREPARE_ONLY=0
 [ "${1:-}" = --prepare ] && { PREPARE_ONLY=1; shift; }
 [ "${1:-}" = -- ] && shift
 [ $# -gt 0 ] || set -- ibv_devinfo -d rxe0
+[ -x "$GUEST_ROOT/bin/bash" ] ||
+  die "RXE_VM_ROOT=$GUEST_ROOT has no bin/bash: not a root file system (tools/rxe-vm/trixie-root.sh builds one)"
 
 mkdir -p "$VMDIR"
 exec 9>"$VMDIR/.lock"
@@ -93,34 +100,50 @@ backports_download() {
   (cd "$VMDIR" && apt-get "${o[@]}" download "$1" >&2)
 }
 
+# kernel_deb PKG: the path of PKG's .deb in $VMDIR, downloaded there first if it is not
+kernel_deb() {
+  local deb
+  deb=$(ls "$VMDIR"/"$1"_*.deb 2>/dev/null | head -1 || true)
+  if [ -z "$deb" ]; then
+    echo "rxe-vm: downloading $1 ..." >&2
+    (cd "$VMDIR" && apt-get download "$1" >&2) || backports_download "$1" ||
+      refuse "cannot download $1 (apt-get download, and from the backports suite); no" \
+             "other kernel is used instead: run apt-get update, put the .deb in $VMDIR, set" \
+             "RXE_VM_KDEB to it, or name another package in RXE_VM_KPKG"
+    deb=$(ls "$VMDIR"/"$1"_*.deb 2>/dev/null | head -1 || true)
+    [ -n "$deb" ] || refuse "apt-get download $1 left no ${1}_*.deb in $VMDIR"
+  fi
+  echo "$deb"
+}
+
 # The tree of $KPKG in $KROOT ($KROOT/.ok names the package it was unpacked from: a tree of
 # another package, e.g. one an older copy of this script fell back to, is unpacked again).
 prepare_kernel() {
   [ -f "$KROOT/.ok" ] && [ "$(cat "$KROOT/.ok")" = "$KPKG" ] && return 0
-  local deb=${RXE_VM_KDEB:-} pkg
-  if [ -z "$deb" ]; then
-    deb=$(ls "$VMDIR"/"$KPKG"_*.deb 2>/dev/null | head -1 || true)
-    if [ -z "$deb" ]; then
-      echo "rxe-vm: downloading $KPKG ..." >&2
-      (cd "$VMDIR" && apt-get download "$KPKG" >&2) || backports_download "$KPKG" ||
-        refuse "cannot download $KPKG (apt-get download, and from the backports suite); no" \
-               "other kernel is used instead: run apt-get update, put the .deb in $VMDIR, set" \
-               "RXE_VM_KDEB to it, or name another package in RXE_VM_KPKG"
-      deb=$(ls "$VMDIR"/"$KPKG"_*.deb 2>/dev/null | head -1 || true)
-      [ -n "$deb" ] || refuse "apt-get download $KPKG left no ${KPKG}_*.deb in $VMDIR"
-    fi
-  fi
+  local deb=${RXE_VM_KDEB:-} pkg part
+  [ -n "$deb" ] || deb=$(kernel_deb "$KPKG")
   [ -f "$deb" ] || refuse "no kernel package file $deb (RXE_VM_KDEB)"
   pkg=$(dpkg-deb -f "$deb" Package 2>/dev/null) || refuse "$deb is not a .deb"
   [ "$pkg" = "$KPKG" ] ||
     refuse "$deb is $pkg, not the requested $KPKG (set RXE_VM_KPKG=$pkg to use it)"
   rm -rf "$KROOT"
   dpkg-deb -x "$deb" "$KROOT" || refuse "cannot extract $deb"
+  # Debian's 7.x kernels: linux-image-VERSION holds neither kernel nor modules but depends on
+  # linux-binary-VERSION (the kernel), linux-modules-VERSION and linux-base-VERSION (the
+  # config, modules.builtin, modules.order), which are unpacked with it
+  for part in $(dpkg-deb -f "$deb" Depends | tr ',' '\n' |
+                sed -n 's/^ *\(linux-\(binary\|modules\|base\)-[^ ]*\).*/\1/p'); do
+    dpkg-deb -x "$(kernel_deb "$part")" "$KROOT" || refuse "cannot extract $part (for $KPKG)"
+  done
   # Debian 13 (merged /usr) ships the modules under usr/lib/modules
   if [ ! -d "$KROOT/lib/modules" ] && [ -d "$KROOT/usr/lib/modules" ]; then
     mkdir -p "$KROOT/lib" && mv "$KROOT/usr/lib/modules" "$KROOT/lib/modules"
   fi
   local kver; kver=$(ls "$KROOT/lib/modules" 2>/dev/null | head -1)
+  # ... and their kernel as lib/modules/VERSION/vmlinuz
+  if [ -n "$kver" ] && [ -f "$KROOT/lib/modules/$kver/vmlinuz" ]; then
+    mkdir -p "$KROOT/boot" && mv "$KROOT/lib/modules/$kver/vmlinuz" "$KROOT/boot/vmlinuz-$kver"
+  fi
   [ -n "$kver" ] && [ -f "$KROOT/boot/vmlinuz-$kver" ] ||
     refuse "$deb has no lib/modules/VERSION (or usr/lib/modules) with a boot/vmlinuz-VERSION"
   depmod -b "$KROOT" "$kver" || die "depmod failed"
@@ -283,7 +306,7 @@ Q=(qemu-system-x86_64 -accel tcg -cpu max -m "$MEM" -smp "$SMP" -nodefaults -no-
    -kernel "$KROOT/boot/vmlinuz-$KVER" -initrd "$VMDIR/initramfs-$KVER.cpio.gz"
    -append "console=ttyS0 loglevel=4 panic=-1 rdinit=/init${RXE_VM_APPEND:+ $RXE_VM_APPEND}"
    -chardev "file,id=con,path=$CONSOLE" -serial chardev:con
-   -fsdev "local,id=f0,path=/,security_model=none,readonly=on,multidevs=remap"
+   -fsdev "local,id=f0,path=$GUEST_ROOT,security_model=none,readonly=on,multidevs=remap"
    -device virtio-9p-pci,fsdev=f0,mount_tag=hostroot
    -fsdev "local,id=f1,path=$KROOT/lib/modules,security_model=none,readonly=on"
    -device virtio-9p-pci,fsdev=f1,mount_tag=kmods

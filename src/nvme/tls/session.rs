@@ -544,10 +544,29 @@ impl TlsConn {
                     why.push_str(
                         " (wrong key: the PSK is not the one configured for this identity)",
                     );
+                } else if let Some(hash) = self.binder_of_another_hash(&why) {
+                    why.push_str(&format!(
+                        " (the host's PSK binder is not {} bytes long, as the identity's hash \
+                         makes it: the host computed it with another hash; GnuTLS before \
+                         3.8.11, under which Debian 13's tlshd (ktls-utils 1.0.0) runs, makes \
+                         every binder with SHA-256 and so cannot use a SHA-384 key)",
+                        hash.digest_len()
+                    ));
                 }
                 Err(TlsError::Handshake(why))
             }
         }
+    }
+
+    /// Target side: the hash of the identity the target accepted, if OpenSSL then refused the
+    /// ClientHello's pre_shared_key extension (`why`, its error): after an accepted identity
+    /// that is the binder's length, which is the hash's (RFC 8446 4.2.11), not the
+    /// session's. OpenSSL says "bad extension" and no more.
+    fn binder_of_another_hash(&self, why: &str) -> Option<PskHash> {
+        if !(why.contains("tls_parse_ctos_psk") && why.contains("bad extension")) {
+            return None;
+        }
+        self.accepted_identity().map(PskIdentity::hash)
     }
 
     /// Why the target's key lookup refused the host's identity (then the handshake failed).

@@ -100,6 +100,66 @@ fn a_wrong_key_is_refused_on_both_sides() {
     assert!(rs.is_err() && rc.is_err(), "{rs:?} {rc:?}");
 }
 
+/// `hello` (a ClientHello record whose pre_shared_key extension, the last, offers one identity)
+/// with that identity's binder made `n` bytes long, every enclosing length fixed.
+fn with_binder_len(hello: &[u8], n: usize) -> Vec<u8> {
+    let u16_at = |p: usize| usize::from(u16::from_be_bytes([hello[p], hello[p + 1]]));
+    assert_eq!(
+        (hello[0], hello[5]),
+        (0x16, 1),
+        "a handshake record with a ClientHello"
+    );
+    // handshake header (4), legacy_version (2), random (32)
+    let mut p = 5 + 4 + 2 + 32;
+    p += 1 + usize::from(hello[p]); // legacy_session_id
+    p += 2 + u16_at(p); // cipher_suites
+    p += 1 + usize::from(hello[p]); // legacy_compression_methods
+    let extensions = p;
+    p += 2;
+    while u16_at(p) != 41 {
+        p += 4 + u16_at(p + 2);
+    }
+    let psk_ext = p + 2;
+    let binders = psk_ext + 2 + 2 + u16_at(psk_ext + 2);
+    assert_eq!(
+        binders + 2 + u16_at(binders),
+        hello.len(),
+        "pre_shared_key comes last"
+    );
+    let mut out = hello[..binders].to_vec();
+    out.extend_from_slice(&u16::try_from(1 + n).unwrap().to_be_bytes());
+    out.push(u8::try_from(n).unwrap());
+    out.resize(out.len() + n, 0xb1);
+    let shrink = hello.len() - out.len();
+    for (at, width) in [(3, 2), (6, 3), (extensions, 2), (psk_ext, 2)] {
+        let old = hello[at..at + width]
+            .iter()
+            .fold(0, |a, b| a << 8 | usize::from(*b));
+        let new = (old - shrink).to_be_bytes();
+        out[at..at + width].copy_from_slice(&new[new.len() - width..]);
+    }
+    out
+}
+
+/// A host that makes the binder of a SHA-384 identity with SHA-256 (GnuTLS before 3.8.11,
+/// Debian 13's tlshd): refused, with why in the error.
+#[test]
+fn a_binder_of_another_hash_is_refused_with_why() {
+    let (psk, id) = host_offer(&key(2), IdentityVersion::V0, HOST, SUBSYS).unwrap();
+    let mut c = TlsConn::client(psk, &id).unwrap();
+    assert_eq!(c.handshake(), Ok(false));
+    let hello = c.outgoing().to_vec();
+    // The control: a binder of the right length (not the right bytes) gets as far as its check.
+    let mut s = target(key(2));
+    s.feed(&with_binder_len(&hello, 48));
+    let why = format!("{:?}", s.handshake().unwrap_err());
+    assert!(why.contains("binder does not verify"), "{why}");
+    let mut s = target(key(2));
+    s.feed(&with_binder_len(&hello, 32));
+    let why = format!("{:?}", s.handshake().unwrap_err());
+    assert!(why.contains("binder is not 48 bytes long"), "{why}");
+}
+
 #[test]
 fn an_unknown_host_and_a_hash_mismatch_are_refused() {
     let (psk, id) = host_offer(&key(1), IdentityVersion::V1, "nqn.x:other", SUBSYS).unwrap();
