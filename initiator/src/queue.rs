@@ -434,6 +434,17 @@ impl Queue {
         }
     }
 
+    /// Waits until nothing is in flight or the queue has failed, then drops what finished:
+    /// before a queue is handed back, so its requests' buffers are free to reuse.
+    pub fn drain(&mut self, done: &mut Vec<Done>, timeout: Duration) {
+        while self.in_flight() > 0 {
+            if self.wait(done, timeout) == 0 && self.failure().is_some() {
+                break;
+            }
+        }
+        done.clear();
+    }
+
     /// Completions of held commands that [`Queue::exec`] set aside while it waited.
     pub fn take_stray(&mut self, out: &mut Vec<Done>) {
         out.append(&mut self.stray);

@@ -236,13 +236,7 @@ impl Drop for OnePath {
             return;
         };
         // Let requests in flight finish so their buffers are free to reuse, then hand back.
-        let timeout = self.shared.opts.io_timeout();
-        while q.in_flight() > 0 {
-            if q.wait(&mut self.done, timeout) == 0 && q.failure().is_some() {
-                break;
-            }
-        }
-        self.done.clear();
+        q.drain(&mut self.done, self.shared.opts.io_timeout());
         self.shared.checkin(q, generation);
     }
 }

@@ -354,12 +354,7 @@ impl Drop for PathsQueue {
         let timeout = self.paths.opts().io_timeout();
         for i in 0..self.lanes.len() {
             if let Some(l) = self.lanes[i].as_mut() {
-                while l.q.in_flight() > 0 {
-                    if l.q.wait(&mut self.done, timeout) == 0 && l.q.failure().is_some() {
-                        break;
-                    }
-                }
-                self.done.clear();
+                l.q.drain(&mut self.done, timeout);
             }
             self.close_lane(i);
         }
