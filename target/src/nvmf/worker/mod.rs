@@ -301,11 +301,17 @@ impl Worker {
             for g in 0..self.groups.len() {
                 busy |= self.with_group(g, |group, ctx| group.end_pass(ctx));
             }
-            self.stats.end_pass(&self.ns_counters);
-            if self.last_tick.elapsed() >= TICK {
-                self.last_tick = Instant::now();
+            // One clock reading a pass (the one that counted the pass's finished commands,
+            // if it made one): the tick's, and the start of an idle spell's.
+            let mut now = self
+                .stats
+                .end_pass(&self.ns_counters)
+                .unwrap_or_else(Instant::now);
+            if now.saturating_duration_since(self.last_tick) >= TICK {
+                self.last_tick = now;
                 self.housekeeping();
                 counters.pool.publish(&self.pool.stats());
+                now = Instant::now();
             }
             if self.shared.stopping() && self.shutdown_step() {
                 break;
@@ -314,9 +320,8 @@ impl Worker {
                 self.idle_streak = 0;
                 self.spin_until = None;
             } else {
-                // Only the waiting is timed (busy = lifetime - idle): no clock read per pass
-                // while work keeps coming.
-                let t = Instant::now();
+                // Only the waiting is timed (busy = lifetime - idle).
+                let t = now;
                 if self.spinning(t) {
                     std::hint::spin_loop();
                 } else {

@@ -78,11 +78,12 @@ impl PassStats {
     }
 
     /// The end of a pass: counts the commands that finished in it in `counters` (by
-    /// namespace slot) with one clock read, and starts the next pass's clock afresh.
-    pub fn end_pass(&mut self, counters: &[Option<Arc<NsCounters>>]) {
+    /// namespace slot) with one clock read, and starts the next pass's clock afresh. Returns
+    /// the reading, if it made one (the worker's loop uses it for its own timing).
+    pub fn end_pass(&mut self, counters: &[Option<Arc<NsCounters>>]) -> Option<Instant> {
         self.arrived = None;
         if self.finished.is_empty() {
-            return;
+            return None;
         }
         let now = Instant::now();
         for f in self.finished.drain(..) {
@@ -91,6 +92,7 @@ impl PassStats {
                 c.done(f.op, f.bytes, f.status, latency, f.executed);
             }
         }
+        Some(now)
     }
 }
 

@@ -226,7 +226,7 @@ impl FuzzWorker {
                 group.on_buffer(w.queue, w.slot, data, ctx);
             }
             busy |= group.end_pass(ctx);
-            ctx.stats.end_pass(ctx.counters);
+            let _ = ctx.stats.end_pass(ctx.counters);
             group.housekeeping(ctx);
             busy
         });
