@@ -112,6 +112,22 @@ def load_cpu(report_path, ios):
     return host_us / ios, target_us / ios
 
 
+# tools/bench/spdk-tcp's manifest fields (one line a point, host and target per round).
+SPDK_TCP_FIELDS = ("round", "target", "host", "point", "rc", "iops", "p50", "p99", "ios",
+                   "errors", "tgt_us", "host_us", "tgt_whole_us", "host_whole_us", "report")
+
+
+def spdk_tcp_point(r):
+    """(workload, column, point) of one spdk-tcp record: the workload names the point and
+    the host, the column the target."""
+    workload, column = f"{r['point']} ({r['host']})", r["target"]
+    if r["rc"] != "0" or r["iops"] == "-" or r["errors"] not in ("0", "-"):
+        return workload, column, f"ERR exit {r['rc']}, {r['errors']} I/O errors ({r['report']})"
+    num = lambda k: None if r[k] == "-" else float(r[k])
+    return workload, column, (num("iops"), num("p50"), num("p99"), 0, num("host_us"),
+                              num("tgt_us"))
+
+
 def read_runs(d):
     """{(workload, column): [point per repeat]}, the workload order and notes. A point is
     (iops, p50, p99, errors, host_us_per_io, target_us_per_io) or "ERR ..."."""
@@ -121,7 +137,17 @@ def read_runs(d):
             line = line.rstrip("\n")
             if not line or line.startswith("#"):
                 continue
-            _key, workload, column, report, rc = line.split("\t")
+            fields = line.split("\t")
+            if len(fields) == len(SPDK_TCP_FIELDS):
+                # tools/bench/spdk-tcp's record: the figures are in the manifest itself.
+                workload, column, pt = spdk_tcp_point(dict(zip(SPDK_TCP_FIELDS, fields)))
+                if workload not in order:
+                    order.append(workload)
+                if isinstance(pt, str):
+                    notes.append(f"{workload} / {column}: {pt}")
+                points.setdefault((workload, column), []).append(pt)
+                continue
+            _key, workload, column, report, rc = fields
             if workload not in order:
                 order.append(workload)
             try:
