@@ -170,7 +170,7 @@ RDMABLK_TEST_ADDR           allow     verbs smoke tests: the device's address (t
 RDMABLK_TEST_VERBS_ADDR     allow     conformance_verbs (ignored, not run by tools/test): the device's address
 RDMABLK_TEST_VERBS_MAY_SKIP refuse    conformance_verbs (ignored today): lets cases skip
 RDMABLK_BLESS               refuse    initiator-c/tests/header.rs: rewrites rdmablk.h instead of comparing it
-RDMABLK_TEST_EXIT_WORKER    allow     a debug target's worker exits at start: every target then fails (lost_worker.rs sets it)
+RDMABLK_TEST_EXIT_WORKER    allow     a debug target's worker exits at start: every target then fails (target/tests/daemon.rs sets it)
 RDMABLK_TEST_BLOCKDEV       allow     target backend tests: adds a test on this block device
 RDMABLK_TEST_BLOCKDEV_POLL  allow     target backend tests: that test polls
 RDMABLK_KEEP_TEST_DIR       allow     target/tests/shutdown.rs: keeps its directory

@@ -210,7 +210,7 @@ pub(super) fn spawn(
 
 /// The variable that makes a *debug* build's worker thread `N` end by the `exit` system call
 /// right after start, without unwinding, as the kernel ends a thread it kills in an oops:
-/// how `target/tests/lost_worker.rs` checks that `rdmablk-target` notices ([`Target::lost_worker`]).
+/// how `target/tests/daemon.rs` checks that `rdmablk-target` notices ([`Target::lost_worker`]).
 /// Release builds ignore it.
 ///
 /// [`Target::lost_worker`]: crate::nvmf::Target::lost_worker
