@@ -28,6 +28,7 @@
 //! Every key type zeroizes its bytes on drop and shows only its length in `Debug`; no error
 //! carries key material.
 
+pub mod ktls;
 pub mod session;
 
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -414,17 +415,7 @@ fn check_context(
 /// HKDF-Expand-Label(HKDF-Extract(0, ikm), label, context, L) with L = `h`'s length (RFC 8446
 /// 7.1; the zero salt is RFC 5869's default, which SPDK's empty salt equals under HMAC).
 fn expand_label(h: PskHash, ikm: &[u8], label: &str, context: &[u8]) -> Zeroizing<Vec<u8>> {
-    const TLS13: &str = "tls13 ";
-    let label_len = u8::try_from(TLS13.len() + label.len()).expect("labels are constants");
-    let context_len = u8::try_from(context.len()).expect("checked by the callers");
-    let out_len = u16::try_from(h.digest_len()).expect("a digest length");
-    let mut info = Vec::with_capacity(4 + usize::from(label_len) + context.len());
-    info.extend_from_slice(&out_len.to_be_bytes());
-    info.push(label_len);
-    info.extend_from_slice(TLS13.as_bytes());
-    info.extend_from_slice(label.as_bytes());
-    info.push(context_len);
-    info.extend_from_slice(context);
+    let info = hkdf_label(h.digest_len(), label, context);
     let mut out = Zeroizing::new(vec![0u8; h.digest_len()]);
     let expanded = match h {
         PskHash::Sha256 => Hkdf::<Sha256>::new(None, ikm).expand(&info, &mut out),
@@ -432,6 +423,45 @@ fn expand_label(h: PskHash, ikm: &[u8], label: &str, context: &[u8]) -> Zeroizin
     };
     expanded.expect("one hash length is within HKDF's 255 blocks");
     out
+}
+
+/// HKDF-Expand-Label(secret, label, context, `out.len()`) under `h` (RFC 8446 7.1), `secret`
+/// being already a pseudorandom key (a traffic secret): no extract step. Panics if `secret`
+/// is shorter than the hash (a caller's bug: traffic secrets are the hash's length).
+pub(crate) fn expand_label_from_secret(
+    h: PskHash,
+    secret: &[u8],
+    label: &str,
+    context: &[u8],
+    out: &mut [u8],
+) {
+    let info = hkdf_label(out.len(), label, context);
+    let expanded = match h {
+        PskHash::Sha256 => Hkdf::<Sha256>::from_prk(secret)
+            .expect("a SHA-256 traffic secret")
+            .expand(&info, out),
+        PskHash::Sha384 => Hkdf::<Sha384>::from_prk(secret)
+            .expect("a SHA-384 traffic secret")
+            .expand(&info, out),
+    };
+    expanded.expect("a key or IV is within HKDF's 255 blocks");
+}
+
+/// RFC 8446's HkdfLabel: `out_len` (2 bytes, big-endian) | len | "tls13 " label | len |
+/// context.
+fn hkdf_label(out_len: usize, label: &str, context: &[u8]) -> Vec<u8> {
+    const TLS13: &str = "tls13 ";
+    let label_len = u8::try_from(TLS13.len() + label.len()).expect("labels are constants");
+    let context_len = u8::try_from(context.len()).expect("checked by the callers");
+    let out_len = u16::try_from(out_len).expect("a digest, key or IV length");
+    let mut info = Vec::with_capacity(4 + usize::from(label_len) + context.len());
+    info.extend_from_slice(&out_len.to_be_bytes());
+    info.push(label_len);
+    info.extend_from_slice(TLS13.as_bytes());
+    info.extend_from_slice(label.as_bytes());
+    info.push(context_len);
+    info.extend_from_slice(context);
+    info
 }
 
 /// The identity format: 0 (TP 8011) or 1 (TP 8018, with the PSK digest).

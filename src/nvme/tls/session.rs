@@ -11,16 +11,23 @@
 //! [`TlsConn::write_to`], so a caller on a non-blocking socket under epoll keeps its own loop
 //! and never blocks, and a handshake that stalls halfway costs only its own buffers.
 //!
+//! After the handshake the records go through this connection (OpenSSL's record layer in
+//! user space) or through the kernel's ([`super::ktls`]): while the handshake runs,
+//! [`TlsConn::read_from`] takes no byte past the end of a record, so the peer's first
+//! application data stays in the socket, and a keylog callback keeps the two application
+//! traffic secrets the kernel's keys are derived from.
+//!
 //! Both sides: TLS 1.3 only (a TLS 1.2 ClientHello gets a protocol_version alert),
 //! TLS_AES_128_GCM_SHA256 and TLS_AES_256_GCM_SHA384 only, no session tickets, no
 //! certificates (a client that offers no PSK gets a handshake failure). A target accepts
 //! PSK with (EC)DHE and PSK alone, whichever the host offers; rdmablk's host, like OpenSSL's
 //! and SPDK's, offers PSK with (EC)DHE.
 
-use std::ffi::{c_int, c_uchar};
+use std::ffi::c_int;
 use std::io::{self, Read, Write};
 use std::sync::{Arc, OnceLock};
 
+use foreign_types::ForeignTypeRef;
 use openssl::error::ErrorStack;
 use openssl::ex_data::Index;
 use openssl::ssl::{
@@ -28,7 +35,16 @@ use openssl::ssl::{
 };
 use openssl_sys as ffi;
 
+use super::ktls::TrafficSecrets;
 use super::{ConfiguredPsk, IdentityVersion, PskHash, PskIdentity, TlsPsk};
+use psk::{
+    find_session, use_session, SSL_CTX_set_psk_find_session_callback,
+    SSL_CTX_set_psk_use_session_callback,
+};
+use wire::Wire;
+
+mod psk;
+mod wire;
 
 /// Ciphertext bytes a connection holds unread at most: what [`TlsConn::read_from`] takes
 /// from the socket before the record layer has consumed it (one TLS record is at most 16 KiB
@@ -39,32 +55,9 @@ pub const MAX_CIPHERTEXT_IN: usize = 64 * 1024;
 /// psk_ke (PSK without (EC)DHE) when that is all the client offers.
 const SSL_OP_ALLOW_NO_DHE_KEX: u64 = 1 << 10;
 
-// OpenSSL 1.1.1+ functions the `openssl` crates do not wrap (libssl is linked by openssl-sys).
-type FindSession = unsafe extern "C" fn(
-    ssl: *mut ffi::SSL,
-    identity: *const c_uchar,
-    identity_len: usize,
-    sess: *mut *mut ffi::SSL_SESSION,
-) -> c_int;
-type UseSession = unsafe extern "C" fn(
-    ssl: *mut ffi::SSL,
-    md: *const ffi::EVP_MD,
-    id: *mut *const c_uchar,
-    idlen: *mut usize,
-    sess: *mut *mut ffi::SSL_SESSION,
-) -> c_int;
 extern "C" {
-    fn SSL_CTX_set_psk_find_session_callback(ctx: *mut ffi::SSL_CTX, cb: Option<FindSession>);
-    fn SSL_CTX_set_psk_use_session_callback(ctx: *mut ffi::SSL_CTX, cb: Option<UseSession>);
-    fn SSL_SESSION_new() -> *mut ffi::SSL_SESSION;
-    fn SSL_SESSION_set1_master_key(
-        s: *mut ffi::SSL_SESSION,
-        key: *const c_uchar,
-        len: usize,
-    ) -> c_int;
-    fn SSL_CIPHER_find(ssl: *mut ffi::SSL, ptr: *const c_uchar) -> *const ffi::SSL_CIPHER;
-    fn SSL_SESSION_set_cipher(s: *mut ffi::SSL_SESSION, cipher: *const ffi::SSL_CIPHER) -> c_int;
-    fn SSL_SESSION_set_protocol_version(s: *mut ffi::SSL_SESSION, version: c_int) -> c_int;
+    // OpenSSL 1.1.0+ (libssl is linked by openssl-sys); the `openssl` crates do not wrap it.
+    fn SSL_has_pending(ssl: *const ffi::SSL) -> c_int;
 }
 
 /// Why a TLS connection failed. Carries no key material.
@@ -95,6 +88,8 @@ struct PskState {
     accepted: Option<PskIdentity>,
     /// Why the target refused the host's identity.
     refused: Option<String>,
+    /// The application traffic secrets, from the keylog callback (for kTLS).
+    secrets: TrafficSecrets,
 }
 
 fn index() -> Result<Index<Ssl, PskState>, TlsError> {
@@ -119,161 +114,6 @@ unsafe fn state<'a>(ssl: *mut ffi::SSL) -> Option<&'a mut PskState> {
     unsafe { p.as_mut() }
 }
 
-/// A new `SSL_SESSION` carrying `psk` as a TLS 1.3 external PSK of its hash's cipher suite.
-///
-/// # Safety
-/// `ssl` is a live `SSL`.
-unsafe fn psk_session(ssl: *mut ffi::SSL, psk: &TlsPsk) -> *mut ffi::SSL_SESSION {
-    // RFC 8446 B.4: TLS_AES_128_GCM_SHA256 {0x13,0x01}, TLS_AES_256_GCM_SHA384 {0x13,0x02}.
-    let id: [u8; 2] = match psk.hash() {
-        PskHash::Sha256 => [0x13, 0x01],
-        PskHash::Sha384 => [0x13, 0x02],
-    };
-    // SAFETY: `ssl` is live (contract); `id` is the two bytes SSL_CIPHER_find reads.
-    let cipher = unsafe { SSL_CIPHER_find(ssl, id.as_ptr()) };
-    if cipher.is_null() {
-        return std::ptr::null_mut();
-    }
-    // SAFETY: plain constructor; freed below on failure, else owned by OpenSSL's handshake.
-    let sess = unsafe { SSL_SESSION_new() };
-    if sess.is_null() {
-        return sess;
-    }
-    let key = psk.as_bytes();
-    // SAFETY: `sess` is the new session; the key is copied by set1.
-    let ok = unsafe {
-        SSL_SESSION_set_cipher(sess, cipher) == 1
-            && SSL_SESSION_set_protocol_version(sess, ffi::TLS1_3_VERSION) == 1
-            && SSL_SESSION_set1_master_key(sess, key.as_ptr(), key.len()) == 1
-    };
-    if !ok {
-        // SAFETY: ours, not handed out.
-        unsafe { ffi::SSL_SESSION_free(sess) };
-        return std::ptr::null_mut();
-    }
-    sess
-}
-
-/// Target side: OpenSSL asks for the session of the identity the host offered. A panic in
-/// the lookup (a bug: it parses the peer's bytes) must not unwind into OpenSSL, nor abort the
-/// target: it refuses this host.
-unsafe extern "C" fn find_session(
-    ssl: *mut ffi::SSL,
-    identity: *const c_uchar,
-    identity_len: usize,
-    sess: *mut *mut ffi::SSL_SESSION,
-) -> c_int {
-    std::panic::catch_unwind(|| {
-        // SAFETY: the arguments OpenSSL gave this callback, passed on unchanged.
-        unsafe { find_session_inner(ssl, identity, identity_len, sess) }
-    })
-    .unwrap_or(0)
-}
-
-/// [`find_session`]'s work.
-///
-/// # Safety
-/// The arguments of an OpenSSL PSK find-session callback.
-unsafe fn find_session_inner(
-    ssl: *mut ffi::SSL,
-    identity: *const c_uchar,
-    identity_len: usize,
-    sess: *mut *mut ffi::SSL_SESSION,
-) -> c_int {
-    // SAFETY: OpenSSL passes a valid out pointer.
-    unsafe { *sess = std::ptr::null_mut() };
-    // SAFETY: a connection this module made (the callback is set on its contexts only).
-    let Some(st) = (unsafe { state(ssl) }) else {
-        return 0;
-    };
-    let Some(lookup) = st.lookup.clone() else {
-        return 0;
-    };
-    let bytes: &[u8] = if identity.is_null() || identity_len == 0 {
-        &[]
-    } else {
-        // SAFETY: OpenSSL gives `identity_len` bytes at `identity` for this call.
-        unsafe { std::slice::from_raw_parts(identity, identity_len) }
-    };
-    let shown = || String::from_utf8_lossy(&bytes[..bytes.len().min(512)]).into_owned();
-    let found = std::str::from_utf8(bytes)
-        .map_err(|_| format!("TLS PSK identity {:?} is not UTF-8", shown()))
-        .and_then(|s| PskIdentity::parse(s).map_err(|e| format!("{e} (identity {:?})", shown())))
-        .and_then(|id| lookup(&id).map(|psk| (id, psk)));
-    let (id, psk) = match found {
-        Ok(x) => x,
-        Err(why) => {
-            st.refused = Some(why);
-            // 0 aborts the handshake (the host gets an alert), where 1 with no session
-            // would go on to ask for a certificate the target does not have.
-            return 0;
-        }
-    };
-    // SAFETY: `ssl` is live for this callback.
-    let s = unsafe { psk_session(ssl, &psk) };
-    if s.is_null() {
-        st.refused = Some("OpenSSL could not make a PSK session".into());
-        return 0;
-    }
-    st.accepted = Some(id);
-    // SAFETY: OpenSSL takes ownership of the session it is given.
-    unsafe { *sess = s };
-    1
-}
-
-/// Host side: OpenSSL asks for the session (and identity) to offer.
-unsafe extern "C" fn use_session(
-    ssl: *mut ffi::SSL,
-    md: *const ffi::EVP_MD,
-    id: *mut *const c_uchar,
-    idlen: *mut usize,
-    sess: *mut *mut ffi::SSL_SESSION,
-) -> c_int {
-    std::panic::catch_unwind(|| {
-        // SAFETY: the arguments OpenSSL gave this callback, passed on unchanged.
-        unsafe { use_session_inner(ssl, md, id, idlen, sess) }
-    })
-    .unwrap_or(0)
-}
-
-/// [`use_session`]'s work.
-///
-/// # Safety
-/// The arguments of an OpenSSL PSK use-session callback.
-unsafe fn use_session_inner(
-    ssl: *mut ffi::SSL,
-    _md: *const ffi::EVP_MD,
-    id: *mut *const c_uchar,
-    idlen: *mut usize,
-    sess: *mut *mut ffi::SSL_SESSION,
-) -> c_int {
-    // SAFETY: OpenSSL passes valid out pointers.
-    unsafe {
-        *sess = std::ptr::null_mut();
-        *id = std::ptr::null();
-        *idlen = 0;
-    }
-    // SAFETY: a connection this module made.
-    let Some(st) = (unsafe { state(ssl) }) else {
-        return 0;
-    };
-    let Some((psk, identity)) = st.offer.as_ref() else {
-        return 0;
-    };
-    // SAFETY: `ssl` is live for this callback.
-    let s = unsafe { psk_session(ssl, psk) };
-    if s.is_null() {
-        return 0;
-    }
-    // SAFETY: the identity bytes live in the SSL's ex data, as long as the SSL.
-    unsafe {
-        *sess = s;
-        *id = identity.as_ptr();
-        *idlen = identity.len();
-    }
-    1
-}
-
 fn context(server: bool, suites: &str) -> Result<SslContext, ErrorStack> {
     let method = if server {
         SslMethod::tls_server()
@@ -286,6 +126,13 @@ fn context(server: bool, suites: &str) -> Result<SslContext, ErrorStack> {
     b.set_ciphersuites(suites)?;
     b.set_num_tickets(0)?;
     b.set_options(SslOptions::NO_TICKET);
+    // The application traffic secrets, for the kernel's record layer (`super::ktls`).
+    b.set_keylog_callback(|ssl, line| {
+        // SAFETY: a connection this module made, inside its handshake (as the PSK callbacks).
+        if let Some(st) = unsafe { state(ssl.as_ptr()) } {
+            st.secrets.note(line);
+        }
+    });
     if server {
         // psk_ke as well as psk_dhe_ke: the host chooses.
         b.set_options(SslOptions::from_bits_retain(SSL_OP_ALLOW_NO_DHE_KEX));
@@ -317,67 +164,6 @@ fn shared_context(role: Role) -> Result<SslContext, TlsError> {
 enum Role {
     Server,
     Client(PskHash),
-}
-
-/// The ciphertext buffers OpenSSL's record layer reads from and writes to. The receive side
-/// is allocated once ([`MAX_CIPHERTEXT_IN`]), and `rx[rx_off..rx_end]` is what is unread.
-struct Wire {
-    rx: Box<[u8]>,
-    rx_off: usize,
-    rx_end: usize,
-    tx: Vec<u8>,
-    tx_off: usize,
-}
-
-impl Default for Wire {
-    fn default() -> Wire {
-        Wire {
-            rx: vec![0u8; MAX_CIPHERTEXT_IN].into_boxed_slice(),
-            rx_off: 0,
-            rx_end: 0,
-            tx: Vec::new(),
-            tx_off: 0,
-        }
-    }
-}
-
-impl Wire {
-    /// Moves the unread bytes to the buffer's start; the free tail after them.
-    fn room(&mut self) -> &mut [u8] {
-        if self.rx_off > 0 {
-            self.rx.copy_within(self.rx_off..self.rx_end, 0);
-            self.rx_end -= self.rx_off;
-            self.rx_off = 0;
-        }
-        &mut self.rx[self.rx_end..]
-    }
-}
-
-impl Read for Wire {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let have = &self.rx[self.rx_off..self.rx_end];
-        if have.is_empty() {
-            return Err(io::ErrorKind::WouldBlock.into());
-        }
-        let n = have.len().min(buf.len());
-        buf[..n].copy_from_slice(&have[..n]);
-        self.rx_off += n;
-        if self.rx_off == self.rx_end {
-            self.rx_off = 0;
-            self.rx_end = 0;
-        }
-        Ok(n)
-    }
-}
-
-impl Write for Wire {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.tx.extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
 }
 
 /// One TLS connection of a queue: handshake, then records both ways, over buffers.
@@ -424,6 +210,7 @@ impl TlsConn {
                 offer: None,
                 accepted: None,
                 refused: None,
+                secrets: TrafficSecrets::default(),
             },
         )
     }
@@ -440,6 +227,7 @@ impl TlsConn {
                 offer: Some((psk, id)),
                 accepted: None,
                 refused: None,
+                secrets: TrafficSecrets::default(),
             },
         )
     }
@@ -450,7 +238,8 @@ impl TlsConn {
         let room = self.ssl.get_mut().room();
         let n = room.len().min(ciphertext.len());
         room[..n].copy_from_slice(&ciphertext[..n]);
-        self.ssl.get_mut().rx_end += n;
+        let track = !self.established;
+        self.ssl.get_mut().arrived(n, track);
         n
     }
 
@@ -473,11 +262,19 @@ impl TlsConn {
         have.len() >= 5 && have.len() >= 5 + usize::from(u16::from_be_bytes([have[3], have[4]]))
     }
 
-    /// Reads what `r` (a non-blocking socket) has, up to [`MAX_CIPHERTEXT_IN`] held. Ok(0):
-    /// nothing now (or no room); Err(UnexpectedEof): the peer closed the TCP connection.
+    /// Reads what `r` (a non-blocking socket) has, up to [`MAX_CIPHERTEXT_IN`] held; while
+    /// the handshake runs, no byte past the end of the next record. Ok(0): nothing now (or
+    /// no room); Err(UnexpectedEof): the peer closed the TCP connection.
     pub fn read_from(&mut self, r: &mut impl Read) -> io::Result<usize> {
         let w = self.ssl.get_mut();
+        let limit = if self.established {
+            usize::MAX
+        } else {
+            w.records.to_record_end()
+        };
         let room = w.room();
+        let n = limit.min(room.len());
+        let room = &mut room[..n];
         if room.is_empty() {
             return Ok(0);
         }
@@ -490,7 +287,7 @@ impl TlsConn {
                 Ok(n) => break n,
             }
         };
-        w.rx_end += n;
+        w.arrived(n, !self.established);
         Ok(n)
     }
 
@@ -530,6 +327,7 @@ impl TlsConn {
         if self.established {
             return Ok(true);
         }
+        self.ssl.get_mut().records.stepped();
         match self.ssl.do_handshake() {
             Ok(()) => {
                 self.established = true;
@@ -592,6 +390,33 @@ impl TlsConn {
     /// The negotiated cipher suite's name.
     pub fn cipher(&self) -> Option<&'static str> {
         self.ssl.ssl().current_cipher().map(|c| c.name())
+    }
+
+    /// The application traffic secrets (client's, server's), taken out of the connection,
+    /// and whether this is the server's side; Err if records may no longer be handed to
+    /// another record layer: the handshake is not done, or OpenSSL holds ciphertext to send
+    /// or received bytes (a record past the handshake, whose sequence number would be
+    /// lost). Taken even then, so no copy of the secrets outlives this call unused.
+    pub(crate) fn take_traffic_secrets(&mut self) -> Result<(TrafficSecrets, bool), String> {
+        let server = self.ssl.ssl().is_server();
+        // SAFETY: this connection's SSL, whose state nothing else borrows (`&mut self`).
+        let secrets = unsafe { state(self.ssl.ssl().as_ptr()) }
+            .map(|st| std::mem::take(&mut st.secrets))
+            .ok_or("the connection has no TLS state")?;
+        // SAFETY: the live SSL of this connection.
+        let held = unsafe { SSL_has_pending(self.ssl.ssl().as_ptr()) } != 0;
+        if !self.established {
+            return Err("the TLS handshake is not done".into());
+        }
+        if held || self.buffered_in() > 0 || !self.outgoing().is_empty() {
+            return Err(format!(
+                "records past the handshake are held in user space ({} bytes received, {} to \
+                 send)",
+                self.buffered_in(),
+                self.outgoing().len()
+            ));
+        }
+        Ok((secrets, server))
     }
 
     /// Decrypts into `buf`. Ok(0): nothing decryptable yet (feed more ciphertext);
@@ -677,4 +502,4 @@ pub fn is_tls_record(first: u8) -> bool {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -4,16 +4,17 @@ use openssl::ssl::{SslConnector, SslMethod, SslVersion};
 
 use super::*;
 
-const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:f81d4fae-7dec-11d0-a765-00a0c91e6bf6";
-const SUBSYS: &str = "nqn.2016-06.io.spdk:cnode1";
+pub(crate) const HOST: &str =
+    "nqn.2014-08.org.nvmexpress:uuid:f81d4fae-7dec-11d0-a765-00a0c91e6bf6";
+pub(crate) const SUBSYS: &str = "nqn.2016-06.io.spdk:cnode1";
 
-fn key(hash: u8) -> ConfiguredPsk {
+pub(crate) fn key(hash: u8) -> ConfiguredPsk {
     let n = if hash == 2 { 48 } else { 32 };
     let bytes: Vec<u8> = (0..n as u8).collect();
     ConfiguredPsk::new(&bytes, PskHash::from_id(hash)).unwrap()
 }
 
-fn target(configured: ConfiguredPsk) -> TlsConn {
+pub(crate) fn target(configured: ConfiguredPsk) -> TlsConn {
     let lookup: PskLookup = Arc::new(move |id: &PskIdentity| {
         if id.host_nqn() != HOST || id.subsys_nqn() != SUBSYS {
             return Err("no such host".into());
@@ -25,7 +26,10 @@ fn target(configured: ConfiguredPsk) -> TlsConn {
 
 /// Moves ciphertext both ways until neither side has more to say; the handshake's result
 /// on each side.
-fn pump(c: &mut TlsConn, s: &mut TlsConn) -> (Result<bool, TlsError>, Result<bool, TlsError>) {
+pub(crate) fn pump(
+    c: &mut TlsConn,
+    s: &mut TlsConn,
+) -> (Result<bool, TlsError>, Result<bool, TlsError>) {
     let (mut rc, mut rs) = (Ok(false), Ok(false));
     for _ in 0..20 {
         rc = c.handshake();
