@@ -165,7 +165,8 @@ struct rdmablk_opts *rdmablk_opts_new(void);
 // `ctrl_loss_tmo_ms`, `reconnect_delay_ms`, `reconnect_max_delay_ms`, `retry_writes`;
 // NVMe/TCP: `hdr_digest`, `data_digest`, and TLS 1.3 with a PSK: `psk_file` (a file holding
 // `NVMeTLSkey-1:..:`), `psk` (the key itself), `tls` (1: required), `tls_identity` (1, or 0
-// for SPDK's target). Returns 0, or -EINVAL for an unknown name or a bad value.
+// for SPDK's target), `tls_record_layer` (`auto`, `kernel`: kTLS or fail, `user`: OpenSSL).
+// Returns 0, or -EINVAL for an unknown name or a bad value.
 //
 // # Safety
 // `opts` comes from [`rdmablk_opts_new`]; `name` and `value` are NUL-terminated strings.

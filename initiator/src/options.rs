@@ -6,6 +6,7 @@ use std::fs;
 use std::time::Duration;
 
 use rdmablk::nvme::auth::key::DhchapKey;
+use rdmablk::nvme::tls::ktls::RecordLayer;
 use rdmablk::nvme::Nqn;
 
 use crate::error::{Error, Result};
@@ -78,6 +79,10 @@ pub struct ConnectOptions {
     /// TLS PSK identity version: 1 (`NVMe1R0x <hostnqn> <subnqn> <digest>`, the default) or
     /// 0 (`NVMe0R0x <hostnqn> <subnqn>`, what SPDK v25.09 speaks). URL: `?tls_identity=0`.
     pub tls_identity: u8,
+    /// Which record layer carries TLS records after the handshake: `Auto` (the default) the
+    /// kernel's (kTLS) where it has one, else OpenSSL's in user space; `Kernel` the kernel's
+    /// or the queue fails; `User` OpenSSL's. URL: `?tls_record_layer=auto|kernel|user`.
+    pub tls_record_layer: RecordLayer,
 }
 
 impl Default for ConnectOptions {
@@ -107,6 +112,7 @@ impl Default for ConnectOptions {
             tls_psk: None,
             tls: false,
             tls_identity: 1,
+            tls_record_layer: RecordLayer::Auto,
         }
     }
 }
@@ -231,6 +237,12 @@ impl ConnectOptions {
                 })?)
             }
             "tls_identity" => self.tls_identity = num("tls_identity", value)?,
+            "tls_record_layer" => {
+                self.tls_record_layer = RecordLayer::parse(value).ok_or_else(|| Error::Option {
+                    name: "tls_record_layer",
+                    reason: format!("{value:?} is not auto, kernel or user"),
+                })?
+            }
             "dhchap_ctrl_key_file" => {
                 self.dhchap_ctrl_key = Some(key_file("dhchap_ctrl_key_file", value)?)
             }

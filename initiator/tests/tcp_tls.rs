@@ -400,3 +400,61 @@ fn a_rotated_key_applies_to_the_next_handshake() {
     verified_sizes(&after, 11);
     verified_sizes(&before, 12);
 }
+
+/// Which record layer carries the records: the kernel's (kTLS) where this kernel has it,
+/// OpenSSL's in user space where it has not, as each side's `tls_record_layer` asks; counted
+/// by the target per connection (admin queue and 2 I/O queues: 3), `kernel` refused with
+/// why where the kernel cannot take the keys, and a reload sets the target's for the next
+/// connections.
+#[test]
+fn the_record_layer_is_the_kernels_where_it_has_ktls_and_openssls_elsewhere() {
+    let t = start();
+    let handle = t.target.as_ref().unwrap().handle();
+    let counts = || {
+        let s = handle.status();
+        let n = |layer: &str| s["tls_connections"][layer].as_u64().expect("a count");
+        (n("kernel"), n("user"))
+    };
+    let ktls = rdmablk::nvme::tls::ktls::kernel_has_ktls();
+    let k = key(PskHash::Sha256, 1);
+    let with = |layer: &str| {
+        url(
+            t.required,
+            SUB256,
+            &format!("?psk={k}&tls_record_layer={layer}"),
+        )
+    };
+    // The host's records in user space, the target's where `auto` puts them.
+    let (k0, u0) = counts();
+    let ctrl = Controller::connect_with(&with("user"), opts()).unwrap();
+    verified_sizes(&ctrl, 21);
+    drop(ctrl);
+    let (k1, u1) = counts();
+    assert_eq!((k1 - k0, u1 - u0), if ktls { (3, 0) } else { (0, 3) });
+    // The host requires the kernel's.
+    match Controller::connect_with(&with("kernel"), opts()) {
+        Ok(ctrl) if ktls => verified_sizes(&ctrl, 22),
+        Err(e) if !ktls => {
+            let e = e.to_string();
+            assert!(e.contains("required") && e.contains("TCP_ULP"), "{e}");
+        }
+        r => panic!("kTLS {ktls}: {:?}", r.map(|_| "connected")),
+    }
+    // The target requires the kernel's (a reload: the next connections).
+    let toml = t.toml.replace(
+        "connect_timeout_ms = 1500",
+        "connect_timeout_ms = 1500\ntls_record_layer = \"kernel\"",
+    );
+    handle
+        .apply(Config::from_str(&toml).unwrap())
+        .expect("reload");
+    let (k2, u2) = counts();
+    let r = Controller::connect_with(&with("auto"), opts());
+    assert_eq!(r.is_ok(), ktls, "kTLS {ktls}: {:?}", r.err());
+    if let Ok(ctrl) = r {
+        verified_sizes(&ctrl, 23);
+    }
+    let (k3, u3) = counts();
+    assert_eq!(u3, u2, "nothing in user space");
+    assert_eq!(k3 - k2, if ktls { 3 } else { 0 });
+}

@@ -32,7 +32,7 @@ pub use cpu_list::{allowed_cpus, pin_current_thread, CpuList};
 pub use nqn::{
     nqn_form_warning, parse_uuid, validate_nqn, validate_uuid, DISCOVERY_NQN, MAX_NQN_BYTES,
 };
-pub use tls::{add_tls_psk, generate_psk, TlsMode};
+pub use tls::{add_tls_psk, generate_psk, TlsMode, TlsRecordLayer};
 pub use validate::{ana_state_names, parse_ana_group, Problem};
 
 use crate::arena::{ParcelLayout, PAGE_BYTES};
@@ -387,6 +387,11 @@ pub struct TargetConfig {
     /// command completes). Absent: reservations are not persisted and hosts are told so
     /// (Identify Namespace RESCAP bit 0 clear).
     pub state_dir: Option<PathBuf>,
+    /// Which record layer carries an NVMe/TCP TLS connection's records after its handshake:
+    /// the kernel's (kTLS) where it has one, else OpenSSL's in user space (`auto`); the
+    /// kernel's or none (`kernel`: a connection the kernel cannot take is closed); OpenSSL's
+    /// (`user`).
+    pub tls_record_layer: TlsRecordLayer,
 }
 
 impl Default for TargetConfig {
@@ -403,6 +408,7 @@ impl Default for TargetConfig {
             discovery_nqn: None,
             io_statistics: true,
             state_dir: None,
+            tls_record_layer: TlsRecordLayer::Auto,
         }
     }
 }

@@ -198,6 +198,10 @@ pub struct TargetCounters {
     pub keep_alive_expirations: AtomicU64,
     pub reloads_applied: AtomicU64,
     pub reloads_refused: AtomicU64,
+    /// NVMe/TCP TLS connections established, by the record layer their records went to:
+    /// the kernel's (kTLS), OpenSSL's in user space.
+    pub tls_kernel: AtomicU64,
+    pub tls_user: AtomicU64,
 }
 
 /// One namespace's I/O counters, every worker's merged: what a scrape and `rdmablk-ctl top`
@@ -583,6 +587,21 @@ impl Collector for TargetCollector {
                 (
                     vec![("result", "refused".into())],
                     t.reloads_refused.load(Ordering::Relaxed),
+                ),
+            ],
+        )?;
+        counter_family(
+            &mut enc,
+            "rdmablk_tls_connections",
+            "NVMe/TCP TLS connections established, by the record layer that carries them",
+            &[
+                (
+                    vec![("record_layer", "kernel".into())],
+                    t.tls_kernel.load(Ordering::Relaxed),
+                ),
+                (
+                    vec![("record_layer", "user".into())],
+                    t.tls_user.load(Ordering::Relaxed),
                 ),
             ],
         )?;

@@ -1,7 +1,9 @@
 //! TLS 1.3 with a PSK under an NVMe/TCP queue (TP 8011; `docs/tcp.md`): the handshake before
-//! the ICReq, then every byte of the queue through OpenSSL's record layer in user space
-//! (`rdmablk::nvme::tls::session`). [`Stream`] is what [`super::tcp::TcpLink`] reads and
-//! writes: a plain socket, or the socket through TLS.
+//! the ICReq (OpenSSL, `rdmablk::nvme::tls::session`), then every byte of the queue through
+//! the kernel's record layer (kTLS: the socket is read and written as in clear text) where
+//! the kernel has it and the `tls_record_layer` option allows, else through OpenSSL's in user
+//! space (`rdmablk::nvme::tls::ktls`). [`Stream`] is what [`super::tcp::TcpLink`] reads and
+//! writes: a plain socket, the socket through OpenSSL, or the socket under kTLS.
 //!
 //! The key is the host's configured PSK (`NVMeTLSkey-1:..`); the identity and the TLS PSK
 //! are derived from it for this host and subsystem, identity version 1 (`NVMe1R0x .. digest`)
@@ -12,6 +14,7 @@ use std::net::{Shutdown, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::Instant;
 
+use rdmablk::nvme::tls::ktls::{self, hand_off, RecordLayer};
 use rdmablk::nvme::tls::session::{host_offer, TlsConn, TlsError, MAX_CIPHERTEXT_IN};
 use rdmablk::nvme::tls::{ConfiguredPsk, IdentityVersion};
 
@@ -59,6 +62,8 @@ pub(crate) struct TlsOffer {
     pub version: IdentityVersion,
     pub hostnqn: String,
     pub subnqn: String,
+    /// Which record layer carries the records after the handshake.
+    pub record_layer: RecordLayer,
 }
 
 impl TlsOffer {
@@ -73,6 +78,7 @@ impl TlsOffer {
             version: identity_version(opts.tls_identity)?,
             hostnqn: opts.hostnqn.clone(),
             subnqn: subnqn.to_owned(),
+            record_layer: opts.tls_record_layer,
         })
     }
 }
@@ -80,7 +86,10 @@ impl TlsOffer {
 /// A queue's socket, in clear text or through TLS.
 pub(crate) enum Stream {
     Plain(TcpStream),
-    Tls(Box<(TcpStream, TlsConn)>),
+    /// TLS records through OpenSSL in user space.
+    Tls(TcpStream, Box<TlsConn>),
+    /// TLS records through the kernel (kTLS): plain text on the socket.
+    Kernel(TcpStream),
 }
 
 impl Stream {
@@ -101,9 +110,14 @@ impl Stream {
             conn.write_to(&mut &sock)
                 .map_err(|e| format!("TLS handshake: send: {e}"))?;
             if done {
-                tracing::debug!(identity = %id, cipher = conn.cipher().unwrap_or("?"),
-                    "NVMe/TCP TLS established");
-                return Ok(Stream::Tls(Box::new((sock, conn))));
+                let est = hand_off(Box::new(conn), &sock, o.record_layer)
+                    .map_err(|e| format!("TLS: {e}"))?;
+                tracing::debug!(identity = %id, cipher = est.cipher(),
+                    record_layer = est.record_layer(), "NVMe/TCP TLS established");
+                return Ok(match est.into_user() {
+                    Some(conn) => Stream::Tls(sock, conn),
+                    None => Stream::Kernel(sock),
+                });
             }
             if Instant::now() > deadline {
                 return Err("TLS handshake: the target did not finish it in time".into());
@@ -126,8 +140,7 @@ impl Stream {
 
     fn sock(&self) -> &TcpStream {
         match self {
-            Stream::Plain(s) => s,
-            Stream::Tls(b) => &b.0,
+            Stream::Plain(s) | Stream::Kernel(s) | Stream::Tls(s, _) => s,
         }
     }
 
@@ -142,27 +155,24 @@ impl Stream {
     /// Received bytes TLS holds that the socket's readiness does not show.
     pub fn has_buffered_input(&self) -> bool {
         match self {
-            Stream::Plain(_) => false,
-            Stream::Tls(b) => b.1.has_buffered_input(),
+            Stream::Plain(_) | Stream::Kernel(_) => false,
+            Stream::Tls(_, c) => c.has_buffered_input(),
         }
     }
 
     /// Ciphertext not yet taken by the socket.
     pub fn has_pending_output(&self) -> bool {
         match self {
-            Stream::Plain(_) => false,
-            Stream::Tls(b) => !b.1.outgoing().is_empty(),
+            Stream::Plain(_) | Stream::Kernel(_) => false,
+            Stream::Tls(_, c) => !c.outgoing().is_empty(),
         }
     }
 
     /// Sends what TLS holds, as far as the socket takes it.
     pub fn push_output(&mut self) -> io::Result<()> {
         match self {
-            Stream::Plain(_) => Ok(()),
-            Stream::Tls(b) => {
-                let (sock, conn) = &mut **b;
-                conn.write_to(&mut &*sock).map(|_| ())
-            }
+            Stream::Plain(_) | Stream::Kernel(_) => Ok(()),
+            Stream::Tls(sock, conn) => conn.write_to(&mut &*sock).map(|_| ()),
         }
     }
 }
@@ -183,10 +193,15 @@ impl Read for Stream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let (sock, conn) = match self {
             Stream::Plain(s) => return s.read(buf),
-            Stream::Tls(b) => {
-                let (s, c) = &mut **b;
-                (&*s, c)
+            Stream::Kernel(s) => {
+                // A record that is not data (an alert, a KeyUpdate) or does not decrypt:
+                // named, never taken as data.
+                return s.read(buf).map_err(|e| match ktls::receive_error(s, &e) {
+                    Some(why) => io::Error::other(why),
+                    None => e,
+                });
             }
+            Stream::Tls(s, c) => (&*s, c),
         };
         let mut n = 0;
         // The last read from the socket was short: it had no more then.
@@ -222,9 +237,8 @@ impl Write for Stream {
     /// the rest goes out with [`Stream::push_output`].
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self {
-            Stream::Plain(s) => s.write(buf),
-            Stream::Tls(b) => {
-                let (sock, conn) = &mut **b;
+            Stream::Plain(s) | Stream::Kernel(s) => s.write(buf),
+            Stream::Tls(sock, conn) => {
                 if !conn.outgoing().is_empty() && !conn.write_to(&mut &*sock)? {
                     return Err(ErrorKind::WouldBlock.into());
                 }

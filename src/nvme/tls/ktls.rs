@@ -316,6 +316,11 @@ impl Established {
     pub fn user_mut(&mut self) -> Option<&mut TlsConn> {
         self.user.as_deref_mut()
     }
+
+    /// OpenSSL's record layer, when it carries the records.
+    pub fn into_user(self) -> Option<Box<TlsConn>> {
+        self.user
+    }
 }
 
 /// Hands the records of `conn` (its handshake done, every byte of it sent) to the record

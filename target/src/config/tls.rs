@@ -20,6 +20,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
+use rdmablk::nvme::tls::ktls::RecordLayer;
 use rdmablk::nvme::tls::ConfiguredPsk;
 
 use super::auth::{HostEntry, SecretString};
@@ -46,6 +47,29 @@ impl TlsMode {
             TlsMode::None => "none",
             TlsMode::Allowed => "allowed",
             TlsMode::Required => "required",
+        }
+    }
+}
+
+/// `target.tls_record_layer` (`rdmablk::nvme::tls::ktls`).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq, Hash)]
+#[serde(rename_all = "lowercase")]
+pub enum TlsRecordLayer {
+    /// The kernel's (kTLS) where it has one, else OpenSSL's in user space.
+    #[default]
+    Auto,
+    /// The kernel's only: a connection whose keys the kernel does not take is closed.
+    Kernel,
+    /// OpenSSL's in user space.
+    User,
+}
+
+impl From<TlsRecordLayer> for RecordLayer {
+    fn from(l: TlsRecordLayer) -> RecordLayer {
+        match l {
+            TlsRecordLayer::Auto => RecordLayer::Auto,
+            TlsRecordLayer::Kernel => RecordLayer::Kernel,
+            TlsRecordLayer::User => RecordLayer::User,
         }
     }
 }

@@ -99,6 +99,12 @@ impl TargetHandle {
             "subsystems": subsystems,
             "controllers": controllers,
             "connections": s.queues_open.load(std::sync::atomic::Ordering::Relaxed),
+            // NVMe/TCP TLS connections established so far, by the record layer that carries
+            // them (kernel: kTLS; user: OpenSSL in user space).
+            "tls_connections": {
+                "kernel": s.counters.tls_kernel.load(std::sync::atomic::Ordering::Relaxed),
+                "user": s.counters.tls_user.load(std::sync::atomic::Ordering::Relaxed),
+            },
             "arena": {
                 "bytes": a.total_bytes,
                 "bytes_in_use": a.bytes_in_use,

@@ -157,7 +157,7 @@ impl TcpGroup {
         let Some(p) = self.pending[i].as_mut() else {
             return;
         };
-        match super::tls::advance(&mut p.tls, &mut p.sock, p.peer) {
+        match super::tls::advance(&mut p.tls, &mut p.sock, p.peer, ctx.shared) {
             Ok(true) => {}
             Ok(false) => return,
             Err(why) => {

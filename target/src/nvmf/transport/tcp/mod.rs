@@ -136,6 +136,7 @@ impl Transport for TcpTransport {
         let tls = tls::ListenTls {
             mode: cfg.tls,
             lookup: tls::lookup(shared),
+            record_layer: shared.fixed.target.tls_record_layer.into(),
         };
         let shared = Arc::clone(shared);
         let thread = std::thread::Builder::new()
@@ -196,6 +197,8 @@ fn accept_loop(
                 tls: Some(tls::ListenTls {
                     mode,
                     lookup: Arc::clone(&tls.lookup),
+                    // The configuration now: a reload applies it to the next connections.
+                    record_layer: shared.live.load().target.tls_record_layer.into(),
                 }),
             });
             if over_limit {

@@ -8,7 +8,7 @@ use std::io;
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 
-use rdmablk::nvme::tls::session::TlsConn;
+use rdmablk::nvme::tls::ktls::{self, Established};
 
 mod tls;
 
@@ -58,8 +58,10 @@ pub struct Socket {
     /// The peer closed its side, or the socket failed: why.
     pub broken: Option<String>,
     iov: Vec<libc::iovec>,
-    /// TLS, once the connection's handshake is done (`socket/tls.rs`).
-    tls: Option<Box<TlsConn>>,
+    /// TLS, once the connection's handshake is done (`socket/tls.rs`): its records through
+    /// OpenSSL in user space, or through the kernel (then the socket is read and written as
+    /// in clear text).
+    tls: Option<Established>,
     /// TLS: plaintext of the PDUs being encrypted.
     plain: Vec<u8>,
 }
@@ -90,7 +92,7 @@ impl Socket {
             self.end -= self.start;
             self.start = 0;
         }
-        if self.tls.is_some() {
+        if self.tls_user() {
             return self.fill_tls();
         }
         let mut any = false;
@@ -126,7 +128,14 @@ impl Socket {
                 io::ErrorKind::WouldBlock => break,
                 io::ErrorKind::Interrupted => continue,
                 _ => {
-                    self.broken.get_or_insert_with(|| format!("receive: {e}"));
+                    // Under kTLS, a record that is not data (an alert, a KeyUpdate) or one
+                    // that does not decrypt: named, and the connection ends.
+                    let why = self
+                        .tls
+                        .as_ref()
+                        .and_then(|_| ktls::receive_error(&self.stream, &e))
+                        .unwrap_or_else(|| format!("receive: {e}"));
+                    self.broken.get_or_insert(why);
                     break;
                 }
             }
@@ -155,7 +164,12 @@ impl Socket {
     }
 
     pub fn has_output(&self) -> bool {
-        !self.tx.is_empty() || self.tls.as_ref().is_some_and(|t| !t.outgoing().is_empty())
+        !self.tx.is_empty()
+            || self
+                .tls
+                .as_ref()
+                .and_then(Established::user)
+                .is_some_and(|t| !t.outgoing().is_empty())
     }
 
     /// PDUs queued and not written.
@@ -172,7 +186,7 @@ impl Socket {
     /// Writes as much of the queue as the socket takes; each request slot whose PDU is written
     /// whole goes to `sent`. Returns whether output is left (the socket is full).
     pub fn flush(&mut self, sent: &mut impl FnMut(u32)) -> bool {
-        if self.tls.is_some() {
+        if self.tls_user() {
             return self.flush_tls(sent);
         }
         while !self.tx.is_empty() && self.broken.is_none() {

@@ -6,12 +6,16 @@
 //! stalls before its ICReq is. The host's identity names its NQN and the subsystem's; the key
 //! is the one that subsystem's `hosts` entry configures for it, looked up at the handshake
 //! (so a reloaded key applies to the next one). Any failure closes the connection: never a
-//! fall back to clear text.
+//! fall back to clear text. After the handshake the records go to the kernel (kTLS) where it
+//! has it and `target.tls_record_layer` allows, else through OpenSSL in user space
+//! (`rdmablk::nvme::tls::ktls`); each connection's is logged and counted.
 
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 use rdmablk::nvme::fabrics::ConnectData;
+use rdmablk::nvme::tls::ktls::{hand_off, RecordLayer};
 use rdmablk::nvme::tls::session::{is_tls_record, target_psk, PskLookup, TlsConn};
 use rdmablk::nvme::tls::PskIdentity;
 use rdmablk::nvme::transport::tcp::PduLayout;
@@ -25,12 +29,15 @@ use crate::nvmf::Shared;
 pub struct ListenTls {
     pub mode: TlsMode,
     pub lookup: PskLookup,
+    /// Which record layer a connection's records go to after its handshake.
+    pub record_layer: RecordLayer,
 }
 
 impl std::fmt::Debug for ListenTls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ListenTls")
             .field("mode", &self.mode)
+            .field("record_layer", &self.record_layer)
             .finish()
     }
 }
@@ -75,8 +82,8 @@ pub fn mode_of(shared: &Shared, listener: u64, last: &mut TlsMode) -> TlsMode {
 pub enum Stage {
     /// Its first byte not seen yet.
     First(ListenTls),
-    /// In the TLS handshake.
-    Handshake(Box<TlsConn>),
+    /// In the TLS handshake; then its records go to the record layer named.
+    Handshake(Box<TlsConn>, RecordLayer),
     /// NVMe/TCP (in clear text, or through the socket's TLS).
     Ready,
 }
@@ -95,7 +102,12 @@ impl Stage {
 /// Takes the connection as far as what has arrived allows. Ok(true): NVMe/TCP may start
 /// (the ICReq is read next, through TLS if it was started); Ok(false): waiting for the
 /// host; Err: refused (why, for the log), the socket to be closed.
-pub fn advance(stage: &mut Stage, sock: &mut Socket, peer: SocketAddr) -> Result<bool, String> {
+pub fn advance(
+    stage: &mut Stage,
+    sock: &mut Socket,
+    peer: SocketAddr,
+    shared: &Shared,
+) -> Result<bool, String> {
     loop {
         match stage {
             Stage::Ready => return Ok(true),
@@ -119,17 +131,24 @@ pub fn advance(stage: &mut Stage, sock: &mut Socket, peer: SocketAddr) -> Result
                     (true, _) => {
                         let conn =
                             TlsConn::server(Arc::clone(&t.lookup)).map_err(|e| e.to_string())?;
-                        *stage = Stage::Handshake(Box::new(conn));
+                        *stage = Stage::Handshake(Box::new(conn), t.record_layer);
                     }
                 }
             }
-            Stage::Handshake(conn) => {
-                let closed = match conn.read_from(&mut &sock.stream) {
-                    Ok(_) => false,
-                    Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => true,
-                    Err(e) => return Err(format!("receive during the TLS handshake: {e}")),
+            Stage::Handshake(conn, _) => {
+                // A record at a time (the handshake reads none past its last), as long as
+                // the socket has one.
+                let (step, closed) = loop {
+                    let (got, closed) = match conn.read_from(&mut &sock.stream) {
+                        Ok(n) => (n, false),
+                        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => (0, true),
+                        Err(e) => return Err(format!("receive during the TLS handshake: {e}")),
+                    };
+                    let step = conn.handshake();
+                    if got == 0 || step != Ok(false) {
+                        break (step, closed);
+                    }
                 };
-                let step = conn.handshake();
                 // The alert of a refusal goes out too (best effort: the socket is closed next).
                 let sent = conn.write_to(&mut &sock.stream);
                 match step {
@@ -143,13 +162,23 @@ pub fn advance(stage: &mut Stage, sock: &mut Socket, peer: SocketAddr) -> Result
                     }
                     Ok(true) => {
                         sent.map_err(|e| format!("send during the TLS handshake: {e}"))?;
-                        let Stage::Handshake(conn) = std::mem::replace(stage, Stage::Ready) else {
+                        let Stage::Handshake(conn, want) = std::mem::replace(stage, Stage::Ready)
+                        else {
                             unreachable!("matched above");
                         };
-                        let id = conn.accepted_identity().map(ToString::to_string);
+                        let est = hand_off(conn, &sock.stream, want)?;
+                        let id = est.identity().map(ToString::to_string);
                         tracing::info!(%peer, identity = id.as_deref().unwrap_or("?"),
-                            cipher = conn.cipher().unwrap_or("?"), "NVMe/TCP TLS established");
-                        sock.start_tls(conn);
+                            cipher = est.cipher(), record_layer = est.record_layer(),
+                            why = est.why_user().unwrap_or(""), "NVMe/TCP TLS established");
+                        let c = &shared.counters;
+                        let n = if est.user().is_some() {
+                            &c.tls_user
+                        } else {
+                            &c.tls_kernel
+                        };
+                        n.fetch_add(1, Ordering::Relaxed);
+                        sock.start_tls(est);
                     }
                 }
             }

@@ -1,15 +1,18 @@
-//! A socket's bytes through TLS (a connection that started TLS: `super::super::tls`): what
-//! [`Socket::fill`] and [`Socket::flush`] do instead of `recv` and `sendmsg`. OpenSSL's
-//! record layer in user space (this machine's kernel may have no kTLS): ciphertext is read
-//! from the socket and decrypted into the receive buffer, and queued PDUs are copied whole
-//! into records (a PDU's response slot is free once its bytes are encrypted).
+//! A socket's bytes through TLS (a connection that started TLS: `super::super::tls`). Under
+//! the kernel's record layer (kTLS) the socket is read and written as in clear text, and only
+//! its errors differ (`Socket::fill`). Under OpenSSL's in user space (a kernel without kTLS,
+//! or `target.tls_record_layer = "user"`), this is what [`Socket::fill`] and
+//! [`Socket::flush`] do instead of `recv` and `sendmsg`: ciphertext is read from the socket
+//! and decrypted into the receive buffer, and queued PDUs are copied whole into records (a
+//! PDU's response slot is free once its bytes are encrypted).
 //!
 //! Decrypted bytes and ciphertext held inside the connection do not make the socket
 //! readable: [`Socket::tls_backlog`] says when to read again without waiting for epoll.
 
 use std::io;
 
-use rdmablk::nvme::tls::session::{TlsConn, TlsError, MAX_CIPHERTEXT_IN};
+use rdmablk::nvme::tls::ktls::Established;
+use rdmablk::nvme::tls::session::{TlsError, MAX_CIPHERTEXT_IN};
 
 use super::Socket;
 
@@ -21,10 +24,15 @@ const PLAIN_BATCH: usize = 64 * 1024;
 const MAX_CIPHERTEXT_OUT: usize = 512 * 1024;
 
 impl Socket {
-    /// From now on, the socket's bytes go through `conn` (its handshake done).
-    pub fn start_tls(&mut self, conn: Box<TlsConn>) {
-        debug_assert!(conn.is_established());
-        self.tls = Some(conn);
+    /// From now on, the socket's bytes go through `tls` (its handshake done, its records
+    /// handed to one record layer).
+    pub fn start_tls(&mut self, tls: Established) {
+        self.tls = Some(tls);
+    }
+
+    /// Whether OpenSSL's record layer in user space carries the connection's records.
+    pub(super) fn tls_user(&self) -> bool {
+        self.tls.as_ref().is_some_and(|t| t.user().is_some())
     }
 
     /// Whether the connection uses TLS.
@@ -34,17 +42,20 @@ impl Socket {
 
     /// The TLS PSK identity the host was accepted under.
     pub fn tls_identity(&self) -> Option<&rdmablk::nvme::tls::PskIdentity> {
-        self.tls.as_ref().and_then(|t| t.accepted_identity())
+        self.tls.as_ref().and_then(Established::identity)
     }
 
     /// Whether TLS holds received bytes that a read would bring into the buffer now.
     pub fn tls_backlog(&self) -> bool {
-        self.tls.as_ref().is_some_and(|t| t.has_buffered_input())
+        self.tls
+            .as_ref()
+            .and_then(Established::user)
+            .is_some_and(|t| t.has_buffered_input())
     }
 
     /// [`Socket::fill`] under TLS.
     pub(super) fn fill_tls(&mut self) -> bool {
-        let Some(t) = self.tls.as_mut() else {
+        let Some(t) = self.tls.as_mut().and_then(Established::user_mut) else {
             return false;
         };
         let mut any = false;
@@ -93,7 +104,7 @@ impl Socket {
 
     /// [`Socket::flush`] under TLS.
     pub(super) fn flush_tls(&mut self, sent: &mut impl FnMut(u32)) -> bool {
-        let Some(t) = self.tls.as_mut() else {
+        let Some(t) = self.tls.as_mut().and_then(Established::user_mut) else {
             return false;
         };
         loop {
