@@ -13,6 +13,15 @@ use std::process::ExitCode;
 use rdmablk_initiator::{Controller, Namespace, Op, Result};
 
 fn main() -> ExitCode {
+    // The library's log (RUST_LOG, default warnings) on stderr.
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
     let args: Vec<String> = std::env::args().collect();
     let Some(url) = args.get(1) else {
         eprintln!(

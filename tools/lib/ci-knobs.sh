@@ -92,7 +92,7 @@ NVMET_BLKDEV_TYPES          allow     blktests-guest.sh: nvmet's backing device 
 # plumbing: set by the script that starts the reader, on every call
 OUT                         allow     guest-steps.sh, blktests-guest.sh, powercut.sh, tools/blktests: set by their callers
 ROOT                        allow     guest-steps.sh, blktests-guest.sh, powercut.sh: set by their callers
-LIBTEST                     allow     guest-steps.sh: set by tools/test-rxe
+LIBTEST                     allow     guest-steps.sh, tests/vm/ktls.sh: set by tools/test-rxe
 E2E_TARGET                  allow     guest-steps.sh: set by tools/test-rxe
 E2E_INITIATOR               allow     guest-steps.sh: set by tools/test-rxe
 LIFECYCLE                   allow     guest-steps.sh: set by tools/test-rxe

@@ -569,6 +569,12 @@ fn print_human(cmd: &Cmd, r: &Value) {
                 s(&p["waits"]),
                 s(&p["hosts"])
             );
+            let t = &r["tls_connections"];
+            println!(
+                "TLS  {} connections with their records in the kernel (kTLS), {} in user space",
+                s(&t["kernel"]),
+                s(&t["user"])
+            );
         }
         _ => match r.get("changes").and_then(Value::as_array) {
             Some(c) if c.is_empty() => println!("nothing changed"),
