@@ -16,7 +16,8 @@
 # counters (/proc/net/tls_stat TlsTxSw, TlsRxSw) grew by a session per side and direction.
 # With LIBTEST (the rdmablk lib's unit-test binary, as tools/test-rxe builds it) its
 # nvme::tls tests run here too: OpenSSL's records against the kernel's both ways, a host's
-# close_notify named by the kernel's side, a megabyte each way with both ends in the kernel.
+# close_notify and a KeyUpdate named by the kernel's side, a megabyte each way with both ends
+# in the kernel.
 #
 # Needs: build/debug/{rdmablk-target,rdmablk-ctl,rdmablk-perf,examples/verify} (or
 # RDMABLK_TARGET, RDMABLK_CTL, PERF_BIN, VERIFY_BIN), python3. Prints PASS or FAIL.

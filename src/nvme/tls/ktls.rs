@@ -261,7 +261,27 @@ fn install(fd: RawFd, hash: PskHash, tx: &TrafficKey, rx: &TrafficKey) -> Result
              SOL_TLS TLS_RX: {e}); the connection cannot go on",
             hash.cipher_suite()
         ))
-    })
+    })?;
+    expect_no_padding(fd);
+    Ok(())
+}
+
+/// TLS_RX_EXPECT_NO_PAD (Linux 6.0+): records are decrypted straight into the reader's
+/// buffer, as the peer pads none (neither OpenSSL nor kTLS pads); a padded one is decrypted
+/// again, so a peer that pads costs only time. Best effort: older kernels lack it.
+fn expect_no_padding(fd: RawFd) {
+    const TLS_RX_EXPECT_NO_PAD: libc::c_int = 4;
+    let on: u32 = 1;
+    // SAFETY: the option's value is a u32.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            SOL_TLS,
+            TLS_RX_EXPECT_NO_PAD,
+            (&on as *const u32).cast(),
+            std::mem::size_of::<u32>() as libc::socklen_t,
+        )
+    };
 }
 
 /// A TLS connection after its handshake.

@@ -58,6 +58,9 @@ const SSL_OP_ALLOW_NO_DHE_KEX: u64 = 1 << 10;
 extern "C" {
     // OpenSSL 1.1.0+ (libssl is linked by openssl-sys); the `openssl` crates do not wrap it.
     fn SSL_has_pending(ssl: *const ffi::SSL) -> c_int;
+    // OpenSSL 1.1.1+.
+    #[cfg(test)]
+    fn SSL_key_update(ssl: *mut ffi::SSL, updatetype: c_int) -> c_int;
 }
 
 /// Why a TLS connection failed. Carries no key material.
@@ -448,6 +451,14 @@ impl TlsConn {
             }
         }
         Ok(())
+    }
+
+    /// Queues a KeyUpdate (send [`TlsConn::outgoing`] after): what a peer that rekeys sends.
+    #[cfg(test)]
+    pub(crate) fn key_update(&mut self) {
+        // SAFETY: the live SSL of this connection; 0 is SSL_KEY_UPDATE_NOT_REQUESTED.
+        unsafe { SSL_key_update(self.ssl.ssl().as_ptr(), 0) };
+        let _ = self.ssl.do_handshake();
     }
 
     /// Queues a close_notify alert (send [`TlsConn::outgoing`] after).
