@@ -13,12 +13,12 @@
 #      tls = "required": identity version 0 found in the keyring by the kernel (`nvme
 #      check-tls-key --insert --identity=0`), version 1 with its PSK digest (`nvme connect
 #      --tls-key`, which inserts a version 1 key and hands it to the kernel); each: connect,
-#      the identity and cipher suite rdmablk-target logs, fio writes and verifies (crc32c)
-#      through the namespace, disconnect. A wrong key and a clear-text connect are refused
-#      (and the target logs why).
-#   B. rdmablk's initiator (rdmablk-perf: 4 KiB..128 KiB random read/write, crc32c-verified)
-#      against nvmet-tcp with addr_tsas tls1.3, addr_treq required: identity versions 1 and 0
-#      (rdmablk's tls_identity=); a wrong key and clear text refused.
+#      the identity and cipher suite rdmablk-target logs, its records in the kernel (kTLS),
+#      fio writes and verifies (crc32c) through the namespace, disconnect. A wrong key and a
+#      clear-text connect are refused (and the target logs why).
+#   B. rdmablk's initiator (rdmablk-perf: 4 KiB..128 KiB random read/write, crc32c-verified,
+#      its records in the kernel) against nvmet-tcp with addr_tsas tls1.3, addr_treq required:
+#      identity versions 1 and 0 (rdmablk's tls_identity=); a wrong key and clear text refused.
 # debian13 (the default; Debian 13 with trixie-backports' 6.16): A and B with SHA-256 keys
 #   (TLS_AES_128_GCM_SHA256) under Debian 13's own tlshd (ktls-utils 1.0.0). It is built on
 #   GnuTLS 3.8.9, which makes every PSK binder with SHA-256: no SHA-384 PSK of it agrees with an
@@ -226,17 +226,21 @@ fio_verify() {
 }
 
 # linux_host NAME HOSTNQN IDENTITY CIPHER CONNECT-ARGS...: the Linux host connects, rdmablk-target
-# logs the handshake with an identity starting with IDENTITY and CIPHER, fio verifies.
+# logs the handshake with an identity starting with IDENTITY and CIPHER, its records in the
+# kernel (kTLS: the Linux host's need the tls module, so the kernel has it), fio verifies.
 linux_host() {
-  local name=$1 h=$2 want_id=$3 want_cipher=$4 from dev line id cipher; shift 4
+  local name=$1 h=$2 want_id=$3 want_cipher=$4 from dev line id cipher layer; shift 4
   from=$(($(wc -l <"$WORK/target.log") + 1))
   if ! connect "$h" "$@"; then bad "$name" "connect: $(tail -n 2 "$WORK/connect.out")"; return; fi
   line=$(tail -n +"$from" "$WORK/target.log" | grep 'NVMe/TCP TLS established' | head -n 1)
   id=$(sed -n 's/.* identity="\([^"]*\)".*/\1/p' <<<"$line")
   cipher=$(sed -n 's/.* cipher="\([^"]*\)".*/\1/p' <<<"$line")
-  say "  rdmablk-target: $cipher, identity $id"
+  layer=$(sed -n 's/.* record_layer="\([^"]*\)".*/\1/p' <<<"$line")
+  say "  rdmablk-target: $cipher, identity $id, records: ${layer:-?}"
   if [ "${id% *}" != "$want_id" ] && [ "$id" != "$want_id" ] || [ "$cipher" != "$want_cipher" ]; then
     bad "$name" "the handshake was not $want_id with $want_cipher"
+  elif [ "$layer" != kernel ]; then
+    bad "$name" "rdmablk-target's records were not in the kernel (kTLS): ${layer:-none logged}"
   elif dev=$(ns_dev) && fio_verify "$name" "$dev"; then ok "$name"
   else bad "$name" "I/O on ${dev:-no device}"; fi
   disconnect
@@ -258,9 +262,12 @@ perf() {
     --bs 4k-128k --iodepth 8 --size 16m --verify crc32c --json -q >"$WORK/perf-$1.json" \
     2>"$WORK/perf-$1.log"
 }
-nvmet_host() { # nvmet_host NAME HOSTNQN KEY [QUERY]
-  if perf "$1" "hostnqn=$2&hostid=${2##*uuid:}&psk=$3${4:+&$4}" && perf_ok "$WORK/perf-$1.json"
-  then ok "$1"; else bad "$1" "$(tail -n 2 "$WORK/perf-$1.log")"; fi
+nvmet_host() { # nvmet_host NAME HOSTNQN KEY [QUERY]: verified I/O, the host's records in kTLS
+  if ! perf "$1" "hostnqn=$2&hostid=${2##*uuid:}&psk=$3${4:+&$4}" || ! perf_ok "$WORK/perf-$1.json"
+  then bad "$1" "$(tail -n 2 "$WORK/perf-$1.log")"
+  elif ! grep -q "records go through the kernel's TLS record layer" "$WORK/perf-$1.log"; then
+    bad "$1" "rdmablk-perf's records were not in the kernel (kTLS)"
+  else ok "$1"; fi
 }
 nvmet_refused() { # nvmet_refused NAME HOSTNQN QUERY
   if perf "$1" "hostnqn=$2&hostid=${2##*uuid:}${3:+&$3}"; then bad "$1" "rdmablk-perf succeeded"
