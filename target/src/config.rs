@@ -378,8 +378,8 @@ pub struct TargetConfig {
     /// Identify; `None`: the well-known NQN only.
     pub discovery_nqn: Option<String>,
     /// Count every I/O command (ops, bytes, a latency histogram, errors by status) for
-    /// `rdmablk-ctl stats` and the Prometheus endpoint. `false` skips the counting and its two
-    /// clock reads per worker pass; those views then show no I/O (connections, arena and
+    /// `rdmablk-ctl stats` and the Prometheus endpoint. `false` skips the counting (the
+    /// clock is read per worker pass either way); those views then show no I/O (connections, arena and
     /// keep-alive figures stay).
     pub io_statistics: bool,
     /// A directory for state that must outlive the process: reservations a host asked to

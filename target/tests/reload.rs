@@ -196,6 +196,15 @@ fn namespaces_come_and_go_while_hosts_stay_connected() {
         }
         other => panic!("an arena change was not refused: {other:?}"),
     }
+    // The workers read poll_spin_us once, at start.
+    let mut spin = cfg(port, &[1], &[HOSTNQN], "");
+    spin.target.poll_spin_us += 10;
+    match handle.apply(spin) {
+        Err(e @ ReloadError::RestartNeeded { .. }) => {
+            assert!(e.to_string().contains("target.poll_spin_us"), "{e}")
+        }
+        other => panic!("a poll_spin_us change was not refused: {other:?}"),
+    }
     verify(&ctrl, 1, 0, 7).unwrap();
 
     // The host is taken off the allow-list: its controllers go.

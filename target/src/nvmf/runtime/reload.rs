@@ -131,6 +131,7 @@ fn restart_only_changes(old: &Config, new: &Config) -> Vec<String> {
         ),
         ("target.worker_cpus", a.worker_cpus == b.worker_cpus),
         ("target.poll_mode", a.poll_mode == b.poll_mode),
+        ("target.poll_spin_us", a.poll_spin_us == b.poll_spin_us),
         (
             "target.keep_alive_granularity_ms",
             a.keep_alive_granularity_ms == b.keep_alive_granularity_ms,

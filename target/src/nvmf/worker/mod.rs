@@ -242,7 +242,7 @@ struct Worker {
     /// (zero in the other modes).
     spin: Duration,
     /// The end of the present spell of polling: set by the first pass that finds nothing
-    /// (the only clock read of a spell), cleared by a pass that finds work (no clock read).
+    /// (from the pass's own clock reading), cleared by a pass that finds work.
     spin_until: Option<Instant>,
     shared: Arc<Shared>,
     /// One poll group per transport served, in [`Shared::transports`] order (its index is
