@@ -193,14 +193,18 @@ impl Read for Stream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let (sock, conn) = match self {
             Stream::Plain(s) => return s.read(buf),
-            Stream::Kernel(s) => {
-                // A record that is not data (an alert, a KeyUpdate) or does not decrypt:
-                // named, never taken as data.
-                return s.read(buf).map_err(|e| match ktls::receive_error(s, &e) {
-                    Some(why) => io::Error::other(why),
-                    None => e,
-                });
-            }
+            Stream::Kernel(s) => loop {
+                // A server's NewSessionTicket is passed over; any other record that is not
+                // data (an alert, a KeyUpdate) or does not decrypt: named, never taken as data.
+                return match s.read(buf) {
+                    Ok(n) => Ok(n),
+                    Err(e) => match ktls::receive_error(s, &e) {
+                        Some(ktls::ReceiveError::Ticket) => continue,
+                        Some(ktls::ReceiveError::Ends(why)) => Err(io::Error::other(why)),
+                        None => Err(e),
+                    },
+                };
+            },
             Stream::Tls(s, c) => (&*s, c),
         };
         let mut n = 0;

@@ -11,13 +11,15 @@
 //! the application traffic secrets OpenSSL's keylog callback reports
 //! (`CLIENT_TRAFFIC_SECRET_0`, `SERVER_TRAFFIC_SECRET_0`): key = HKDF-Expand-Label(secret,
 //! "key", "", 16 or 32), iv = HKDF-Expand-Label(secret, "iv", "", 12) (RFC 8446 7.3). Both
-//! sequence numbers are 0: OpenSSL encrypted and decrypted no application record (the server
-//! sends no session tickets, the handshake read no byte past its last record, and
-//! [`super::session::TlsConn`] refuses the hand-off if it holds any byte either way).
+//! sequence numbers are 0: OpenSSL encrypted and decrypted no application record (rdmablk's
+//! target sends no session tickets, another server's come after the hand-off, the handshake
+//! read no byte past its last record, and [`super::session::TlsConn`] refuses the hand-off if
+//! it holds any byte either way).
 //!
-//! A record that is not application data (an alert, a KeyUpdate) makes a `recv` without a
-//! control-message buffer fail with EIO and stays queued; [`receive_error`] reads it with
-//! one and says what it was. rdmablk does not rekey: such a record ends the connection.
+//! A record that is not application data makes a `recv` without a control-message buffer
+//! fail with EIO and stays queued; [`receive_error`] reads it whole with one: a server's
+//! NewSessionTickets are passed over (the host reads on), anything else (an alert, a
+//! KeyUpdate) is named and ends the connection (rdmablk does not rekey).
 
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
@@ -418,12 +420,24 @@ fn note(kernel: bool, why: &str) {
     }
 }
 
-/// What a failed read from a socket whose receive side is the kernel's TLS means, for the
-/// log; None for an error that is not kTLS's own. EIO: a record that is not application data
-/// (read here, with a control-message buffer, to say which: an alert, a KeyUpdate).
-pub fn receive_error(sock: &impl AsRawFd, e: &io::Error) -> Option<String> {
-    Some(match e.raw_os_error()? {
-        libc::EIO => control_record(sock.as_raw_fd()),
+/// What a failed read from a socket whose receive side is the kernel's TLS was.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ReceiveError {
+    /// A record of NewSessionTickets, read and passed over (a TLS 1.3 server may send them at
+    /// any time after the handshake; OpenSSL's servers send two unless told not to): read on.
+    /// Only a server sends them: the target takes one from a host as the end.
+    Ticket,
+    /// The connection ends, for this reason (for the log).
+    Ends(String),
+}
+
+/// What a failed read from a socket whose receive side is the kernel's TLS means; None for an
+/// error that is not kTLS's own. EIO: a record that is not application data, read here whole
+/// with a control-message buffer (so the next read starts at the next record): tickets are
+/// passed over, anything else (an alert, a KeyUpdate) is named.
+pub fn receive_error(sock: &impl AsRawFd, e: &io::Error) -> Option<ReceiveError> {
+    let why = match e.raw_os_error()? {
+        libc::EIO => return Some(control_record(sock.as_raw_fd())),
         libc::EBADMSG => "a TLS record failed to decrypt (EBADMSG: corrupted, or sealed with \
                           other keys)"
             .into(),
@@ -433,41 +447,86 @@ pub fn receive_error(sock: &impl AsRawFd, e: &io::Error) -> Option<String> {
                               follow (EKEYEXPIRED)"
             .into(),
         _ => return None,
-    })
+    };
+    Some(ReceiveError::Ends(why))
 }
 
-/// Reads the record a `recv` without a control-message buffer refused and names it.
-fn control_record(fd: RawFd) -> String {
-    let mut buf = [0u8; 64];
-    let mut cbuf = [0u64; 4]; // CMSG_SPACE(1), aligned
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    // SAFETY: a zeroed msghdr is valid; it names our buffers, which outlive the call.
-    let n = unsafe {
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = cbuf.as_mut_ptr().cast();
-        msg.msg_controllen = std::mem::size_of_val(&cbuf) as _;
-        let n = libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT);
-        let c = libc::CMSG_FIRSTHDR(&msg);
-        let kind = (n >= 0
-            && !c.is_null()
-            && (*c).cmsg_level == SOL_TLS
-            && (*c).cmsg_type == TLS_GET_RECORD_TYPE)
-            .then(|| *libc::CMSG_DATA(c));
-        (n, kind)
-    };
-    match n {
-        (n, _) if n < 0 => format!(
-            "a TLS record that is not application data (its type unread: {})",
-            io::Error::last_os_error()
-        ),
-        (n, Some(kind)) => describe(kind, &buf[..n as usize]),
-        (_, None) => "a TLS record that is not application data (no record type)".into(),
+/// The largest plaintext a TLS record carries (RFC 8446 5.1); the kernel refuses longer.
+const MAX_RECORD: usize = 1 << 14;
+
+/// Reads the whole record a `recv` without a control-message buffer refused (the kernel
+/// hands a control record out in pieces as the buffer allows, the last with MSG_EOR) and
+/// says what to do with it.
+fn control_record(fd: RawFd) -> ReceiveError {
+    // The rare path (once per ticket or per connection's end): an allocation is fine here.
+    let mut buf = vec![0u8; MAX_RECORD];
+    let mut len = 0;
+    let mut kind = 0; // no record type is 0
+    loop {
+        let mut cbuf = [0u64; 4]; // CMSG_SPACE(1), aligned
+        let mut iov = libc::iovec {
+            iov_base: buf[len..].as_mut_ptr().cast(),
+            iov_len: buf.len() - len,
+        };
+        // SAFETY: a zeroed msghdr is valid; it names our buffers, which outlive the call.
+        let (n, flags, k) = unsafe {
+            let mut msg: libc::msghdr = std::mem::zeroed();
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = cbuf.as_mut_ptr().cast();
+            msg.msg_controllen = std::mem::size_of_val(&cbuf) as _;
+            let n = libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT);
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            let k = (n >= 0
+                && !c.is_null()
+                && (*c).cmsg_level == SOL_TLS
+                && (*c).cmsg_type == TLS_GET_RECORD_TYPE)
+                .then(|| *libc::CMSG_DATA(c));
+            (n, msg.msg_flags, k)
+        };
+        if n < 0 {
+            return ReceiveError::Ends(format!(
+                "a TLS record that is not application data (its type unread: {})",
+                io::Error::last_os_error()
+            ));
+        }
+        let Some(k) = k else {
+            return ReceiveError::Ends(
+                "a TLS record that is not application data (no record type)".into(),
+            );
+        };
+        if kind == 0 {
+            kind = k;
+        } else if kind != k {
+            return ReceiveError::Ends("a TLS record whose type changed midway".into());
+        }
+        len += n as usize;
+        if flags & libc::MSG_EOR != 0 || n == 0 || len == buf.len() {
+            break;
+        }
     }
+    let body = &buf[..len];
+    if kind == HANDSHAKE && only_tickets(body) {
+        ReceiveError::Ticket
+    } else {
+        ReceiveError::Ends(describe(kind, body))
+    }
+}
+
+/// Whether a handshake record's `body` is whole NewSessionTicket messages (type 4, each with
+/// its 24-bit length, RFC 8446 4), at least one.
+fn only_tickets(mut body: &[u8]) -> bool {
+    if body.is_empty() {
+        return false;
+    }
+    while let [4, a, b, c, rest @ ..] = body {
+        let len = usize::from(*a) << 16 | usize::from(*b) << 8 | usize::from(*c);
+        let Some(next) = rest.get(len..) else {
+            return false; // split across records: not followed, the connection ends
+        };
+        body = next;
+    }
+    body.is_empty()
 }
 
 /// Names a record of content type `kind` whose first bytes are `body`.
@@ -482,7 +541,9 @@ fn describe(kind: u8, body: &[u8]) -> String {
         (HANDSHAKE, [24, ..]) => "the peer sent a KeyUpdate; rdmablk does not rekey a kTLS \
                                   connection, so it ends"
             .into(),
-        (HANDSHAKE, [4, ..]) => "the peer sent a NewSessionTicket after the handshake".into(),
+        (HANDSHAKE, [4, ..]) => "the peer sent a NewSessionTicket that is not whole in its \
+                                 record, or another handshake message after one"
+            .into(),
         (HANDSHAKE, [t, ..]) => {
             format!("the peer sent a TLS handshake message (type {t}) after the handshake")
         }

@@ -129,12 +129,19 @@ impl Socket {
                 io::ErrorKind::Interrupted => continue,
                 _ => {
                     // Under kTLS, a record that is not data (an alert, a KeyUpdate) or one
-                    // that does not decrypt: named, and the connection ends.
-                    let why = self
+                    // that does not decrypt: named, and the connection ends. A ticket too:
+                    // only servers send them.
+                    let why = match self
                         .tls
                         .as_ref()
                         .and_then(|_| ktls::receive_error(&self.stream, &e))
-                        .unwrap_or_else(|| format!("receive: {e}"));
+                    {
+                        Some(ktls::ReceiveError::Ends(why)) => why,
+                        Some(ktls::ReceiveError::Ticket) => {
+                            "the host sent a NewSessionTicket (only a server sends them)".into()
+                        }
+                        None => format!("receive: {e}"),
+                    };
                     self.broken.get_or_insert(why);
                     break;
                 }
