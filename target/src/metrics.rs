@@ -20,6 +20,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use rdmablk::nvme::{CommandKind, Status};
 
+use crate::arena::pool::{host_key, HostPoolStats};
 use crate::nvmf::TargetHandle;
 
 /// The I/O operations counted.
@@ -128,10 +129,38 @@ pub struct PoolCounters {
     pub waits: AtomicU64,
     /// Hosts holding or waiting for buffers now.
     pub hosts: AtomicU64,
+    /// Those hosts, each with what it holds and how many of its commands wait (locked once
+    /// a housekeeping tick by the worker, and by a reader).
+    by_host: Mutex<Vec<HostPoolStats>>,
 }
 
 impl PoolCounters {
-    pub fn publish(&self, s: &crate::arena::pool::PoolStats) {
+    /// Publishes `pool`'s figures (the worker, once a housekeeping tick).
+    pub fn publish(&self, pool: &crate::arena::pool::DataPool) {
+        let s = pool.stats();
+        let had = self.hosts.load(Ordering::Relaxed);
+        self.store(&s);
+        if s.hosts > 0 || had > 0 {
+            pool.host_stats(&mut self.by_host.lock().unwrap_or_else(|p| p.into_inner()));
+        }
+    }
+
+    /// Adds each host's bytes in use and commands waiting in this pool to `by_key`.
+    pub fn add_by_host(&self, by_key: &mut HashMap<u64, (u64, u64)>) {
+        let page = crate::arena::PAGE_BYTES as u64;
+        for h in self
+            .by_host
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            let e = by_key.entry(h.host).or_default();
+            e.0 += u64::from(h.pages_in_use) * page;
+            e.1 += u64::from(h.waiting);
+        }
+    }
+
+    pub fn store(&self, s: &crate::arena::pool::PoolStats) {
         let page = crate::arena::PAGE_BYTES as u64;
         self.bytes
             .store(u64::from(s.total_pages) * page, Ordering::Relaxed);
@@ -155,6 +184,53 @@ impl PoolCounters {
             )
         })
     }
+}
+
+/// One host's share of the data pools, summed over the workers (metrics, `rdmablk-ctl
+/// status`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HostPool {
+    /// None: a connection whose Fabrics Connect has not named its host yet.
+    pub hostnqn: Option<String>,
+    pub bytes_in_use: u64,
+    /// Its commands waiting for a buffer now.
+    pub waiting: u64,
+    /// Its commands that had to wait, over its controllers connected now.
+    pub waits: u64,
+}
+
+/// Every host that holds or waits for data buffers now, or whose connected controllers'
+/// commands ever waited for one; by host NQN.
+pub fn pool_by_host(h: &crate::nvmf::Shared) -> Vec<HostPool> {
+    let mut by_key: HashMap<u64, (u64, u64)> = HashMap::new();
+    for w in &h.counters_by_worker {
+        w.pool.add_by_host(&mut by_key);
+    }
+    let mut by_nqn: std::collections::BTreeMap<String, HostPool> = Default::default();
+    for c in h.controllers.all() {
+        let waits = c.pool_waits.load(Ordering::Relaxed);
+        let now = by_key.remove(&host_key(c.hostnqn.as_bytes()));
+        if waits == 0 && now.is_none() && !by_nqn.contains_key(&c.hostnqn) {
+            continue;
+        }
+        let e = by_nqn.entry(c.hostnqn.clone()).or_default();
+        e.hostnqn = Some(c.hostnqn.clone());
+        e.waits += waits;
+        let (bytes, waiting) = now.unwrap_or_default();
+        e.bytes_in_use += bytes;
+        e.waiting += waiting;
+    }
+    let mut out: Vec<HostPool> = by_nqn.into_values().collect();
+    if !by_key.is_empty() {
+        let (bytes, waiting) = by_key.values().fold((0, 0), |a, v| (a.0 + v.0, a.1 + v.1));
+        out.push(HostPool {
+            hostnqn: None,
+            bytes_in_use: bytes,
+            waiting,
+            waits: 0,
+        });
+    }
+    out
 }
 
 impl Default for WorkerCounters {
@@ -539,6 +615,38 @@ impl Collector for TargetCollector {
             &per_worker(|p| &p.waits)
                 .into_iter()
                 .map(|(l, v)| (l, v as u64))
+                .collect::<Vec<_>>(),
+        )?;
+        // By host: who holds the buffers and whose commands wait (hosts with neither now and
+        // no wait ever are left out; `hostnqn=""` is a connection not yet named by Connect).
+        let by_host = pool_by_host(s);
+        let host = |p: &HostPool| vec![("hostnqn", p.hostnqn.clone().unwrap_or_default())];
+        gauge_family(
+            &mut enc,
+            "rdmablk_data_pool_host_bytes_in_use",
+            "Bytes of the data pools held by a host's commands in flight",
+            &by_host
+                .iter()
+                .map(|p| (host(p), p.bytes_in_use as i64))
+                .collect::<Vec<_>>(),
+        )?;
+        gauge_family(
+            &mut enc,
+            "rdmablk_data_pool_host_waiting",
+            "A host's commands waiting for a data buffer now",
+            &by_host
+                .iter()
+                .map(|p| (host(p), p.waiting as i64))
+                .collect::<Vec<_>>(),
+        )?;
+        counter_family(
+            &mut enc,
+            "rdmablk_data_pool_host_waits",
+            "A host's commands that had to wait for a data buffer, over its controllers connected now",
+            &by_host
+                .iter()
+                .filter(|p| p.hostnqn.is_some())
+                .map(|p| (host(p), p.waits))
                 .collect::<Vec<_>>(),
         )?;
         if let Some(h) = crate::heap::stats() {

@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 
 use common::tcp_target::{start, start_with_arena, start_with_limits, wait_held};
 use common::tcp_wire::{rw_cmd, TcpWire};
-use common::{pattern, BLOCK, ICD, MAX_IO, OTHER_HOSTNQN};
+use common::{pattern, BLOCK, HOSTNQN, ICD, MAX_IO, OTHER_HOSTNQN};
 use rdmablk::nvme::identify::{cns, sgls, IdentifyController, IDENTIFY_LEN};
 use rdmablk::nvme::transport::tcp::{
     encode_capsule_cmd, pdu_type, Fes, IcReq, TermReq, CAPSULE_CMD_HLEN, CH_LEN, DATA_HLEN,
@@ -355,6 +355,13 @@ fn a_host_sitting_on_buffers_cannot_starve_another() {
         heavy.recv().is_err(),
         "an eighth R2T: the pool's last eighth went to one host"
     );
+    // Status names the host that holds the buffers and whose commands wait.
+    let by_host = wait_pool_by_host(&t, |h| h.len() == 1 && h[0]["waiting"] == 9);
+    assert_eq!(
+        by_host,
+        serde_json::json!([{ "hostnqn": HOSTNQN, "bytes_in_use": 7 * MAX_IO, "waiting": 9,
+                             "waits": 9 }]),
+    );
     // The other host: its admin queue, an I/O queue, verified writes and reads.
     let (light_admin, cntlid2) = TcpWire::admin_as(addr, false, false, 5000, OTHER_HOSTNQN);
     let mut light = TcpWire::io_queue_as(addr, false, 1, cntlid2, 32, OTHER_HOSTNQN);
@@ -368,9 +375,30 @@ fn a_host_sitting_on_buffers_cannot_starve_another() {
         assert!(c.status.is_success(), "read: {}", c.status);
         assert!(back == data, "data read back differs");
     }
+    // The heavy host still holds its seven; the light one holds none now.
+    let by_host = wait_pool_by_host(&t, |h| h.len() == 1);
+    assert_eq!(by_host[0]["hostnqn"], HOSTNQN, "{by_host}");
+    assert_eq!(by_host[0]["bytes_in_use"], 7 * MAX_IO, "{by_host}");
     drop((heavy, heavy_admin, light, light_admin));
     wait_held(&t, 0);
     t.shutdown();
+}
+
+/// `rdmablk-ctl status`'s `data_pool.by_host` once `done` says it is what the test waits for
+/// (the workers publish it each housekeeping tick).
+fn wait_pool_by_host(
+    t: &Target,
+    done: impl Fn(&Vec<serde_json::Value>) -> bool,
+) -> serde_json::Value {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let s = t.handle().status();
+        let by_host = s["data_pool"]["by_host"].clone();
+        if by_host.as_array().is_some_and(&done) || std::time::Instant::now() > deadline {
+            return by_host;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
 }
 
 /// An I/O queue dropped and connected again at once (SPDK's host does so after an error) gets

@@ -124,6 +124,15 @@ pub struct PoolStats {
     pub hosts: u32,
 }
 
+/// One host's part of a pool now: what it holds and how many of its commands wait.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostPoolStats {
+    /// [`host_key`] of the host.
+    pub host: u64,
+    pub pages_in_use: u32,
+    pub waiting: u32,
+}
+
 /// A worker's data pool (see the module documentation).
 pub struct DataPool {
     /// The pool's extent of the arena, given back when the pool is dropped.
@@ -251,6 +260,17 @@ impl DataPool {
             waited: self.waited,
             hosts: self.hosts.len() as u32,
         }
+    }
+
+    /// Every host that holds or waits for pages now, into `out` (cleared first; its capacity
+    /// is kept, so a caller that keeps `out` allocates only when more hosts come).
+    pub fn host_stats(&self, out: &mut Vec<HostPoolStats>) {
+        out.clear();
+        out.extend(self.hosts.iter().map(|(&host, s)| HostPoolStats {
+            host,
+            pages_in_use: s.held_pages,
+            waiting: s.waiters.len() as u32,
+        }));
     }
 
     fn buf(&self, page: u32, order: u8, host: u64) -> DataBuf {

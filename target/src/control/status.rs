@@ -121,6 +121,17 @@ impl TargetHandle {
                 "waiting": waiting,
                 "waits": waits,
                 "hosts": pool_hosts,
+                // Who holds the buffers and whose commands wait (hostnqn null: a connection
+                // not yet named by its Connect).
+                "by_host": crate::metrics::pool_by_host(s)
+                    .into_iter()
+                    .map(|p| json!({
+                        "hostnqn": p.hostnqn,
+                        "bytes_in_use": p.bytes_in_use,
+                        "waiting": p.waiting,
+                        "waits": p.waits,
+                    }))
+                    .collect::<Vec<_>>(),
             },
             // The process heap (glibc's mallinfo2; null elsewhere): a leak shows here, not
             // only in RSS, which also holds what the allocator keeps for reuse.

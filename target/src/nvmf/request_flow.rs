@@ -98,6 +98,10 @@ fn start_request<X: QueueTransport>(
                 // The capsule stays unconsumed (its receive is not given back) until the
                 // worker hands this command a buffer: `on_buffer`.
                 q.reqs[slot as usize].awaits_buffer = true;
+                if let Some(c) = &q.ctrl {
+                    c.pool_waits
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
                 return;
             }
         }

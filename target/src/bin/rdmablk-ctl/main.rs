@@ -569,6 +569,15 @@ fn print_human(cmd: &Cmd, r: &Value) {
                 s(&p["waits"]),
                 s(&p["hosts"])
             );
+            for h in p["by_host"].as_array().into_iter().flatten() {
+                println!(
+                    "  HOST {}  {} bytes in use, {} commands waiting ({} ever)",
+                    h["hostnqn"].as_str().unwrap_or("(before Connect)"),
+                    s(&h["bytes_in_use"]),
+                    s(&h["waiting"]),
+                    s(&h["waits"])
+                );
+            }
             let t = &r["tls_connections"];
             println!(
                 "TLS  {} connections with their records in the kernel (kTLS), {} in user space",

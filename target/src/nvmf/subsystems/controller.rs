@@ -53,6 +53,9 @@ pub struct Controller {
     last_seen_ms: AtomicU64,
     /// Set when the controller is torn down: every queue of it disconnects.
     dead: AtomicBool,
+    /// Commands of its queues that had to wait for a data buffer (counted on the wait path
+    /// only, never per command).
+    pub pool_waits: AtomicU64,
     /// Asynchronous events waiting for an Async Event Request, and the changed namespaces.
     events: Mutex<Events>,
 }
@@ -418,6 +421,7 @@ impl ControllerTable {
             kato_ms: AtomicU64::new(kato_ms),
             last_seen_ms: AtomicU64::new(now_ms),
             dead: AtomicBool::new(false),
+            pool_waits: AtomicU64::new(0),
             events: Mutex::new(Events::default()),
         });
         t.by_id.insert(cntlid, Arc::clone(&ctrl));

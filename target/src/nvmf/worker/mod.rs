@@ -310,7 +310,7 @@ impl Worker {
             if now.saturating_duration_since(self.last_tick) >= TICK {
                 self.last_tick = now;
                 self.housekeeping();
-                counters.pool.publish(&self.pool.stats());
+                counters.pool.publish(&self.pool);
                 now = Instant::now();
             }
             if self.shared.stopping() && self.shutdown_step() {
