@@ -529,6 +529,12 @@ pub struct Limits {
     /// Connections (queues of all controllers) the target accepts at once. The target raises
     /// its soft open-file limit to fit them at start (up to the hard limit).
     pub max_connections: u32,
+    /// The push budget: bytes of data slots an RDMA push queue (the rdmablk push-write
+    /// extension) gets from the arena. Each of its `depth` slots is this divided by the
+    /// depth, rounded down to a page (at least a page, at most `max_io_size`); a write longer
+    /// than a slot takes the ordinary path (the target's RDMA READ). 0 declines push writes.
+    /// At most 1 GiB.
+    pub push_window_bytes: u32,
 }
 
 impl Default for Limits {
@@ -539,15 +545,39 @@ impl Default for Limits {
             in_capsule_data_size: 4 << 10,
             max_queues_per_controller: 128,
             max_connections: 4096,
+            push_window_bytes: DEFAULT_PUSH_WINDOW_BYTES,
         }
     }
 }
 
+/// `limits.push_window_bytes`' default: 16 KiB slots at depth 128, 64 KiB at depth 32.
+pub const DEFAULT_PUSH_WINDOW_BYTES: u32 = 2 << 20;
+/// `limits.push_window_bytes`' bound.
+pub const MAX_PUSH_WINDOW_BYTES: u32 = 1 << 30;
+
 impl Limits {
     /// The parcel an RDMA push queue of `queue_depth` entries takes from the arena: receive,
-    /// response and data slots.
-    pub fn parcel_layout(&self, queue_depth: u32) -> ParcelLayout {
-        ParcelLayout::new(queue_depth, self.in_capsule_data_size, self.max_io_size)
+    /// response and data slots of [`Limits::push_slot_bytes`]; None when push writes are
+    /// off (`push_window_bytes = 0`).
+    pub fn parcel_layout(&self, queue_depth: u32) -> Option<ParcelLayout> {
+        let slot = self.push_slot_bytes(queue_depth)?;
+        Some(ParcelLayout::new(
+            queue_depth,
+            self.in_capsule_data_size,
+            slot,
+        ))
+    }
+
+    /// One push slot of a queue of `queue_depth` entries: the push budget divided by the
+    /// depth, rounded down to a page, at least a page and at most `max_io_size` (rounded up
+    /// to a page, as the parcel's slots are).
+    pub fn push_slot_bytes(&self, queue_depth: u32) -> Option<u32> {
+        const PAGE: u32 = crate::arena::PAGE_BYTES as u32;
+        if self.push_window_bytes == 0 {
+            return None;
+        }
+        let even = self.push_window_bytes / queue_depth.max(1) / PAGE * PAGE;
+        Some(even.clamp(PAGE, self.max_io_size.next_multiple_of(PAGE)))
     }
 
     /// The parcel any other RDMA queue of `queue_depth` entries takes from the arena: receive

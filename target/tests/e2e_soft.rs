@@ -425,8 +425,24 @@ fn push_without_room_for_its_slots_is_declined_not_refused() {
     if skip_unless_rdma("push_without_room_for_its_slots_is_declined_not_refused") {
         return;
     }
-    // Room for a few receive-and-response parcels, not for 32 data slots of 128 KiB.
+    // Room for a few receive-and-response parcels, not for 32 data slots of 64 KiB (the
+    // default push budget, 2 MiB, over 32).
     let (t, addr) = start_target("2MiB\"\ndata_bytes = \"1MiB", "");
+    push_declined_queue_serves(&t, addr);
+    t.shutdown();
+    // A push budget of 0 declines push whatever the arena's room.
+    let t = start_on_free_port(|port| {
+        config_text(port, "32MiB", "").replace(
+            "max_connections = 16",
+            "max_connections = 16\npush_window_bytes = 0",
+        )
+    });
+    push_declined_queue_serves(&t, t.local_addrs()[0]);
+    t.shutdown();
+}
+
+/// A queue that asks for push writes is accepted with push declined and serves every size.
+fn push_declined_queue_serves(t: &rdmablk_target::Target, addr: std::net::SocketAddr) {
     let (admin, cntlid) = admin_queue(addr, 0);
     let mut cm = cm_request(1, 32);
     cm.push = Some(rdmablk::nvme::transport::rdma::PushRequest {
@@ -446,8 +462,7 @@ fn push_without_room_for_its_slots_is_declined_not_refused() {
     assert!(c.status.is_success(), "I/O connect: {}", c.status);
     write_read_each_size(&mut q, "push declined");
     drop((q, admin));
-    wait_idle(&t);
-    t.shutdown();
+    wait_idle(t);
 }
 
 #[test]
@@ -573,7 +588,8 @@ fn push_writes_when_negotiated() {
         panic!("push not granted: {:?}", q.accept.push);
     };
     assert_eq!(w.slots as u32, DEPTH);
-    assert!(w.slot_bytes >= MAX_IO);
+    // The default push budget (limits.push_window_bytes, 2 MiB) over the queue's 32 slots.
+    assert_eq!(w.slot_bytes, 64 << 10);
     let c = q.fabrics_connect(1, SUBNQN, HOSTNQN, cntlid, 0);
     assert!(c.status.is_success());
     // Push 8 KiB into slot cid % slots with RDMA WRITE, then name the slot.

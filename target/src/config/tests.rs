@@ -193,6 +193,7 @@ fn limits_out_of_range_are_refused() {
             "limits.max_queues_per_controller",
         ),
         ("max_connections = 0", "limits.max_connections"),
+        ("push_window_bytes = 1073741825", "limits.push_window_bytes"),
     ] {
         let text = with(&format!("[limits]\n{limits}"), "");
         assert!(has_problem(&text, key), "{limits} not refused as {key}");
@@ -732,4 +733,31 @@ fn worker_cpus_take_a_linux_cpu_list_this_process_may_use() {
         p.message
     );
     assert!(p.message.contains(&allowed.to_string()), "{}", p.message);
+}
+
+#[test]
+fn push_slots_split_the_push_budget_over_the_depth() {
+    let l = Limits::default();
+    assert_eq!(l.push_window_bytes, 2 << 20);
+    assert_eq!(l.push_slot_bytes(128), Some(16 << 10));
+    assert_eq!(l.push_slot_bytes(32), Some(64 << 10));
+    // At least a page, at most max_io_size.
+    assert_eq!(l.push_slot_bytes(1024), Some(4096));
+    assert_eq!(l.push_slot_bytes(2), Some(128 << 10));
+    // Rounded down to a page.
+    let odd = Limits {
+        push_window_bytes: 100_000,
+        ..l
+    };
+    assert_eq!(odd.push_slot_bytes(2), Some(49152));
+    let layout = odd.parcel_layout(2).unwrap();
+    assert_eq!((layout.data_slots, layout.data_slot_bytes), (2, 49152));
+    let off = Limits {
+        push_window_bytes: 0,
+        ..l
+    };
+    assert_eq!(
+        (off.push_slot_bytes(32), off.parcel_layout(32)),
+        (None, None)
+    );
 }

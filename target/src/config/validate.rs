@@ -313,6 +313,16 @@ fn check_limits(cfg: &Config, c: &mut Checker) {
             "0 would refuse every host (set at least 2: one admin and one I/O queue)",
         );
     }
+    if l.push_window_bytes > crate::config::MAX_PUSH_WINDOW_BYTES {
+        c.fail(
+            "limits.push_window_bytes",
+            format!(
+                "{} is more than 1 GiB per push queue (set 0..=1073741824; 0 declines push \
+                 writes)",
+                l.push_window_bytes
+            ),
+        );
+    }
 }
 
 fn check_arena(cfg: &Config, c: &mut Checker) {

@@ -83,7 +83,14 @@ fn start_request<X: QueueTransport>(
         r.received = Some(ctx.stats.now());
     }
     r.enter(ReqState::New, qid, slot);
-    if let Some(ps) = push_slot {
+    // A push queue's command uses its own slot (its data is pushed there, or moves by RDMA
+    // READ/WRITE through it) unless its SGL names more than a slot holds (the push budget
+    // makes slots smaller than `max_io_size`): that one takes a pool buffer like any other.
+    let slot_bytes = q.parcel.layout().data_slot_bytes as u64;
+    let in_slot = push_slot.filter(|_| {
+        rdmablk::nvme::Sgl::decode(&sqe.dptr).map_or(true, |s| u64::from(s.len()) <= slot_bytes)
+    });
+    if let Some(ps) = in_slot {
         q.reqs[slot as usize].data = DataBuf::outside(q.parcel.data_slot(ps));
     } else if let Some(order) = buffer_order(&sqe, ctx.shared) {
         let w = Waiter {

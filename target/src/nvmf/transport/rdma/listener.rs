@@ -149,13 +149,17 @@ impl Acceptor {
         let limits = &self.shared.fixed.limits;
         let plain = ParcelLayout::without_data(depth, limits.in_capsule_data_size);
         let mut push = cm.push.filter(|_| cm.qid != 0);
-        // A push queue's data slots are its own (depth x max_io_size): when the arena has no
-        // room for them, the queue is served without push (the host falls back to the
-        // ordinary path: the accept declines push), not refused.
-        let pushed = push.and_then(|_| self.shared.arena.carve(limits.parcel_layout(depth)).ok());
+        // A push queue's data slots are its own (the push budget, `limits.push_window_bytes`,
+        // split over its depth): when push is off or the arena has no room for them, the
+        // queue is served without push (the host falls back to the ordinary path: the accept
+        // declines push), not refused.
+        let layout = push.and_then(|_| limits.parcel_layout(depth));
+        let pushed = layout.and_then(|l| self.shared.arena.carve(l).ok());
         if push.is_some() && pushed.is_none() {
-            tracing::info!(qid = cm.qid, depth,
-                "no arena room for a push queue's data slots: push declined, the queue is served without");
+            if layout.is_some() {
+                tracing::info!(qid = cm.qid, depth,
+                    "no arena room for a push queue's data slots: push declined, the queue is served without");
+            }
             push = None;
         }
         let carved = match pushed {
