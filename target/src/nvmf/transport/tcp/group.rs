@@ -19,7 +19,7 @@ use rdmablk::nvme::transport::tcp::{
 };
 use rdmablk::nvme::{Connect, Cqe, Sqe, Status, SQE_LEN};
 
-use super::queue::{capsule_resp, TcpXport};
+use super::queue::{capsule_resp, TcpQueue, TcpXport};
 use super::receive::{check_header_digest, receive};
 use super::socket::{Socket, TxPdu, TX_HEADER_BYTES};
 use super::{TcpPending, ADMIN_CAPSULE_DATA, MAXH2CDATA};
@@ -358,12 +358,7 @@ impl TcpGroup {
         };
         if !q.is_closing() {
             receive(q, ctx);
-            if let Some(why) = q.xport.sock.broken.clone() {
-                if !q.is_closing() {
-                    tracing::info!(peer = %q.peer, qid = q.qid, why, "NVMe/TCP connection ended");
-                    begin_close(q, "host disconnected", ctx.shared);
-                }
-            }
+            close_if_broken(q, ctx.shared);
         }
         // A closed connection (shut down, its output discarded) has nothing more to read or
         // send while its queue drains: out of the epoll set, or its end of file would make
@@ -551,19 +546,8 @@ impl PollGroup for TcpGroup {
 
     fn housekeeping(&mut self, ctx: &mut Ctx<'_>) {
         self.queues.deliver_events(ctx);
-        self.queues.housekeeping(
-            ctx.shared,
-            ctx.pool,
-            |q, shared| {
-                if let Some(why) = q.xport.sock.broken.clone() {
-                    if !q.is_closing() {
-                        tracing::info!(peer = %q.peer, qid = q.qid, why, "NVMe/TCP connection ended");
-                        begin_close(q, "host disconnected", shared);
-                    }
-                }
-            },
-            |_| {},
-        );
+        self.queues
+            .housekeeping(ctx.shared, ctx.pool, close_if_broken, |_| {});
         let connect_ms = u128::from(ctx.shared.fixed.target.connect_timeout_ms);
         for i in 0..self.pending.len() {
             let late = self.pending[i]
@@ -634,5 +618,16 @@ impl PollGroup for TcpGroup {
         }
         self.woken = if ready.events { n } else { 0 };
         Some(ready)
+    }
+}
+
+/// Begins to close queue `q` if its connection broke (the host closed it, or a send or
+/// receive failed) and it is not closing already.
+fn close_if_broken(q: &mut TcpQueue, shared: &Shared) {
+    if let Some(why) = &q.xport.sock.broken {
+        if !q.is_closing() {
+            tracing::info!(peer = %q.peer, qid = q.qid, why, "NVMe/TCP connection ended");
+            begin_close(q, "host disconnected", shared);
+        }
     }
 }
