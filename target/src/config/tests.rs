@@ -1,4 +1,5 @@
 use super::*;
+use crate::nvmf::transport::TRANSPORTS;
 
 const MINIMAL: &str = r#"
 [[listener]]

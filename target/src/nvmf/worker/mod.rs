@@ -2,26 +2,27 @@
 //! queue shared by its queues' QPs), one queue per namespace on its own io_uring, and the
 //! queues the listeners gave it.
 //!
-//! The loop: take new connections; poll the transports and drive each event's request;
-//! poll the backends and answer finished requests; resume requests the backend had no room
-//! for; every few milliseconds look at held events, connection events, timers and closing
-//! queues. In `busy` poll mode it spins; in `interrupt` mode it arms the transport and
-//! sleeps when nothing is in flight: [`IDLE_WAIT`] at first, longer while nothing comes (up
-//! to [`IDLE_WAIT_MAX`]); a transport event or a message wakes it at once. In `adaptive`
-//! mode (the default) it polls on for `poll_spin_us` after the last pass that found work,
-//! then sleeps as in `interrupt` mode: a host's next command at queue depth 1 is found
+//! The loop: take new connections; poll the transports and drive each event's request; poll the
+//! backends and answer finished requests; resume requests the backend had no room for; every few
+//! milliseconds look at held events, connection events, timers and closing queues. In `busy` poll
+//! mode it spins; in `interrupt` mode it arms the transport and sleeps when nothing is in flight:
+//! [`IDLE_WAIT`](idle::IDLE_WAIT) at first, longer while nothing comes (up to
+//! [`IDLE_WAIT_MAX`](idle::IDLE_WAIT_MAX)); a transport event or a message wakes it at once. In
+//! `adaptive` mode (the default) it polls on for `poll_spin_us` after the last pass that found
+//! work, then sleeps as in `interrupt` mode: a host's next command at queue depth 1 is found
 //! without a wake-up, and an idle worker costs nothing.
 //!
 //! What an event means for its request is in [`super::request_flow`]; what every transport's
 //! queues share (backend completions, timers, shutdown) in [`queues`]; the rest in each
 //! transport's poll group ([`super::transport::PollGroup`]).
+//!
+//! A worker's start (its thread, backend queues, data pool, poll groups) is `start.rs`; how it
+//! waits when a pass found nothing, `idle.rs`.
 
 use std::any::Any;
 use std::collections::VecDeque;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
@@ -29,36 +30,29 @@ use crossbeam_channel::{Receiver, Sender};
 use super::request::Tag;
 use super::request_flow::Ctx;
 use super::transport::PollGroup;
-use super::{Shared, TargetError};
+use super::Shared;
 use crate::arena::pool::DataPool;
-use crate::backend::{BackendError, Completion};
-use crate::config::{self, PollMode};
+use crate::backend::Completion;
+use crate::config;
 use crate::metrics::NsCounters;
 use crate::ring::wake::BackendWake;
 use crate::ring::WorkerIo;
+use idle::OthersWait;
 use ns_queues::{Ack, NsQueues};
 use pass_stats::PassStats;
 use queues::SHUTDOWN_GRACE;
 
+mod idle;
 pub mod ns_queues;
 pub mod pass_stats;
 pub mod queues;
+mod start;
 
-/// How long an idle worker in interrupt mode sleeps on its CQ before looking at connection
-/// events and timers again, right after work; each wait that finds nothing doubles it, up to
-/// [`IDLE_WAIT_MAX`]. Whatever needs the worker at once wakes it: a completion on its CQ (a
-/// host's capsule, a flushed QP) or a message ([`WorkerTx`]).
-const IDLE_WAIT: Duration = Duration::from_millis(5);
-/// The longest idle sleep: the delay, beyond its timer, of a keep-alive expiry or a drain
-/// timeout noticed by an idle worker (no host waits on it).
-const IDLE_WAIT_MAX: Duration = Duration::from_millis(80);
+pub(super) use start::spawn;
+pub use start::EXIT_WORKER_ENV;
+
 /// How often connection events, keep-alive and teardown are looked at.
 const TICK: Duration = Duration::from_millis(5);
-/// A command held by QoS limits that may go sooner than this is waited for by yielding, not
-/// sleeping (a sleep's timeout is rounded to milliseconds).
-const HELD_SPIN: Duration = Duration::from_micros(50);
-/// Backend queue depth per (worker, namespace).
-const BACKEND_DEPTH_MAX: u32 = 1024;
 
 /// A worker's inbox: the channel, and the worker's wake-up, signalled after each message so an
 /// idle worker takes it at once rather than at its next timer.
@@ -94,143 +88,6 @@ pub enum WorkerMsg {
     CloseNamespace(usize, Ack),
     /// The listener with this id was removed: close the connections that came through it.
     CloseListener(u64),
-}
-
-pub(super) fn spawn(
-    index: usize,
-    shared: Arc<Shared>,
-) -> Result<(WorkerTx, JoinHandle<()>, libc::pid_t), TargetError> {
-    let (tx, rx) = crossbeam_channel::unbounded::<WorkerMsg>();
-    // Without an eventfd (the system refused one) an idle worker keeps to its shortest wait.
-    let msg_wake = BackendWake::new().ok().map(Arc::new);
-    let tx = WorkerTx {
-        tx,
-        wake: msg_wake.clone(),
-    };
-    let (ready_tx, ready_rx) = crossbeam_channel::bounded(1);
-    let handle = std::thread::Builder::new()
-        .name(format!("rdmablk-w{index}"))
-        .spawn(move || {
-            let pin = shared.fixed.target.worker_cpus.as_ref();
-            if let Some(cpu) = pin.and_then(|l| l.for_worker(index)) {
-                if let Err(source) = config::pin_current_thread(cpu) {
-                    let _ = ready_tx.send(Err(TargetError::Pin { index, cpu, source }));
-                    return;
-                }
-                tracing::debug!(worker = index, cpu, "worker pinned");
-            }
-            let depth = (shared.fixed.limits.max_queue_depth * 2).min(BACKEND_DEPTH_MAX);
-            // Room for the namespaces there are, and for some added later (beyond it, I/O
-            // waits in the backlog for ring room).
-            let ring_entries = depth.saturating_mul(shared.namespaces.len().max(4) as u32);
-            let io = WorkerIo::new(ring_entries, Some(Arc::clone(&shared.arena)));
-            let mut nsq = NsQueues::default();
-            let mut ns_counters = Vec::new();
-            for ns in shared.namespaces.all() {
-                set_counters(&mut ns_counters, &shared, index, ns.slot());
-                if let Err(e) = nsq.open(&ns, &io, depth) {
-                    let source = BackendError::Queue {
-                        nsid: ns.nsid(),
-                        why: e,
-                    };
-                    let _ = ready_tx.send(Err(TargetError::Worker { index, source }));
-                    return;
-                }
-            }
-            let pool_bytes = shared.fixed.data_pool_bytes_per_worker();
-            let pool = match DataPool::new(&shared.arena, pool_bytes) {
-                Ok(p) => p,
-                Err(e) => {
-                    let _ = ready_tx.send(Err(TargetError::DataPool { index, source: e }));
-                    return;
-                }
-            };
-            let mut groups: Vec<(config::Transport, Box<dyn PollGroup>)> = Vec::new();
-            for t in &shared.transports {
-                match t.poll_group(index) {
-                    Ok(g) => groups.push((t.kind(), g)),
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(e));
-                        return;
-                    }
-                }
-            }
-            // SAFETY: gettid has no preconditions.
-            let _ = ready_tx.send(Ok(unsafe { libc::gettid() }));
-            exit_thread_for_tests(index);
-            let backend_wake = io.wake_in_use();
-            let others = OthersWait::new(&groups);
-            let w = Worker {
-                index,
-                backend_depth: depth,
-                busy_poll: shared.fixed.target.poll_mode == PollMode::Busy,
-                spin: match shared.fixed.target.poll_mode {
-                    PollMode::Adaptive => {
-                        Duration::from_micros(shared.fixed.target.poll_spin_us.into())
-                    }
-                    PollMode::Busy | PollMode::Interrupt => Duration::ZERO,
-                },
-                spin_until: None,
-                stats: PassStats::default(),
-                shared,
-                groups,
-                others,
-                rx,
-                nsq,
-                ns_counters,
-                _io: io,
-                backend_wake,
-                msg_wake,
-                idle_streak: 0,
-                backlog: VecDeque::with_capacity(1024),
-                pool,
-                released: Vec::new(),
-                comps: vec![Completion::EMPTY; 64],
-                done: Vec::with_capacity(1024),
-                last_tick: Instant::now(),
-                stop_since: None,
-            };
-            w.run();
-        })
-        .map_err(TargetError::Thread)?;
-    match ready_rx.recv() {
-        Ok(Ok(tid)) => Ok((tx, handle, tid)),
-        Ok(Err(e)) => {
-            let _ = handle.join();
-            Err(e)
-        }
-        Err(_) => {
-            let _ = handle.join();
-            Err(TargetError::Thread(std::io::Error::other(
-                "worker exited at start",
-            )))
-        }
-    }
-}
-
-/// The variable that makes a *debug* build's worker thread `N` end by the `exit` system call
-/// right after start, without unwinding, as the kernel ends a thread it kills in an oops:
-/// how `target/tests/daemon.rs` checks that `rdmablk-target` notices ([`Target::lost_worker`]).
-/// Release builds ignore it.
-///
-/// [`Target::lost_worker`]: crate::nvmf::Target::lost_worker
-pub const EXIT_WORKER_ENV: &str = "RDMABLK_TEST_EXIT_WORKER";
-
-fn exit_thread_for_tests(index: usize) {
-    if cfg!(debug_assertions)
-        && std::env::var(EXIT_WORKER_ENV)
-            .ok()
-            .and_then(|v| v.parse::<usize>().ok())
-            == Some(index)
-    {
-        tracing::warn!(
-            index,
-            "{EXIT_WORKER_ENV}: this worker thread exits without unwinding"
-        );
-        // SAFETY: SYS_exit ends only the calling thread and never returns; nothing of this
-        // thread is used after it (the test wants exactly the leak a killed thread leaves).
-        unsafe { libc::syscall(libc::SYS_exit, 0) };
-    }
 }
 
 struct Worker {
@@ -486,125 +343,6 @@ impl Worker {
         }
     }
 
-    /// Adaptive mode, a pass that found nothing at `now`: whether the spell of polling since
-    /// the last work goes on (the next pass polls again) or is over (the worker may sleep).
-    fn spinning(&mut self, now: Instant) -> bool {
-        if self.spin.is_zero() {
-            return false;
-        }
-        now < *self.spin_until.get_or_insert(now + self.spin)
-    }
-
-    /// Nothing happened in the last pass. Busy mode spins. Interrupt mode sleeps on the CQ's
-    /// channel; with block I/O in flight it sleeps on the channel and the ring's eventfd
-    /// together, so neither QD1 spins a core until the kernel answers nor does a busy queue pay
-    /// a sleep while work keeps arriving (the loop only gets here after a pass found nothing).
-    /// Backends that complete without the ring (or a ring without an eventfd) get yields.
-    fn idle(&mut self) {
-        if self.busy_poll {
-            std::hint::spin_loop();
-            return;
-        }
-        // Commands held by QoS limits: sleep no longer than until the first may go.
-        let held = self.nsq.held_wait();
-        if held.is_some_and(|d| d < HELD_SPIN) {
-            std::thread::yield_now();
-            return;
-        }
-        // (Rounded up to whole milliseconds, as the waits count them: rounded down, a wait
-        // under a millisecond would return at once and spin.)
-        let held_ms = held.map(|h| Duration::from_millis(h.as_micros().div_ceil(1000) as u64));
-        let cap = |d: Duration| held_ms.map_or(d, |h| d.min(h));
-        let in_flight = self.nsq.in_flight() as usize;
-        if self.backend_wake.is_none() {
-            // A namespace added by a reload may have brought the first backend that signals.
-            self.backend_wake = self._io.wake_in_use();
-        }
-        let use_wake = match &self.backend_wake {
-            _ if in_flight == 0 && self.backlog.is_empty() => false,
-            Some(w) if self.backlog.is_empty() && self._io.all_signalled(in_flight) => {
-                w.clear();
-                true
-            }
-            _ => {
-                std::thread::yield_now();
-                return;
-            }
-        };
-        if self.groups.len() > 1 {
-            if self.others.is_none() {
-                // No set to wait on the other groups with: nap briefly instead.
-                std::thread::sleep(Duration::from_micros(50));
-                return;
-            }
-            for g in 1..self.groups.len() {
-                match self.with_group(g, |group, ctx| group.arm(ctx)) {
-                    None => {
-                        std::thread::sleep(Duration::from_micros(200));
-                        return;
-                    }
-                    Some(true) => return,
-                    Some(false) => {}
-                }
-            }
-        }
-        match self.with_group(0, |group, ctx| group.arm(ctx)) {
-            None => {
-                std::thread::sleep(Duration::from_micros(200));
-                return;
-            }
-            Some(true) => return,
-            Some(false) => {}
-        }
-        if !use_wake {
-            let Some(fd) = self.msg_wake.as_ref().map(|w| w.raw_fd()) else {
-                let other = self.other_fd(None);
-                let _ = self.groups[0].1.wait(other, cap(IDLE_WAIT));
-                return;
-            };
-            // The fd is cleared only when the wait found it readable (no syscall per idle
-            // entry): a message sent since this pass's take_new left it readable, so the
-            // wait returns at once, and the next pass takes the message.
-            let wait = cap(IDLE_WAIT
-                .saturating_mul(1 << self.idle_streak.min(5))
-                .min(IDLE_WAIT_MAX));
-            let other = self.other_fd(Some(fd));
-            let Some(ready) = self.groups[0].1.wait(other, wait) else {
-                std::thread::sleep(Duration::from_micros(200));
-                return;
-            };
-            if ready.other {
-                if let Some(w) = &self.msg_wake {
-                    w.clear();
-                }
-            }
-            if !ready.events && !ready.other {
-                self.idle_streak = self.idle_streak.saturating_add(1);
-            }
-            return;
-        }
-        if self.poll_backends() {
-            return;
-        }
-        let Some(w) = &self.backend_wake else {
-            return;
-        };
-        let fd = w.raw_fd();
-        let other = self.other_fd(Some(fd));
-        if self.groups[0].1.wait(other, cap(IDLE_WAIT)).is_none() {
-            std::thread::sleep(Duration::from_micros(200));
-        }
-    }
-
-    /// The descriptor the first group waits on besides its own events: the worker's `fd`,
-    /// or with several groups the set holding it and the other groups' descriptors.
-    fn other_fd(&mut self, fd: Option<RawFd>) -> Option<RawFd> {
-        match &mut self.others {
-            Some(o) => Some(o.with(fd)),
-            None => fd,
-        }
-    }
-
     // ---------------------------------------------------------------- shutdown
 
     /// One step of the shutdown; true when every queue is gone.
@@ -630,66 +368,6 @@ impl Worker {
                 .unwrap_or_else(|p| p.into_inner())
                 .push(format!("namespace {nsid} ({failure})"));
         }
-    }
-}
-
-/// An epoll set over the wake descriptors of a worker's groups after the first, and the
-/// worker's own descriptor of the moment (its message or backend eventfd): with several
-/// transports, the first group sleeps on its own events plus this set.
-struct OthersWait {
-    epoll: OwnedFd,
-    /// The worker's descriptor now in the set.
-    extra: Option<RawFd>,
-}
-
-impl OthersWait {
-    /// The set for `groups`, if there is more than one and every group after the first has
-    /// a wake descriptor.
-    fn new(groups: &[(config::Transport, Box<dyn PollGroup>)]) -> Option<OthersWait> {
-        if groups.len() < 2 {
-            return None;
-        }
-        // SAFETY: plain system call; the descriptor is owned from here on.
-        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        if fd < 0 {
-            tracing::warn!("no epoll set for several transports: idle workers nap instead");
-            return None;
-        }
-        let set = OthersWait {
-            // SAFETY: `fd` is a new descriptor nothing else owns.
-            epoll: unsafe { OwnedFd::from_raw_fd(fd) },
-            extra: None,
-        };
-        for (_, g) in &groups[1..] {
-            if !set.ctl(libc::EPOLL_CTL_ADD, g.wake_fd()?) {
-                return None;
-            }
-        }
-        Some(set)
-    }
-
-    fn ctl(&self, op: i32, fd: RawFd) -> bool {
-        let mut ev = libc::epoll_event {
-            events: libc::EPOLLIN as u32,
-            u64: fd as u64,
-        };
-        // SAFETY: both descriptors are open; `ev` is a valid event.
-        unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), op, fd, &mut ev) == 0 }
-    }
-
-    /// Puts `fd` in the set in place of the worker's previous descriptor; the set's own.
-    fn with(&mut self, fd: Option<RawFd>) -> RawFd {
-        if fd != self.extra {
-            if let Some(old) = self.extra.take() {
-                self.ctl(libc::EPOLL_CTL_DEL, old);
-            }
-            if let Some(new) = fd {
-                if self.ctl(libc::EPOLL_CTL_ADD, new) {
-                    self.extra = Some(new);
-                }
-            }
-        }
-        self.epoll.as_raw_fd()
     }
 }
 
