@@ -18,7 +18,8 @@
 //! parcel offset 0                                                    total_bytes
 //! | recv slots: depth x capsule slot | resp slots: depth x 16 | pad | push data slots |
 //!   capsule slot = round_up(64 + in_capsule_data_size, 64)     an RDMA push queue only:
-//!                                                              depth x max_io, 4 KiB-aligned
+//!                                                              depth x push slot, 4 KiB-aligned
+//!                                                              (`Limits::push_slot_bytes`)
 //! ```
 //!
 //! On RDMA, a push-write queue's host gets a key over its parcel's data slots only (a type-2
@@ -61,7 +62,8 @@ pub struct ParcelLayout {
     pub resp_offset: usize,
     /// Offset of the data area (page-aligned).
     pub data_offset: usize,
-    /// One data slot: `max_io_size` rounded to a page (0: the parcel has no data slots).
+    /// One data slot, page-rounded (a push queue's: `Limits::push_slot_bytes`; 0: the parcel
+    /// has no data slots).
     pub data_slot_bytes: usize,
     /// Data slots: `queue_depth` for an RDMA push queue (its host places data by command
     /// ID), 0 for every other queue (its commands take buffers from the worker's data pool,
@@ -82,8 +84,8 @@ impl ParcelLayout {
     }
 
     /// The layout for `queue_depth` requests with the given limits and a data slot of
-    /// `max_io_size` per request (an RDMA push queue's).
-    pub const fn new(queue_depth: u32, in_capsule_data_size: u32, max_io_size: u32) -> Self {
+    /// `data_slot_bytes` (rounded up to a page) per request (an RDMA push queue's).
+    pub const fn new(queue_depth: u32, in_capsule_data_size: u32, data_slot_bytes: u32) -> Self {
         let depth = queue_depth as usize;
         let capsule_slot_bytes = round_up(
             SQE_BYTES + in_capsule_data_size as usize,
@@ -91,7 +93,7 @@ impl ParcelLayout {
         );
         let resp_offset = depth * capsule_slot_bytes;
         let data_offset = round_up(resp_offset + depth * CQE_BYTES, PAGE_BYTES);
-        let data_slot_bytes = round_up(max_io_size as usize, PAGE_BYTES);
+        let data_slot_bytes = round_up(data_slot_bytes as usize, PAGE_BYTES);
         let total_bytes = round_up(data_offset + depth * data_slot_bytes, PAGE_BYTES);
         ParcelLayout {
             queue_depth,
@@ -657,7 +659,7 @@ impl Parcel {
         self.region(self.layout.resp_slot_offset(i), CQE_BYTES)
     }
 
-    /// Data slot `i`: up to `max_io_size` bytes of one request, page-aligned.
+    /// Data slot `i`: up to `data_slot_bytes` of one request, page-aligned.
     pub fn data_slot(&self, i: u32) -> Region {
         self.region(self.layout.data_slot_offset(i), self.layout.data_slot_bytes)
     }

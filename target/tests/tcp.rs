@@ -394,9 +394,13 @@ fn wait_pool_by_host(
     loop {
         let s = t.handle().status();
         let by_host = s["data_pool"]["by_host"].clone();
-        if by_host.as_array().is_some_and(&done) || std::time::Instant::now() > deadline {
+        if by_host.as_array().is_some_and(&done) {
             return by_host;
         }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "data_pool.by_host never became what the test waits for: {by_host}"
+        );
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
 }

@@ -463,7 +463,7 @@ fn control_record(fd: RawFd) -> ReceiveError {
     let mut len = 0;
     let mut kind = 0; // no record type is 0
     loop {
-        let mut cbuf = [0u64; 4]; // CMSG_SPACE(1), aligned
+        let mut cbuf = [0u64; 4]; // room for CMSG_SPACE(1) (24 bytes), aligned
         let mut iov = libc::iovec {
             iov_base: buf[len..].as_mut_ptr().cast(),
             iov_len: buf.len() - len,

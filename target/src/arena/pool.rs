@@ -129,7 +129,9 @@ pub struct PoolStats {
 pub struct HostPoolStats {
     /// [`host_key`] of the host.
     pub host: u64,
+    /// Pages its commands hold now.
     pub pages_in_use: u32,
+    /// Its commands waiting for pages now.
     pub waiting: u32,
 }
 

@@ -121,8 +121,8 @@ impl TargetHandle {
                 "waiting": waiting,
                 "waits": waits,
                 "hosts": pool_hosts,
-                // Who holds the buffers and whose commands wait (hostnqn null: a connection
-                // not yet named by its Connect).
+                // Who holds the buffers and whose commands wait (hostnqn null: queues not yet
+                // named by a Connect, or whose controller is gone while they drain).
                 "by_host": crate::metrics::pool_by_host(s)
                     .into_iter()
                     .map(|p| json!({

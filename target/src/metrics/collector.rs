@@ -279,7 +279,7 @@ impl Collector for TargetCollector {
                 .collect::<Vec<_>>(),
         )?;
         // By host: who holds the buffers and whose commands wait (hosts with neither now and
-        // no wait ever are left out; `hostnqn=""` is a connection not yet named by Connect).
+        // no wait ever are left out; `hostnqn=""`: queues not yet named by a Connect, or whose controller is gone while they drain).
         let by_host = pool_by_host(s);
         let host = |p: &HostPool| vec![("hostnqn", p.hostnqn.clone().unwrap_or_default())];
         gauge_family(
@@ -300,14 +300,16 @@ impl Collector for TargetCollector {
                 .map(|p| (host(p), p.waiting as i64))
                 .collect::<Vec<_>>(),
         )?;
-        counter_family(
+        // A gauge: it sums the host's connected controllers, so it falls when one goes (a
+        // counter must not).
+        gauge_family(
             &mut enc,
-            "rdmablk_data_pool_host_waits",
-            "A host's commands that had to wait for a data buffer, over its controllers connected now",
+            "rdmablk_data_pool_host_waited",
+            "Commands of a host's connected controllers that had to wait for a data buffer",
             &by_host
                 .iter()
                 .filter(|p| p.hostnqn.is_some())
-                .map(|p| (host(p), p.waits))
+                .map(|p| (host(p), p.waits as i64))
                 .collect::<Vec<_>>(),
         )?;
         if let Some(h) = crate::heap::stats() {

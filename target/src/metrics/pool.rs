@@ -51,7 +51,7 @@ impl PoolCounters {
         }
     }
 
-    pub fn store(&self, s: &crate::arena::pool::PoolStats) {
+    fn store(&self, s: &crate::arena::pool::PoolStats) {
         let page = crate::arena::PAGE_BYTES as u64;
         self.bytes
             .store(u64::from(s.total_pages) * page, Ordering::Relaxed);
@@ -81,7 +81,8 @@ impl PoolCounters {
 /// status`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HostPool {
-    /// None: a connection whose Fabrics Connect has not named its host yet.
+    /// None: queues whose Fabrics Connect has not named their host yet, or whose controller
+    /// is gone while they drain.
     pub hostnqn: Option<String>,
     pub bytes_in_use: u64,
     /// Its commands waiting for a buffer now.
@@ -99,7 +100,7 @@ pub fn pool_by_host(h: &crate::nvmf::Shared) -> Vec<HostPool> {
     }
     let mut by_nqn: std::collections::BTreeMap<String, HostPool> = Default::default();
     for c in h.controllers.all() {
-        let waits = c.pool_waits.load(Ordering::Relaxed);
+        let waits = c.pool_waits();
         let now = by_key.remove(&host_key(c.hostnqn.as_bytes()));
         if waits == 0 && now.is_none() && !by_nqn.contains_key(&c.hostnqn) {
             continue;

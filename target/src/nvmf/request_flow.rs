@@ -106,8 +106,7 @@ fn start_request<X: QueueTransport>(
                 // worker hands this command a buffer: `on_buffer`.
                 q.reqs[slot as usize].awaits_buffer = true;
                 if let Some(c) = &q.ctrl {
-                    c.pool_waits
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    c.note_pool_wait();
                 }
                 return;
             }

@@ -368,7 +368,7 @@ fn send_record(sock: &TcpStream, kind: u8, body: &[u8]) {
 /// target) are passed over and the data after them read; a KeyUpdate still ends.
 fn tickets_then_data(server: &TcpStream, host: &TcpStream, hash: u8) {
     let ticket = |n: usize| [&[4, 0, (n >> 8) as u8, n as u8][..], &vec![9u8; n]].concat();
-    // Two in one record, longer than a small read; one in the next.
+    // Two in one record, one in the next.
     send_record(server, HANDSHAKE, &[ticket(700), ticket(180)].concat());
     send_record(server, HANDSHAKE, &ticket(90));
     (&*server).write_all(b"after the tickets").unwrap();
@@ -384,7 +384,11 @@ fn tickets_then_data(server: &TcpStream, host: &TcpStream, hash: u8) {
             },
         }
     }
-    assert_eq!((&got, passed), (b"after the tickets", 2), "hash {hash}");
+    // Two passes, or one on kernels before 6.8's "tls: stop recv() if initial
+    // process_rx_list gave us non-DATA", which hand out both ticket records in one read (the
+    // whole of it still tickets).
+    assert_eq!(&got, b"after the tickets", "hash {hash}");
+    assert!((1..=2).contains(&passed), "hash {hash}: {passed} passes");
     send_record(
         server,
         HANDSHAKE,

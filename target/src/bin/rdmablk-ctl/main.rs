@@ -571,8 +571,8 @@ fn print_human(cmd: &Cmd, r: &Value) {
             );
             for h in p["by_host"].as_array().into_iter().flatten() {
                 println!(
-                    "  HOST {}  {} bytes in use, {} commands waiting ({} ever)",
-                    h["hostnqn"].as_str().unwrap_or("(before Connect)"),
+                    "  HOST {}  {} bytes in use, {} commands waiting ({} by its connected controllers)",
+                    h["hostnqn"].as_str().unwrap_or("(not named: before Connect, or draining)"),
                     s(&h["bytes_in_use"]),
                     s(&h["waiting"]),
                     s(&h["waits"])

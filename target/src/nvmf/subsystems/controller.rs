@@ -55,7 +55,7 @@ pub struct Controller {
     dead: AtomicBool,
     /// Commands of its queues that had to wait for a data buffer (counted on the wait path
     /// only, never per command).
-    pub pool_waits: AtomicU64,
+    pool_waits: AtomicU64,
     /// Asynchronous events waiting for an Async Event Request, and the changed namespaces.
     events: Mutex<Events>,
 }
@@ -98,6 +98,16 @@ const CHANGED_NS_MAX: usize = 1024;
 impl Controller {
     pub fn state(&self) -> MutexGuard<'_, CtrlState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Counts a command of this controller's that had to wait for a data buffer.
+    pub fn note_pool_wait(&self) {
+        self.pool_waits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Commands of this controller's that had to wait for a data buffer.
+    pub fn pool_waits(&self) -> u64 {
+        self.pool_waits.load(Ordering::Relaxed)
     }
 
     pub fn kato_ms(&self) -> u64 {

@@ -76,8 +76,9 @@ fn target_cpu_ns() -> (u64, usize) {
 pub const EMBEDDED_NQN: &str = "nqn.2026-11.io.rdmablk:embedded";
 /// Namespace size when the run does not ask for more.
 const DEFAULT_NS_BYTES: u64 = 256 << 20;
-/// Arena per job: the admin queue's window (~4.2 MiB) and one I/O queue's (~16.5 MiB at the
-/// default 128 entries x 128 KiB), rounded up.
+/// Arena per job: half of it goes to the data pools (a given `arena.bytes` is split so), the
+/// rest holds the job's RDMA parcels (the admin queue's ~132 KiB, an I/O queue's 524 KiB, or
+/// ~2.6 MiB with push slots at the default push budget) with room to spare.
 const ARENA_BYTES_PER_JOB: u64 = 24 << 20;
 
 static RUNNING: Mutex<Weak<EmbeddedTarget>> = Mutex::new(Weak::new());

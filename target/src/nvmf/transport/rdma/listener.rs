@@ -157,8 +157,14 @@ impl Acceptor {
         let pushed = layout.and_then(|l| self.shared.arena.carve(l).ok());
         if push.is_some() && pushed.is_none() {
             if layout.is_some() {
-                tracing::info!(qid = cm.qid, depth,
-                    "no arena room for a push queue's data slots: push declined, the queue is served without");
+                tracing::info!(
+                    qid = cm.qid,
+                    depth,
+                    "no arena room for a push queue's data slots: push declined, the queue is \
+                     served without"
+                );
+            } else {
+                tracing::debug!(qid = cm.qid, "limits.push_window_bytes = 0: push declined");
             }
             push = None;
         }
