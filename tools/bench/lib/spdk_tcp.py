@@ -290,7 +290,8 @@ def table(d, lib):
     targets = os.environ["TABLE_TARGETS"].split()
     hosts = os.environ["TABLE_HOSTS"].split()
     label = {"rdmablk": "rdmablk-target", "spdk": "SPDK polling", "spdk-intr": "SPDK interrupt",
-             "spdk-intr-aio": "SPDK interrupt, aio"}
+             "spdk-intr-aio": "SPDK interrupt, aio", "rdmablk-tls": "rdmablk-target TLS",
+             "spdk-tls": "SPDK polling TLS"}
     recs, order, fails, tried = {}, [], [], {}
     path = os.path.join(d, "manifest")
     for line in open(path) if os.path.exists(path) else []:
@@ -346,24 +347,60 @@ def table(d, lib):
         return "-" if v is None else f"{v:.2f}" if v < 10 else f"{v:.1f}"
 
     bars = []
-    others = [t for t in targets if t != "rdmablk"]
+    # The clear-text targets in one table per host, the TLS ones (rdmablk-tls, spdk-tls) in
+    # another: their ratio to each other and what TLS costs each against its clear text.
+    plain = [t for t in targets if not t.endswith("-tls")]
+    tls = [t for t in targets if t.endswith("-tls")]
+    others = [t for t in plain if t != "rdmablk"]
     for h in hosts:
+        if not plain:
+            break
         print(f"Host {h}: the targets (IOPS median (range over rounds); ratios round by round)")
         print()
-        head = ["point"] + [f"{label[t]} IOPS" for t in targets]
-        if "rdmablk" in targets:
+        head = ["point"] + [f"{label[t]} IOPS" for t in plain]
+        if "rdmablk" in plain:
             head += [f"rdmablk / {label[t]}" for t in others]
-        head += [f"{label[t]} p50 / p99 us" for t in targets]
-        head += [f"{label[t]} CPU us/IO" for t in targets]
+        head += [f"{label[t]} p50 / p99 us" for t in plain]
+        head += [f"{label[t]} CPU us/IO" for t in plain]
         rows = [head]
         for p in order:
-            k = {t: (p, h, t) for t in targets}
-            row = [p] + [iops(k[t]) for t in targets]
-            if "rdmablk" in targets:
+            k = {t: (p, h, t) for t in plain}
+            row = [p] + [iops(k[t]) for t in plain]
+            if "rdmablk" in plain:
                 row += [ratio(k["rdmablk"], k[t]) for t in others]
                 bars += [(f"{p} {h}: rdmablk / {label[t]}", ratio_stats(k["rdmablk"], k[t]))
                          for t in others]
-            row += [lat(k[t]) for t in targets] + [cpu(k[t]) for t in targets]
+            row += [lat(k[t]) for t in plain] + [cpu(k[t]) for t in plain]
+            rows.append(row)
+        bj.print_table(rows)
+        print()
+    both = {"rdmablk-tls", "spdk-tls"} <= set(tls)
+    costs = [t for t in ("rdmablk-tls", "spdk-tls") if t in tls and t[:-4] in targets]
+    for h in hosts:
+        if not tls:
+            break
+        print(f"Host {h}: TLS 1.3, PSK (IOPS median (range over rounds); ratios round by round;")
+        print("TLS / clear: the same target and host with TLS and in clear text, IOPS and CPU us/IO)")
+        print()
+        head = ["point"] + [f"{label[t]} IOPS" for t in tls]
+        head += ["rdmablk TLS / SPDK TLS"] if both else []
+        head += [f"{label[t]} p50 / p99 us" for t in tls]
+        head += [f"{label[t]} CPU us/IO" for t in tls]
+        for t in costs:
+            who = "rdmablk" if t == "rdmablk-tls" else "SPDK"
+            head += [f"{who} TLS / clear {x}" for x in ("IOPS", "target CPU", "host CPU")]
+        rows = [head]
+        for p in order:
+            k = {t: (p, h, t) for t in targets}
+            row = [p] + [iops(k[t]) for t in tls]
+            if both:
+                row.append(ratio(k["rdmablk-tls"], k["spdk-tls"]))
+                bars.append((f"{p} {h}: rdmablk TLS / SPDK TLS",
+                             ratio_stats(k["rdmablk-tls"], k["spdk-tls"])))
+            row += [lat(k[t]) for t in tls] + [cpu(k[t]) for t in tls]
+            for t in costs:
+                row += [ratio(k[t], k[t[:-4]], x) for x in ("iops", "tgt_us", "host_us")]
+                bars.append((f"{p} {h}: {label[t]} / clear", ratio_stats(k[t], k[t[:-4]])))
             rows.append(row)
         bj.print_table(rows)
         print()
