@@ -332,12 +332,16 @@ def table(d, lib):
         rs = [a[r][k] / b[r][k] for r in a if r in b and a[r][k] is not None and b[r][k]]
         return (bj.median(rs), min(rs), max(rs), len(rs)) if rs else None
 
+    def fx(v):
+        """A ratio: two decimals, or two significant digits below 0.1 (SPDK's TLS at 128 KiB)."""
+        return f"{v:.2f}" if v >= 0.1 else f"{v:.2g}"
+
     def ratio(ka, kb, k="iops"):
         st = ratio_stats(ka, kb, k)
         if st is None:
             return "-"
         m, lo, hi, n = st
-        return f"{m:.2f}x" if n == 1 else f"{m:.2f}x ({lo:.2f}-{hi:.2f})"
+        return f"{fx(m)}x" if n == 1 else f"{fx(m)}x ({fx(lo)}-{fx(hi)})"
 
     def lat(key):
         return f"{bj.fmt_us(med(key, 'p50'))} / {bj.fmt_us(med(key, 'p99'))}"
@@ -416,7 +420,7 @@ def table(d, lib):
                 ka, kb = (p, a, t), (p, b, t)
                 pa, pb = med(ka, "p50"), med(kb, "p50")
                 rows.append([p, label[t], ratio(ka, kb),
-                             "-" if pa is None or not pb else f"{pa / pb:.2f}x",
+                             "-" if pa is None or not pb else f"{fx(pa / pb)}x",
                              cpu(ka, "host_us"), cpu(kb, "host_us")])
                 bars.append((f"{p} -> {label[t]}: {a} / {b}", ratio_stats(ka, kb)))
         bj.print_table(rows)
