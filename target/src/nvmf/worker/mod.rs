@@ -371,6 +371,7 @@ impl Worker {
     }
 }
 
+/// Gives namespace slot `slot` of worker `index` fresh counters (none with
 /// `target.io_statistics = false`: then nothing is counted).
 fn set_counters(v: &mut Vec<Option<Arc<NsCounters>>>, shared: &Shared, index: usize, slot: usize) {
     if !shared.fixed.target.io_statistics {

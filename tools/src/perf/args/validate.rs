@@ -122,7 +122,8 @@ impl Args {
         }
         if self.hipri && !matches!(target, Target::File(_)) {
             return Err(usage(format!(
-                "--hipri polls a local device's completions: {target} is not one                  (give /dev/nvmeXnY or /dev/ngXnY)"
+                "--hipri polls a local device's completions: {target} is not one \
+                 (give /dev/nvmeXnY or /dev/ngXnY)"
             )));
         }
         if self.hipri && !self.direct {
