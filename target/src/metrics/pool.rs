@@ -1,5 +1,5 @@
 //! The workers' data pools as readers see them: each worker's figures ([`PoolCounters`],
-//! published once a pass) and each host's share summed over the workers ([`pool_by_host`]).
+//! published once a housekeeping tick) and each host's share summed over the workers ([`pool_by_host`]).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -9,7 +9,7 @@ use super::WorkerCounters;
 use crate::arena::pool::{host_key, HostPoolStats};
 
 /// A worker's data pool as the scraper and `rdmablk-ctl status` see it: stored by the worker
-/// once a pass (relaxed stores, one writer), read by anyone.
+/// once a housekeeping tick (relaxed stores, one writer), read by anyone.
 #[derive(Debug, Default)]
 pub struct PoolCounters {
     pub bytes: AtomicU64,
