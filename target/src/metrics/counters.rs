@@ -103,7 +103,7 @@ pub struct WorkerCounters {
     pub idle_ns: AtomicU64,
     /// By namespace slot (published for the scraper; the worker keeps its own copy).
     slots: ArcSwap<Vec<Option<Arc<NsCounters>>>>,
-    /// The worker's data pool ([`crate::arena::pool`]), published each pass.
+    /// The worker's data pool ([`crate::arena::pool`]), published each housekeeping tick.
     pub pool: PoolCounters,
 }
 
