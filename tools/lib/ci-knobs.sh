@@ -33,7 +33,7 @@ rdmablk_ci_knob_list() {
 # --- tools/test
 CI                          allow     this check's own switch
 RDMABLK_SKIP_RXE            refuse    tools/test: skips tools/test-rxe, every real-verbs step
-RDMABLK_FUZZ_SECONDS        below=30  tools/test: seconds per fuzz target; fewer shortens the smoke
+RDMABLK_FUZZ_SECONDS        below=20  tools/test: seconds per fuzz target; fewer shortens the smoke
 # --- tools/soak (tools/test runs it once per transport)
 SOAK_TRANSPORT              allow     tools/soak: soft or tcp; tools/test sets it for each of its two runs
 SOAK_FAULTS                 refuse    tools/soak: the fault kinds dealt; fewer kinds skip faults
