@@ -26,7 +26,7 @@ use rdmablk::nvme::transport::tcp::host_rx::{
     check_data_digest, Expect, HostPdu, HostRx, Next, Placement,
 };
 use rdmablk::nvme::transport::tcp::{
-    digest, encode_capsule_cmd, flags, pdu_type, CommonHeader, DataHeader, Direction, IcReq,
+    ack, digest, encode_capsule_cmd, flags, pdu_type, CommonHeader, DataHeader, Direction, IcReq,
     IcResp, Negotiated, PduLayout, R2t, CAPSULE_CMD_HLEN, CH_LEN, DATA_HLEN, DIGEST_LEN, IC_LEN,
 };
 use rdmablk::nvme::{Cqe, InCapsuleSgl, Sgl, SglNeed, Sqe, Status, TransportSgl};
@@ -91,6 +91,9 @@ pub(crate) struct TcpLink {
     /// The most one read into `rx` takes: [`PLACE_READ`] while the last C2HData was one to
     /// place, all of `rx` otherwise.
     read_max: usize,
+    /// Bytes read from the stream so far (for `tcp::ack`: a read of bulk data is
+    /// acknowledged at once).
+    rx_bytes: u64,
     broken: Option<String>,
     stats: Arc<Stats>,
 }
@@ -232,6 +235,7 @@ impl TcpLink {
             sent: Vec::with_capacity(n),
             placing: None,
             read_max: RX_BYTES,
+            rx_bytes: 0,
             broken: None,
             stats,
         })
@@ -290,6 +294,7 @@ impl TcpLink {
                 Ok(0) => self.fail_with("the target closed the connection".into()),
                 Ok(n) => {
                     self.rx_end += n;
+                    self.rx_bytes += n as u64;
                     if n < asked {
                         return true; // drained: no second call just to hear EAGAIN
                     }
@@ -309,8 +314,20 @@ impl TcpLink {
     }
 
     /// Reads what the socket has, parses it, and places large C2HData straight into their
-    /// buffers; Err: a protocol error (the queue fails).
+    /// buffers; Err: a protocol error (the queue fails). Bulk data read, or a PDU left
+    /// begun, is acknowledged at once (`tcp::ack`: a target with a small send buffer waits
+    /// for our ACK before it sends more).
     fn receive(&mut self, events: &mut Vec<Event>) -> std::result::Result<(), String> {
+        let before = self.rx_bytes;
+        let r = self.receive_pdus(events);
+        let mid_pdu = self.rx_start < self.rx_end || self.placing.is_some();
+        if self.broken.is_none() && ack::wants_ack(self.rx_bytes - before, mid_pdu) {
+            self.stream.ack_now();
+        }
+        r
+    }
+
+    fn receive_pdus(&mut self, events: &mut Vec<Event>) -> std::result::Result<(), String> {
         loop {
             if self.broken.is_some() {
                 return Ok(()); // nothing more goes into a command's buffer
@@ -342,7 +359,10 @@ impl TcpLink {
                     self.fail_with("the target closed the connection".into());
                     return Ok(false);
                 }
-                Ok(n) => p.left -= n,
+                Ok(n) => {
+                    p.left -= n;
+                    self.rx_bytes += n as u64;
+                }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => {

@@ -152,6 +152,11 @@ impl Stream {
         self.sock().shutdown(how)
     }
 
+    /// Acknowledges what the socket received now (`rdmablk::nvme::transport::tcp::ack`).
+    pub fn ack_now(&self) {
+        rdmablk::nvme::transport::tcp::ack::ack_now(self.sock());
+    }
+
     /// Received bytes TLS holds that the socket's readiness does not show.
     pub fn has_buffered_input(&self) -> bool {
         match self {

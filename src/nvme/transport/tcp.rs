@@ -761,6 +761,7 @@ impl From<TermError> for TermReq {
     }
 }
 
+pub mod ack;
 pub mod host_rx;
 
 #[cfg(test)]

@@ -10,7 +10,7 @@
 //! pays a wake-up per segment; `docs/tcp.md`.)
 
 use rdmablk::nvme::transport::tcp::{
-    ch_offset, digest, flags, pdu_type, CommonHeader, DataHeader, Direction, Fes, Negotiated,
+    ack, ch_offset, digest, flags, pdu_type, CommonHeader, DataHeader, Direction, Fes, Negotiated,
     PduLayout, TermError, TermReq, CH_LEN, DATA_HLEN, DIGEST_LEN, TERM_REQ_MAX_DATA,
 };
 use rdmablk::nvme::{Sqe, Status, SQE_LEN};
@@ -27,6 +27,7 @@ use crate::nvmf::Shared;
 /// Reads what queue `q`'s socket has (as much as the receive buffer takes) and acts on every
 /// whole PDU in it; a protocol error ends the queue (C2HTermReq, then close).
 pub fn receive(q: &mut TcpQueue, ctx: &mut Ctx<'_>) {
+    let before = q.xport.sock.received_bytes;
     q.xport.sock.fill();
     while !q.is_closing() {
         let step = next_pdu(q).and_then(|l| match l {
@@ -37,9 +38,15 @@ pub fn receive(q: &mut TcpQueue, ctx: &mut Ctx<'_>) {
             Ok(true) => {}
             // TLS may hold what did not fit in the buffer (the socket will not say so).
             Ok(false) if q.xport.sock.tls_backlog() && q.xport.sock.fill() => {}
-            Ok(false) => return,
+            Ok(false) => break,
             Err(e) => return fatal(q, e, ctx.shared),
         }
+    }
+    // Bulk data came (a host streaming H2CData, or a PDU begun and not whole): acknowledge it
+    // now, or a host with a small send buffer waits for our delayed ACK (`tcp::ack`).
+    let got = q.xport.sock.received_bytes - before;
+    if ack::wants_ack(got, !q.xport.sock.received().is_empty()) {
+        q.xport.sock.ack_now();
     }
 }
 

@@ -9,6 +9,7 @@ use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 
 use rdmablk::nvme::tls::ktls::{self, Established};
+use rdmablk::nvme::transport::tcp::ack;
 
 mod tls;
 
@@ -55,6 +56,8 @@ pub struct Socket {
     tx_off: usize,
     /// Bytes written so far (progress, for the stalled-host timer).
     pub sent_bytes: u64,
+    /// Bytes read from the socket so far (ciphertext under TLS in user space).
+    pub received_bytes: u64,
     /// The peer closed its side, or the socket failed: why.
     pub broken: Option<String>,
     iov: Vec<libc::iovec>,
@@ -78,6 +81,7 @@ impl Socket {
             tx: VecDeque::with_capacity(tx_capacity),
             tx_off: 0,
             sent_bytes: 0,
+            received_bytes: 0,
             broken: None,
             iov: Vec::with_capacity(3 * IOV_BATCH),
             tls: None,
@@ -109,6 +113,7 @@ impl Socket {
             if n > 0 {
                 let asked = self.rx.len() - self.end;
                 self.end += n as usize;
+                self.received_bytes += n as u64;
                 any = true;
                 if (n as usize) < asked {
                     // The socket is drained (a short read): no second call just to hear
@@ -148,6 +153,11 @@ impl Socket {
             }
         }
         any
+    }
+
+    /// Acknowledges what the socket received now (`rdmablk::nvme::transport::tcp::ack`).
+    pub fn ack_now(&self) {
+        ack::ack_now(&self.stream);
     }
 
     /// The received bytes not consumed yet.

@@ -88,7 +88,10 @@ impl Socket {
             let room = MAX_CIPHERTEXT_IN - t.buffered_in();
             match t.read_from(&mut &self.stream) {
                 Ok(0) => return any,
-                Ok(n) => drained = n < room,
+                Ok(n) => {
+                    self.received_bytes += n as u64;
+                    drained = n < room;
+                }
                 Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
                     self.broken
                         .get_or_insert_with(|| "the host closed the connection".into());
