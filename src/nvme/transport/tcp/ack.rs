@@ -5,8 +5,9 @@
 //! H2CData from `spdk_nvme_perf` to the target, or of C2HData from SPDK's `nvmf_tgt` to the
 //! initiator, took 350 ms so, one delayed ACK per record. After a read that brought bulk data,
 //! or left a PDU begun and not whole, the reader asks for the ACK now (`TCP_QUICKACK`): one
-//! `setsockopt` per pass over the socket (one or more reads), never per PDU; reads of commands and responses alone (the common
-//! small-I/O case) cost nothing more, their ACKs ride on the replies as usual.
+//! `setsockopt` per pass over the socket (one or more reads), never per PDU; reads of commands
+//! and responses alone (the common small-I/O case) cost nothing more, their ACKs ride on the
+//! replies as usual.
 
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
