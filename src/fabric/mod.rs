@@ -12,6 +12,7 @@
 //! Device ──┬── Pd ──┬── Mr (owns its MemBuf)      children hold an Arc of their parent,
 //!          │        └── Mw (type 2)               so teardown order is right by construction
 //!          ├── Cq  (shared by many QPs; a QP keeps its CQs alive)
+//!          ├── Srq (of a Pd; shared by many QPs of that Pd; a QP keeps its SRQ alive)
 //!          └── Listener ── ConnRequest ── Qp      (passive side)
 //! resolve(addr) ── Resolved ── connect ── Qp      (active side)
 //! ```
@@ -30,6 +31,14 @@
 //! [`WcStatus::WrFlushErr`]. Posting to a QP in the error state succeeds (the WR then
 //! completes with `WrFlushErr`); it is not a post-time error. A `SEND_WITH_INV` completes with
 //! opcode [`WcOpcode::Send`], as in verbs.
+//!
+//! # Shared receive queues
+//! A QP created with [`QpInit::srq`] takes its receives from that [`Srq`] instead of a queue of
+//! its own ([`Qp::post_recv`] is refused). The completion goes to the receiving QP's receive
+//! CQ with that QP's [`Wc::qp_num`] and the SRQ work request's `wr_id`. An SRQ's work requests
+//! may be consumed in any order (hardware does), and an empty SRQ makes the sender retry after
+//! an RNR NAK, as an empty receive queue does. A QP entering the error state flushes only the
+//! SRQ work request it was filling; the others stay posted for the other QPs.
 //!
 //! A memory region is deregistered when its [`Mr`] is dropped; a failed [`Qp::accept`] (bad
 //! private data length) leaves the request acceptable again.
@@ -176,6 +185,12 @@ wrapper! {
     Qp
 }
 wrapper! {
+    /// A shared receive queue: receive work requests that any QP created with it
+    /// ([`QpInit::srq`]) consumes. Cheap to clone; QPs keep theirs alive.
+    #[derive(Clone)]
+    Srq
+}
+wrapper! {
     /// A passive connection endpoint listening on an address.
     Listener
 }
@@ -266,6 +281,12 @@ impl Pd {
     pub unsafe fn register_raw(&self, addr: *mut u8, len: usize, access: Access) -> Result<Mr> {
         // SAFETY: the caller upholds the contract above, which the provider needs verbatim.
         dispatch!(&self.0, p => unsafe { p.register_raw(addr, len, access) }.map(Mr::from))
+    }
+
+    /// Creates a shared receive queue of this PD (`ibv_create_srq`, no limit event). Fails
+    /// with [`FabricError::Unsupported`] on a device without SRQs (`DeviceAttr::max_srq` 0).
+    pub fn create_srq(&self, init: SrqInit) -> Result<Srq> {
+        dispatch!(&self.0, p => p.create_srq(init).map(Srq::from))
     }
 
     /// Allocates a type-2 memory window; [`FabricError::Unsupported`] if the device has none
@@ -434,6 +455,24 @@ pub struct QpInit<'a> {
     pub send_cq: &'a Cq,
     pub recv_cq: &'a Cq,
     pub caps: QpCaps,
+    /// Take receives from this shared receive queue (of `pd`'s device and PD) instead of a
+    /// queue of the QP's own: `caps.max_recv_wr` and `max_recv_sge` are then ignored (the QP
+    /// reports 0) and [`Qp::post_recv`] is refused.
+    pub srq: Option<&'a Srq>,
+}
+
+impl Srq {
+    /// Posts receive work requests (same partial-post rule as [`Qp::post_send`]): SGE count
+    /// and room are checked at post time ([`FabricError::BadWr`], [`FabricError::QueueFull`]).
+    pub fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<()> {
+        dispatch!(&self.0, s => s.post_recv(wrs))
+    }
+
+    /// What the device gave (at least what was asked for). Do not count on a device refusing
+    /// more work requests than `max_wr`: some accept a few more.
+    pub fn caps(&self) -> SrqCaps {
+        dispatch!(&self.0, s => s.caps())
+    }
 }
 
 /// An established active connection.
@@ -481,6 +520,7 @@ impl Qp {
     }
 
     /// Posts receive work requests, in order (same partial-post rule as [`Qp::post_send`]).
+    /// [`FabricError::BadWr`] on a QP created with an SRQ: post to the SRQ.
     pub fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<()> {
         dispatch!(&self.0, q => q.post_recv(wrs))
     }
@@ -488,6 +528,11 @@ impl Qp {
     /// Passive side: accepts the connection this QP was created for, with `param` (private
     /// data at most [`MAX_ACCEPT_PRIVATE_DATA`] bytes). Post receives before accepting. The
     /// QP can be used at once; [`CmEvent::Established`] follows.
+    ///
+    /// On the verbs provider a QP with an SRQ answers with an RNR retry count of 7 (the peer
+    /// retries a SEND that finds the SRQ empty for ever, as nvmet and SPDK ask); otherwise
+    /// the requester's own value is echoed. (Soft: the requester's connect sets its own.) [`ConnParam::min_rnr_timer`] is applied once accepted; a device that
+    /// refuses it only logs a warning.
     pub fn accept(&self, param: &ConnParam) -> Result<()> {
         dispatch!(&self.0, q => q.accept(param))
     }

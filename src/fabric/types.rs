@@ -270,7 +270,9 @@ pub struct Wc {
     pub opcode: WcOpcode,
     /// Bytes received (receive completions); RDMA READ completions may report the length read.
     pub byte_len: u32,
-    /// The QP the work request was posted on (lets one CQ serve many QPs).
+    /// The QP the work request was posted on (lets one CQ serve many QPs). For a receive
+    /// taken from a shared receive queue: the QP that received the message (`wr_id` is then
+    /// the SRQ work request's).
     pub qp_num: u32,
     /// For a receive completed by a peer's SEND_WITH_INV: the rkey it invalidated.
     pub invalidated_rkey: Option<u32>,
@@ -314,6 +316,22 @@ impl Default for QpCaps {
     }
 }
 
+/// What a shared receive queue is created with (`ibv_srq_init_attr`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SrqInit {
+    /// Receive work requests the queue holds.
+    pub max_wr: u32,
+    /// SGEs per receive work request.
+    pub max_sge: u32,
+}
+
+/// What a shared receive queue got from the device (at least what was asked for).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SrqCaps {
+    pub max_wr: u32,
+    pub max_sge: u32,
+}
+
 /// Connection parameters (`rdma_conn_param`) for connect and accept.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConnParam {
@@ -329,6 +347,11 @@ pub struct ConnParam {
     /// this value in the connection exchange and its effect on which side's SENDs differs
     /// between CM versions, so set the same value on connect and on accept (NVMe-oF uses 7).
     pub rnr_retry_count: u8,
+    /// Accept only: the responder's RNR NAK timer (IB encoding, 0..=31: 0 is 655.36 ms, 1 is
+    /// 0.01 ms, 12 is 0.64 ms, 31 is 491.52 ms), set on the QP right after the accept. `None`
+    /// keeps what the connection manager programmed (0 on Linux: 655 ms per RNR retry of the
+    /// peer). The soft provider retries after a fixed 1 ms and ignores it.
+    pub min_rnr_timer: Option<u8>,
 }
 
 impl Default for ConnParam {
@@ -339,6 +362,7 @@ impl Default for ConnParam {
             initiator_depth: 16,
             retry_count: 7,
             rnr_retry_count: 7,
+            min_rnr_timer: None,
         }
     }
 }
@@ -366,6 +390,12 @@ pub struct DeviceAttr {
     pub mem_mgt_extensions: bool,
     /// The port used is ACTIVE.
     pub port_active: bool,
+    /// Shared receive queues the device can create; 0 when it has none.
+    pub max_srq: u32,
+    /// Work requests one shared receive queue can hold.
+    pub max_srq_wr: u32,
+    /// SGEs per work request of a shared receive queue.
+    pub max_srq_sge: u32,
 }
 
 /// A connection-management event of a connected or accepted QP.

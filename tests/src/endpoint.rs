@@ -94,6 +94,7 @@ impl Endpoint {
             send_cq: &send_cq,
             recv_cq: &recv_cq,
             caps: opts.caps,
+            srq: None,
         };
         let connected = resolved.connect(&init, &opts.param, OP_TIMEOUT)?;
         Ok(Endpoint {
@@ -121,6 +122,7 @@ impl Endpoint {
             send_cq: &send_cq,
             recv_cq: &recv_cq,
             caps: opts.caps,
+            srq: None,
         };
         let qp = req.create_qp(&init).or_fail("ConnRequest::create_qp")?;
         Ok(Endpoint {

@@ -176,6 +176,7 @@ impl RdmaLink {
             send_cq: &cq,
             recv_cq: &cq,
             caps,
+            srq: None,
         };
         let req = CmRequest {
             qid,
@@ -190,6 +191,7 @@ impl RdmaLink {
             initiator_depth: attr.max_qp_init_rd_atom.clamp(1, 16) as u8,
             retry_count: 7,
             rnr_retry_count: 7,
+            min_rnr_timer: None,
         };
         let connected = match resolved.connect(&init, &param, p.connect_timeout) {
             Ok(c) => c,

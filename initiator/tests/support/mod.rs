@@ -218,6 +218,7 @@ impl Conn {
                     max_recv_sge: 1,
                     max_inline_data: 0,
                 },
+                srq: None,
             })
             .unwrap();
         let mut io = Io {

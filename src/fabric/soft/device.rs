@@ -4,11 +4,12 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
-use crate::fabric::{DeviceAttr, FabricError, Result};
+use crate::fabric::{DeviceAttr, FabricError, Result, SrqInit};
 
 use super::cm::Listener;
 use super::cq::Cq;
 use super::mr::{KeyEntry, KEY_INDEX_MAX};
+use super::srq::Srq;
 
 /// The device name.
 pub const DEVICE_NAME: &str = "soft0";
@@ -145,6 +146,9 @@ impl Device {
             mw_type2: true,
             mem_mgt_extensions: true,
             port_active: true,
+            max_srq: MAX_QP,
+            max_srq_wr: MAX_QP_WR,
+            max_srq_sge: MAX_SGE,
         })
     }
 
@@ -181,5 +185,9 @@ impl Pd {
 
     pub(super) fn dev(&self) -> &Arc<DeviceInner> {
         &self.0.dev.0
+    }
+
+    pub fn create_srq(&self, init: SrqInit) -> Result<Srq> {
+        Srq::new(self, init)
     }
 }

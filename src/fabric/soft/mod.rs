@@ -9,10 +9,11 @@
 //! [`wire`] and drawn in `docs/soft-provider.md`.
 //!
 //! Layout: [`device`] (the `soft0` device, PDs, key table), [`mr`] (regions, windows, access
-//! checks), [`cq`], [`queue`] (send / receive queue rings), [`qp`], [`tx`] and [`rx`] (a QP's
-//! transmit and receive sides; [`rxbuf`] the receive buffer), [`cm`] (listen / connect / accept / reject), [`handshake`]
-//! (the listener thread: connect requests read without one peer blocking another), [`event`]
-//! (eventfds, timerfds, epoll sets).
+//! checks), [`cq`], [`queue`] (the send queue ring), [`recv_queue`] (a QP's receive side: its
+//! own ring or a shared one), [`srq`] (shared receive queues), [`qp`], [`tx`] and [`rx`] (a
+//! QP's transmit and receive sides; [`rxbuf`] the receive buffer), [`cm`] (listen / connect /
+//! accept / reject), [`handshake`] (the listener thread: connect requests read without one peer
+//! blocking another), [`event`] (eventfds, timerfds, epoll sets).
 
 mod cm;
 mod cq;
@@ -22,8 +23,10 @@ mod handshake;
 mod mr;
 mod qp;
 mod queue;
+mod recv_queue;
 mod rx;
 mod rxbuf;
+mod srq;
 mod tx;
 pub mod wire;
 
@@ -32,6 +35,7 @@ pub use cq::Cq;
 pub use device::{Device, Pd, DEVICE_NAME};
 pub use mr::{Mr, Mw};
 pub use qp::Qp;
+pub use srq::Srq;
 
 /// See [`crate::fabric::SendBatch`].
 pub(crate) fn batch_begin() {

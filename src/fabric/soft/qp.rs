@@ -25,7 +25,8 @@ use super::cq::CqInner;
 use super::device::{DeviceInner, Pd, MAX_INLINE, MAX_QP_WR, MAX_RD_ATOM, MAX_SGE};
 use super::event::EventQueue;
 use super::mr::{inc_key, resolve_local};
-use super::queue::{BindArgs, InlineFill, RecvQueue, SendQueue, SqOp, SqParams};
+use super::queue::{BindArgs, InlineFill, SendQueue, SqOp, SqParams};
+use super::recv_queue::RecvQueue;
 use super::wire::{CmBody, Opcode};
 use super::{rx, tx};
 
@@ -51,7 +52,7 @@ pub(super) struct QpShared {
     pub sq: Mutex<SendQueue>,
     /// Wakes the transmit thread (after setting `SendQueue::tx_kick`).
     pub sq_cv: Condvar,
-    pub rq: Mutex<super::queue::RecvQueue>,
+    pub rq: Mutex<RecvQueue>,
     pub cm: EventQueue<CmEvent>,
     /// Fast-path copy of "the QP is in the error state".
     pub error: AtomicBool,
@@ -115,7 +116,23 @@ pub struct Qp {
     pending: Mutex<Option<Offer>>,
 }
 
-fn caps_checked(c: QpCaps) -> Result<QpCaps> {
+/// The caps a QP gets; with a shared receive queue the receive caps are not its own (0).
+fn caps_checked(c: QpCaps, srq: bool) -> Result<QpCaps> {
+    if srq {
+        let own = caps_checked(
+            QpCaps {
+                max_recv_wr: 1,
+                max_recv_sge: 0,
+                ..c
+            },
+            false,
+        )?;
+        return Ok(QpCaps {
+            max_recv_wr: 0,
+            max_recv_sge: 0,
+            ..own
+        });
+    }
     let bad = |what: String| Err(FabricError::InvalidArgument { what });
     if c.max_send_wr == 0 || c.max_send_wr > MAX_QP_WR {
         return bad(format!(
@@ -165,7 +182,23 @@ impl Qp {
             .recv_cq
             .as_soft()
             .ok_or(FabricError::ProviderMismatch { what: "CQ" })?;
-        let caps = caps_checked(init.caps)?;
+        let srq = match init.srq {
+            None => None,
+            Some(s) => {
+                let s = s
+                    .as_soft()
+                    .ok_or(FabricError::ProviderMismatch { what: "SRQ" })?;
+                if s.0.pd_id != pd.id() {
+                    return Err(FabricError::InvalidArgument {
+                        what: "the shared receive queue belongs to another protection domain \
+                               than the QP"
+                            .into(),
+                    });
+                }
+                Some(s.0.clone())
+            }
+        };
+        let caps = caps_checked(init.caps, srq.is_some())?;
         let peer = stream
             .peer_addr()
             .map_err(|e| FabricError::os("getpeername", e))?;
@@ -180,7 +213,10 @@ impl Qp {
             cq: scq.0.clone(),
             dev: dev.clone(),
         });
-        let rq = RecvQueue::new(qpn, caps.max_recv_wr, caps.max_recv_sge, rcq.0.clone());
+        let rq = match srq {
+            Some(srq) => RecvQueue::shared(qpn, srq, rcq.0.clone()),
+            None => RecvQueue::own(qpn, caps.max_recv_wr, caps.max_recv_sge, rcq.0.clone()),
+        };
         let sh = QpShared {
             qpn,
             pd_id: pd.id(),
@@ -427,21 +463,7 @@ impl Qp {
     }
 
     pub fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<()> {
-        let max_sge = self.sh.caps.max_recv_sge as usize;
-        let mut rq = self.sh.rq.lock().unwrap();
-        for (index, wr) in wrs.iter().enumerate() {
-            if wr.sgl.len() > max_sge {
-                return Err(FabricError::BadWr {
-                    index,
-                    reason: format!("{} SGEs over max_recv_sge {max_sge}", wr.sgl.len()),
-                });
-            }
-            if rq.is_full() {
-                return Err(FabricError::QueueFull { index });
-            }
-            rq.push(wr.wr_id, wr.sgl);
-        }
-        Ok(())
+        self.sh.rq.lock().unwrap().post(wrs)
     }
 
     pub fn accept(&self, param: &ConnParam) -> Result<()> {

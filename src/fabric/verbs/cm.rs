@@ -277,23 +277,31 @@ impl CmId {
     }
 
     /// Creates the RC QP on this id (`rdma_create_qp`): the caps are written back with what
-    /// the device granted.
+    /// the device granted. With a non-null `srq` the QP takes its receives from it (no receive
+    /// queue of its own: zero receive caps).
     pub fn create_qp(
         &mut self,
         pd: *mut sys::ibv_pd,
         send_cq: *mut sys::ibv_cq,
         recv_cq: *mut sys::ibv_cq,
+        srq: *mut sys::ibv_srq,
         cap: &mut sys::ibv_qp_cap,
     ) -> Result<()> {
+        if !srq.is_null() {
+            cap.max_recv_wr = 0;
+            cap.max_recv_sge = 0;
+        }
         let mut attr = sys::ibv_qp_init_attr {
             send_cq,
             recv_cq,
+            srq,
             cap: *cap,
             qp_type: sys::ibv_qp_type::IBV_QPT_RC,
             sq_sig_all: 0,
             ..Default::default()
         };
-        // SAFETY: id, PD and CQs are live and of the id's device (checked by the caller).
+        // SAFETY: id, PD, CQs and SRQ (if any) are live and of the id's device (checked by the
+        // caller).
         if unsafe { sys::rdma_create_qp(self.id, pd, &mut attr) } != 0 {
             return Err(errno_err("rdma_create_qp"));
         }

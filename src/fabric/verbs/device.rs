@@ -260,6 +260,9 @@ impl Device {
             mem_mgt_extensions: caps & sys::ibv_device_cap_flags::IBV_DEVICE_MEM_MGT_EXTENSIONS
                 != 0,
             port_active: self.port_state(PORT)? == sys::ibv_port_state::IBV_PORT_ACTIVE,
+            max_srq: nonneg(a.max_srq),
+            max_srq_wr: nonneg(a.max_srq_wr),
+            max_srq_sge: nonneg(a.max_srq_sge),
         })
     }
 

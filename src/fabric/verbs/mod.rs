@@ -9,6 +9,7 @@
 //!   memory windows.
 //! - [`cq`]: completion queue with its completion channel.
 //! - [`qp`]: the connected RC queue pair, posting, and its connection events.
+//! - [`srq`]: shared receive queues.
 //! - [`wr`]: converting `SendWr` / `RecvWr` slices into `ibv_send_wr` chains on the stack.
 //! - [`cm`]: RDMA CM ids and event channels, listener, connect requests, active connect.
 //! - [`fd`]: waiting on the channels' file descriptors.
@@ -39,6 +40,7 @@ pub mod mr;
 pub mod mw;
 pub mod pd;
 pub mod qp;
+pub mod srq;
 pub mod sys;
 pub mod wr;
 
@@ -52,6 +54,7 @@ pub use mr::Mr;
 pub use mw::Mw;
 pub use pd::Pd;
 pub use qp::Qp;
+pub use srq::Srq;
 
 use std::io;
 

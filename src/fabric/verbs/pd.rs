@@ -6,8 +6,9 @@ use std::sync::{Arc, RwLock, RwLockReadGuard};
 use super::device::Device;
 use super::mr::Mr;
 use super::mw::Mw;
+use super::srq::Srq;
 use super::{errno_err, rc_err, sys};
-use crate::fabric::{Access, MemBuf, Result};
+use crate::fabric::{Access, MemBuf, Result, SrqInit};
 
 /// A protection domain. Cheap to clone; holds its device.
 #[derive(Clone)]
@@ -108,5 +109,9 @@ impl Pd {
 
     pub fn alloc_mw(&self) -> Result<Mw> {
         Mw::alloc(self)
+    }
+
+    pub fn create_srq(&self, init: SrqInit) -> Result<Srq> {
+        Srq::new(self, init)
     }
 }

@@ -13,8 +13,9 @@ use std::time::Duration;
 use super::cm::{cm_call, CmId, Event};
 use super::cq::Cq;
 use super::pd::Pd;
-use super::wr::{self, PostTarget};
-use super::{fd, sys};
+use super::srq::Srq;
+use super::wr::{self, PostTarget, RecvTarget};
+use super::{fd, rc_err, sys};
 use crate::fabric::{
     check_private_data, CmEvent, ConnParam, FabricError, QpCaps, QpInit, RecvWr, Result, SendWr,
     MAX_ACCEPT_PRIVATE_DATA,
@@ -67,6 +68,9 @@ pub struct Qp {
     offered: Option<Depths>,
     /// Passive side: the requester's RNR retry count, echoed in the accept.
     peer_rnr_retry: u8,
+    /// The shared receive queue the QP takes its receives from. After `id` (the QP is
+    /// destroyed before the SRQ).
+    srq: Option<Srq>,
     initiator_depth: AtomicU8,
     responder_resources: AtomicU8,
     state: AtomicU8,
@@ -117,9 +121,30 @@ impl Qp {
                     return Err(FabricError::ProviderMismatch { what });
                 }
             }
-            Ok((pd.clone(), scq.clone(), rcq.clone()))
+            let srq = match init.srq {
+                None => None,
+                Some(s) => {
+                    let s = s.as_verbs().ok_or(FabricError::ProviderMismatch {
+                        what: "shared receive queue",
+                    })?;
+                    if !s.pd().device().same_ctx(ctx) {
+                        return Err(FabricError::ProviderMismatch {
+                            what: "shared receive queue (of another device)",
+                        });
+                    }
+                    if s.pd().raw() != pd.raw() {
+                        return Err(FabricError::InvalidArgument {
+                            what: "the shared receive queue belongs to another protection \
+                                   domain than the QP"
+                                .into(),
+                        });
+                    }
+                    Some(s.clone())
+                }
+            };
+            Ok((pd.clone(), scq.clone(), rcq.clone(), srq))
         })();
-        let (pd, send_cq, recv_cq) = match parts {
+        let (pd, send_cq, recv_cq, srq) = match parts {
             Ok(p) => p,
             Err(e) => return Err((e, id)),
         };
@@ -131,7 +156,8 @@ impl Qp {
             max_recv_sge: c.max_recv_sge,
             max_inline_data: c.max_inline_data,
         };
-        if let Err(e) = id.create_qp(pd.raw(), send_cq.raw(), recv_cq.raw(), &mut cap) {
+        let srq_raw = srq.as_ref().map_or(std::ptr::null_mut(), Srq::raw);
+        if let Err(e) = id.create_qp(pd.raw(), send_cq.raw(), recv_cq.raw(), srq_raw, &mut cap) {
             let e = match e {
                 FabricError::Os { source, .. } if source.raw_os_error() == Some(libc::EINVAL) => {
                     FabricError::InvalidArgument {
@@ -185,6 +211,7 @@ impl Qp {
             peer,
             offered,
             peer_rnr_retry,
+            srq,
             initiator_depth: AtomicU8::new(depths.initiator_depth),
             responder_resources: AtomicU8::new(depths.responder_resources),
             state: AtomicU8::new(State::Idle as u8),
@@ -253,7 +280,16 @@ impl Qp {
     }
 
     pub fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<()> {
-        wr::post_recv(&self.target, wrs)
+        if self.srq.is_some() {
+            return Err(FabricError::BadWr {
+                index: 0,
+                reason: "this QP takes its receives from a shared receive queue: post them \
+                         there"
+                    .into(),
+            });
+        }
+        let max_sge = self.target.caps.max_recv_sge;
+        wr::post_recv(RecvTarget::Qp(self.target.qp), max_sge, wrs)
     }
 
     pub fn accept(&self, param: &ConnParam) -> Result<()> {
@@ -288,8 +324,13 @@ impl Qp {
             // The accept's (REP's) RNR retry count governs the *requester's* QP, and the
             // request's governs ours (IB CM). Echoing the requester's value makes a connect's
             // `rnr_retry_count` mean what it says for its own sends; NVMe hosts ask for 7,
-            // which is what nvmet answers too.
-            rnr_retry_count: self.peer_rnr_retry.min(7),
+            // which is what nvmet answers too. With an SRQ an empty queue is backpressure, not
+            // an error: the peer retries for ever (nvmet and SPDK send 7 there too).
+            rnr_retry_count: if self.srq.is_some() {
+                7
+            } else {
+                self.peer_rnr_retry.min(7)
+            },
             ..Default::default()
         };
         // SAFETY: the id is live with its QP; `conn` and its private data outlive the call.
@@ -301,6 +342,39 @@ impl Qp {
             responder_resources,
         });
         self.set_state(State::Connected);
+        if let Some(timer) = param.min_rnr_timer {
+            if let Err(e) = self.set_min_rnr_timer(timer) {
+                tracing::warn!(
+                    peer = %self.peer,
+                    qp_num = self.qp_num,
+                    timer,
+                    error = %e,
+                    "cannot set the QP's RNR NAK timer: a peer's SEND that finds no receive \
+                     waits what the connection manager programmed (655 ms on Linux)"
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// `ibv_modify_qp(IBV_QP_MIN_RNR_TIMER)` on the accepted QP (RTS to RTS, allowed for RC).
+    fn set_min_rnr_timer(&self, timer: u8) -> Result<()> {
+        if timer > 31 {
+            return Err(FabricError::InvalidArgument {
+                what: format!("min_rnr_timer {timer} (the IB encoding is 0..=31)"),
+            });
+        }
+        let mut attr = sys::ibv_qp_attr {
+            min_rnr_timer: timer,
+            ..Default::default()
+        };
+        let mask = sys::ibv_qp_attr_mask::IBV_QP_MIN_RNR_TIMER as libc::c_int;
+        // SAFETY: the QP is live while `id` is; `attr` is valid for the call and only the
+        // field named by `mask` is read.
+        let rc = unsafe { sys::ibv_modify_qp(self.target.qp, &mut attr, mask) };
+        if rc != 0 {
+            return Err(rc_err("ibv_modify_qp(IBV_QP_MIN_RNR_TIMER)", rc));
+        }
         Ok(())
     }
 

@@ -11,6 +11,12 @@ int rdmablk_shim_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv
 	return ibv_post_recv(qp, wr, bad);
 }
 
+int rdmablk_shim_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr,
+			       struct ibv_recv_wr **bad)
+{
+	return ibv_post_srq_recv(srq, wr, bad);
+}
+
 int rdmablk_shim_poll_cq(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc)
 {
 	return ibv_poll_cq(cq, num_entries, wc);

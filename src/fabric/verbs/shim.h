@@ -6,6 +6,8 @@
 
 int rdmablk_shim_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
 int rdmablk_shim_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+int rdmablk_shim_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr,
+			       struct ibv_recv_wr **bad);
 int rdmablk_shim_poll_cq(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc);
 int rdmablk_shim_req_notify_cq(struct ibv_cq *cq, int solicited_only);
 struct ibv_mw *rdmablk_shim_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);

@@ -4,6 +4,7 @@
 
 mod no_device;
 mod smoke;
+mod srq;
 
 use crate::fabric::{Device, ProviderKind};
 

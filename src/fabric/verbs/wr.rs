@@ -249,22 +249,25 @@ fn chain_index<T>(first: *const T, bad: *const T, n: usize) -> usize {
     off.min(n)
 }
 
-/// Posts receive WRs on `target.qp`.
-pub fn post_recv(target: &PostTarget, wrs: &[RecvWr<'_>]) -> Result<()> {
+/// Where receive WRs go.
+#[derive(Clone, Copy)]
+pub enum RecvTarget {
+    Qp(*mut sys::ibv_qp),
+    Srq(*mut sys::ibv_srq),
+}
+
+/// Posts receive WRs of at most `max_sge` SGEs on `to` (which the caller keeps alive).
+pub fn post_recv(to: RecvTarget, max_sge: u32, wrs: &[RecvWr<'_>]) -> Result<()> {
     for (c, chunk) in wrs.chunks(CHUNK).enumerate() {
         let base = c * CHUNK;
         let mut raw = [sys::ibv_recv_wr::default(); CHUNK];
         let mut n = 0;
         let mut fill_error = None;
         for wr in chunk {
-            if wr.sgl.len() > target.caps.max_recv_sge as usize {
+            if wr.sgl.len() > max_sge as usize {
                 fill_error = Some(bad(
                     base + n,
-                    format!(
-                        "{} SGEs, the QP allows {}",
-                        wr.sgl.len(),
-                        target.caps.max_recv_sge
-                    ),
+                    format!("{} SGEs, the queue allows {max_sge}", wr.sgl.len()),
                 ));
                 break;
             }
@@ -278,13 +281,20 @@ pub fn post_recv(target: &PostTarget, wrs: &[RecvWr<'_>]) -> Result<()> {
                 raw[i].next = &mut raw[i + 1];
             }
             let mut bad_wr: *mut sys::ibv_recv_wr = std::ptr::null_mut();
-            // SAFETY: the QP is live; `raw[..n]` is a well-formed chain whose SGE lists are
-            // borrowed from `wrs` for the duration of the call.
-            let rc =
-                unsafe { sys::rdmablk_shim_post_recv(target.qp, raw.as_mut_ptr(), &mut bad_wr) };
+            let (op, rc) = match to {
+                // SAFETY: the QP is live; `raw[..n]` is a well-formed chain whose SGE lists
+                // are borrowed from `wrs` for the duration of the call.
+                RecvTarget::Qp(qp) => ("ibv_post_recv", unsafe {
+                    sys::rdmablk_shim_post_recv(qp, raw.as_mut_ptr(), &mut bad_wr)
+                }),
+                // SAFETY: as above, with a live SRQ.
+                RecvTarget::Srq(srq) => ("ibv_post_srq_recv", unsafe {
+                    sys::rdmablk_shim_post_srq_recv(srq, raw.as_mut_ptr(), &mut bad_wr)
+                }),
+            };
             if rc != 0 {
                 let i = chain_index(raw.as_ptr(), bad_wr, n);
-                return Err(post_err("ibv_post_recv", base + i, rc));
+                return Err(post_err(op, base + i, rc));
             }
         }
         if let Some(e) = fill_error {

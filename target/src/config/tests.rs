@@ -403,6 +403,9 @@ fn device_limits_are_rechecked_at_start() {
         mw_type2: true,
         mem_mgt_extensions: true,
         port_active: true,
+        max_srq: 1024,
+        max_srq_wr: 16384,
+        max_srq_sge: 27,
     };
     c.check_device(&attr, 2).unwrap();
     let e = c.check_device(&attr, 3).unwrap_err();

@@ -248,6 +248,7 @@ impl Host {
                 max_recv_sge: 1,
                 max_inline_data: 0,
             },
+            srq: None,
         };
         let param = ConnParam {
             private_data,
@@ -255,6 +256,7 @@ impl Host {
             initiator_depth: 16,
             retry_count: 7,
             rnr_retry_count,
+            min_rnr_timer: None,
         };
         let c = resolved.connect(&init, &param, TIMEOUT)?;
         let accept = CmAccept::decode(&c.private_data).expect("accept private data");

@@ -42,6 +42,7 @@ fn init<'a>(pd: &'a Pd, cq: &'a Cq, caps: QpCaps) -> QpInit<'a> {
         send_cq: cq,
         recv_cq: cq,
         caps,
+        srq: None,
     }
 }
 
@@ -676,6 +677,7 @@ mod lifecycle;
 mod malformed;
 mod receive;
 mod silent_peers;
+mod srq;
 mod throughput;
 mod transmit;
 mod windows;

@@ -15,10 +15,10 @@ use crate::fabric::{
     ProviderKind, Qp, QpCaps, QpInit, RecvWr, SendFlags, SendWr, Wc, WcOpcode, WcStatus, WrOp,
 };
 
-const T: Duration = Duration::from_secs(10);
+pub(super) const T: Duration = Duration::from_secs(10);
 const BUF: usize = 64 * 1024;
 
-fn addr_or_skip(test: &str) -> Option<(Device, IpAddr)> {
+pub(super) fn addr_or_skip(test: &str) -> Option<(Device, IpAddr)> {
     let dev = device_or_skip(test)?;
     match std::env::var("RDMABLK_TEST_ADDR") {
         Ok(a) => Some((dev, a.parse().expect("RDMABLK_TEST_ADDR is an IP address"))),
@@ -35,14 +35,14 @@ fn addr_or_skip(test: &str) -> Option<(Device, IpAddr)> {
 }
 
 /// One side of a connection.
-struct End {
-    _pd: Pd,
-    cq: Cq,
-    mr: Mr,
-    qp: Qp,
+pub(super) struct End {
+    pub _pd: Pd,
+    pub cq: Cq,
+    pub mr: Mr,
+    pub qp: Qp,
 }
 
-fn resources(dev: &Device) -> (Pd, Cq, Mr) {
+pub(super) fn resources(dev: &Device) -> (Pd, Cq, Mr) {
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(256).unwrap();
     let access = Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE | Access::MW_BIND;
@@ -50,12 +50,13 @@ fn resources(dev: &Device) -> (Pd, Cq, Mr) {
     (pd, cq, mr)
 }
 
-fn init<'a>(pd: &'a Pd, cq: &'a Cq) -> QpInit<'a> {
+pub(super) fn init<'a>(pd: &'a Pd, cq: &'a Cq) -> QpInit<'a> {
     QpInit {
         pd,
         send_cq: cq,
         recv_cq: cq,
         caps: QpCaps::default(),
+        srq: None,
     }
 }
 
@@ -72,7 +73,7 @@ fn post_recvs(end_mr: &Mr, qp: &Qp, n: usize) {
 }
 
 /// Polls one completion, sleeping on the CQ's channel (exercises arm + wait).
-fn next_wc(cq: &Cq) -> Wc {
+pub(super) fn next_wc(cq: &Cq) -> Wc {
     let deadline = Instant::now() + T;
     let mut wc = [Wc::default()];
     loop {
@@ -144,7 +145,7 @@ fn pair(dev: &Device, ip: IpAddr, param: ConnParam, recvs: usize) -> (End, End) 
     (client, server.join().unwrap())
 }
 
-fn hello() -> ConnParam {
+pub(super) fn hello() -> ConnParam {
     ConnParam {
         private_data: b"hello".to_vec(),
         ..ConnParam::default()

@@ -84,6 +84,7 @@ impl RdmaGroup {
             initiator_depth: p.read_depth.min(255) as u8,
             retry_count: 7,
             rnr_retry_count: 7,
+            min_rnr_timer: None,
         };
         conn.xport.accept = Some(param);
         self.queues.put(conn);

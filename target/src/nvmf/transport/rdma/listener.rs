@@ -205,6 +205,7 @@ impl Acceptor {
             send_cq: cq,
             recv_cq: cq,
             caps,
+            srq: None,
         };
         let peer = req.peer_addr();
         let qp = match req.create_qp(&init) {
