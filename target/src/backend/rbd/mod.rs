@@ -296,7 +296,7 @@ unsafe extern "C" fn on_complete(c: sys::rbd_completion_t, arg: *mut c_void) {
         );
     }
     if let Some(w) = &sink.wake {
-        w.signal();
+        w.signal_armed();
     }
 }
 

@@ -60,7 +60,7 @@ impl Worker {
         let use_wake = match &self.backend_wake {
             _ if in_flight == 0 && self.backlog.is_empty() => false,
             Some(w) if self.backlog.is_empty() && self._io.all_signalled(in_flight) => {
-                w.clear();
+                w.arm();
                 true
             }
             _ => {
