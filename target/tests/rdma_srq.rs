@@ -188,6 +188,134 @@ fn buffers_held_by_a_closed_queue_go_back_to_the_srq() {
     t.shutdown();
 }
 
+/// Commands a test host keeps in flight per queue: its capsule slots (a capsule is not
+/// rewritten while its SEND may still be retried).
+const IN_FLIGHT: u16 = CMD_SLOTS as u16;
+
+/// Sends `IN_FLIGHT` 4 KiB reads or writes on `q` (LBAs from `first_lba`, host data at
+/// `i x 4 KiB`) without waiting.
+fn send_rw(q: &Host, write: bool, first_lba: u64) {
+    let blocks = 4096 / BLOCK;
+    for i in 0..IN_FLIGHT {
+        let sgl = q.keyed(usize::from(i) * 4096, 4096);
+        let mut sqe = rw_sqe(
+            write,
+            1,
+            first_lba + u64::from(i * blocks as u16),
+            blocks,
+            &sgl,
+        );
+        sqe.cid = 1000 + i;
+        q.send_capsule(&sqe.to_bytes());
+    }
+}
+
+fn wait_all(q: &mut Host, what: &str) {
+    for i in 0..IN_FLIGHT {
+        let c = q
+            .wait_response()
+            .unwrap_or_else(|e| panic!("{what}: response {i}: {e}"));
+        assert!(c.status.is_success(), "{what}: {}", c.status);
+    }
+}
+
+#[test]
+fn many_queues_on_a_small_srq_wait_on_rnr_and_lose_nothing() {
+    if skip_unless_rdma("many_queues_on_a_small_srq_wait_on_rnr_and_lose_nothing") {
+        return;
+    }
+    // 6 queues x 12 commands in flight on 16 buffers: hosts' SENDs find the SRQ empty and
+    // retry (RNR), which is backpressure, not an error.
+    let (t, addr) = start_with("receive_buffers = 16");
+    let admins: Vec<(Host, u16)> = (0..6).map(|_| admin_queue(addr, 0)).collect();
+    let mut qs: Vec<Host> = admins.iter().map(|(_, c)| io_queue(addr, 1, *c)).collect();
+    let lba = |n: usize| n as u64 * 1024;
+    for (n, q) in qs.iter().enumerate() {
+        for i in 0..usize::from(IN_FLIGHT) {
+            q.write_data(i * 4096, &pattern((n * 100 + i) as u64, 4096));
+        }
+        send_rw(q, true, lba(n));
+    }
+    for q in qs.iter_mut() {
+        wait_all(q, "write");
+    }
+    for (n, q) in qs.iter().enumerate() {
+        q.write_data(0, &vec![0; usize::from(IN_FLIGHT) * 4096]);
+        send_rw(q, false, lba(n));
+    }
+    for (n, q) in qs.iter_mut().enumerate() {
+        wait_all(q, "read");
+        for i in 0..usize::from(IN_FLIGHT) {
+            let want = pattern((n * 100 + i) as u64, 4096);
+            assert_eq!(q.read_data(i * 4096, 4096), want, "queue {n} block {i}");
+        }
+    }
+    wait_posted(&t, 16);
+    eprintln!("{:?}", srq(&t));
+    drop(qs);
+    drop(admins);
+    wait_idle(&t);
+    t.shutdown();
+}
+
+#[test]
+fn a_dry_srq_holds_other_hosts_back_until_buffers_return() {
+    if skip_unless_rdma("a_dry_srq_holds_other_hosts_back_until_buffers_return") {
+        return;
+    }
+    let (t, addr) = start_with("receive_buffers = 16");
+    // Another controller's queue, connected while buffers are there.
+    let (other_admin, other_cntlid) = admin_queue(addr, 0);
+    let mut other = io_queue(addr, 1, other_cntlid);
+    // A stuck queue whose waiting capsules hold all 16 buffers.
+    let (admin, cntlid) = admin_queue(addr, 0);
+    const D: u16 = DEPTH as u16;
+    let h = stuck_queue(addr, cntlid, D);
+    send_flushes(&h, 101, D + 16);
+    wait_posted(&t, 0);
+    assert!(srq(&t).low_total > 0, "{:?}", srq(&t));
+    // The other host's command finds no buffer: its SEND retries (RNR) until the stuck host
+    // goes and its buffers return.
+    other.send_capsule(&rdmablk::nvme::io::flush_sqe(1, 7).to_bytes());
+    drop(h);
+    let c = other.wait_response().expect("served once buffers return");
+    assert!(c.status.is_success(), "{}", c.status);
+    write_read_each_size(&mut other, "after the SRQ ran dry");
+    wait_posted(&t, 16);
+    drop(other);
+    drop(other_admin);
+    drop(admin);
+    wait_idle(&t);
+    t.shutdown();
+}
+
+#[test]
+fn two_hundred_connect_io_disconnect_cycles_leave_the_srq_full() {
+    if skip_unless_rdma("two_hundred_connect_io_disconnect_cycles_leave_the_srq_full") {
+        return;
+    }
+    let (t, addr) = start_with("receive_buffers = 64");
+    for cycle in 0..200u64 {
+        // A controller per cycle: its queues' QP numbers are freed (and, on verbs, reused).
+        let (admin, cntlid) = admin_queue(addr, 0);
+        let mut q = io_queue(addr, 1, cntlid);
+        let data = pattern(cycle, 4096);
+        q.write_data(0, &data);
+        let c = q.rw(true, 1, cycle * 8, 8);
+        assert!(c.status.is_success(), "cycle {cycle}: {}", c.status);
+        q.write_data(0, &[0; 4096]);
+        let c = q.rw(false, 1, cycle * 8, 8);
+        assert!(c.status.is_success(), "cycle {cycle}: {}", c.status);
+        assert_eq!(q.read_data(0, 4096), data, "cycle {cycle}");
+        drop(q);
+        drop(admin);
+    }
+    wait_idle(&t);
+    let r = srq(&t);
+    assert_eq!(r.posted, r.count, "{r:?}");
+    t.shutdown();
+}
+
 #[test]
 fn receive_buffers_out_of_range_is_refused_with_its_key() {
     for bad in [1, 15, 65_537] {
