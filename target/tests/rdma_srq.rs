@@ -16,9 +16,15 @@ use rdmablk_target::Target;
 
 /// Starts a target whose `[arena]` table also says `arena_extra`.
 fn start_with(arena_extra: &str) -> (Target, std::net::SocketAddr) {
+    start_with_target(arena_extra, "")
+}
+
+/// [`start_with`], and `target_extra` in its `[target]` table.
+fn start_with_target(arena_extra: &str, target_extra: &str) -> (Target, std::net::SocketAddr) {
     init_tracing();
     let t = start_on_free_port(|port| {
-        config_text(port, "64MiB", "").replace("[arena]\n", &format!("[arena]\n{arena_extra}\n"))
+        config_text(port, "64MiB", target_extra)
+            .replace("[arena]\n", &format!("[arena]\n{arena_extra}\n"))
     });
     let addr = t.local_addrs()[0];
     (t, addr)
@@ -286,6 +292,51 @@ fn a_dry_srq_holds_other_hosts_back_until_buffers_return() {
     drop(other_admin);
     drop(admin);
     wait_idle(&t);
+    t.shutdown();
+}
+
+#[test]
+fn commands_waiting_for_a_data_buffer_hold_no_receive_buffer() {
+    if skip_unless_rdma("commands_waiting_for_a_data_buffer_hold_no_receive_buffer") {
+        return;
+    }
+    // A pool of two of the largest buffers, held by writes whose responses cannot reach
+    // their host (it posts no receives any more).
+    // (No response timeout: the queue stays, holding what it holds, until the host goes.)
+    let (t, addr) = start_with_target(
+        "data_bytes = \"256KiB\"\nreceive_buffers = 16",
+        "response_timeout_ms = 0",
+    );
+    let (admin, cntlid) = admin_queue(addr, 0);
+    let h = stuck_queue(addr, cntlid, DEPTH as u16);
+    let write = |cid: u16, lba: u64| {
+        let sgl = h.keyed(usize::from(cid % 2) * MAX_IO as usize, MAX_IO);
+        let mut sqe = rw_sqe(true, 1, lba, MAX_IO / BLOCK, &sgl);
+        sqe.cid = cid;
+        h.send_capsule(&sqe.to_bytes());
+    };
+    write(200, 0);
+    write(201, 256);
+    // Four more wait for a buffer; their capsules (keyed SGLs, nothing in them) go back to
+    // the SRQ at once.
+    for i in 0..4u16 {
+        write(210 + i, 512 + u64::from(i) * 256);
+    }
+    let deadline = Instant::now() + HANG_GUARD;
+    // (At least four: the pool's share rule may keep the second buffer from this host too.)
+    while t.data_pool_waiting() < 4 {
+        assert!(
+            Instant::now() < deadline,
+            "waiting {}",
+            t.data_pool_waiting()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    wait_posted(&t, 16);
+    drop(h);
+    drop(admin);
+    wait_idle(&t);
+    assert_eq!(srq(&t).posted, 16);
     t.shutdown();
 }
 

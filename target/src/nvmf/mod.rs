@@ -368,6 +368,16 @@ impl Target {
         self.shared.arena.stats()
     }
 
+    /// Commands waiting for a data-pool buffer now, on every worker (as of the workers' last
+    /// housekeeping tick).
+    pub fn data_pool_waiting(&self) -> u64 {
+        self.shared
+            .counters_by_worker
+            .iter()
+            .map(|w| w.pool.waiting.load(std::sync::atomic::Ordering::Relaxed))
+            .sum()
+    }
+
     /// Every worker's shared receive buffers (NVMe/RDMA SRQs made so far).
     pub fn receive_buffers(&self) -> Vec<transport::ReceiveBuffers> {
         self.shared.receive_buffers()

@@ -243,6 +243,12 @@ pub trait QueueTransport: Sized {
         q.parcel.recv_slot(recv)
     }
 
+    /// Whether a command whose data is not in its capsule gives the capsule back before it
+    /// waits for a data-pool buffer (its SQE is in the request by then). NVMe/RDMA does (with
+    /// a shared receive queue the worker's other hosts would wait on such buffers); NVMe/TCP
+    /// does not, as [`QueueTransport::capsule_status`] reads the receive slot after the wait.
+    const RELEASE_BEFORE_POOL_WAIT: bool = false;
+
     /// The capsule in receive slot `recv` is consumed (command and in-capsule data copied):
     /// the transport may reuse the buffer.
     fn release_capsule(q: &mut Queue<Self>, recv: u32) -> Result<(), Self::Error>;

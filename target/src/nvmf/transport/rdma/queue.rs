@@ -221,6 +221,7 @@ impl QueueTransport for RdmaXport {
     type Outstanding = WrsOut;
 
     const KEYED_SGLS: bool = true;
+    const RELEASE_BEFORE_POOL_WAIT: bool = true;
     const REVOKE_TIMEOUT: Duration = INVALIDATE_TIMEOUT;
     const DRAIN_TIMEOUT: Duration = DRAIN_TIMEOUT;
 
