@@ -83,6 +83,17 @@ impl ParcelLayout {
         l
     }
 
+    /// The layout of an RDMA queue that receives through its worker's shared receive queue:
+    /// response slots only (one page at depth 128 and below), no receive slots.
+    pub const fn responses_only(queue_depth: u32, in_capsule_data_size: u32) -> Self {
+        let mut l = ParcelLayout::without_data(queue_depth, in_capsule_data_size);
+        l.capsule_slot_bytes = 0;
+        l.resp_offset = 0;
+        l.data_offset = round_up(queue_depth as usize * CQE_BYTES, PAGE_BYTES);
+        l.total_bytes = l.data_offset;
+        l
+    }
+
     /// The layout for `queue_depth` requests with the given limits and a data slot of
     /// `data_slot_bytes` (rounded up to a page) per request (an RDMA push queue's).
     pub const fn new(queue_depth: u32, in_capsule_data_size: u32, data_slot_bytes: u32) -> Self {
@@ -109,6 +120,10 @@ impl ParcelLayout {
 
     /// Offset of receive slot `i`.
     pub fn recv_offset(&self, i: u32) -> usize {
+        assert!(
+            self.capsule_slot_bytes > 0,
+            "receive slot {i} of a parcel without receive slots"
+        );
         assert!(
             i < self.queue_depth,
             "receive slot {i} of {}",

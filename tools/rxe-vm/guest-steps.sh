@@ -45,6 +45,7 @@ run_step e2e-initiator "$E2E_INITIATOR" --test-threads=1
 run_step lifecycle "$LIFECYCLE" repeated_abort host_process_killed abort_with_backend \
   --test-threads=1
 run_step stalled-hosts "$STALLED" --test-threads=1
+run_step rdma-srq "$RDMA_SRQ" --test-threads=1
 # The RBD case needs a Ceph cluster, which runs on the host side only.
 run_step initiator-multipath "$MULTIPATH" --test-threads=1 --skip rbd
 unset RDMABLK_E2E_PROVIDER RDMABLK_E2E_ADDR

@@ -297,19 +297,34 @@ fn may_take(share: &HostShare, order: u8, total: u32, free: u32, active: u32) ->
     free - want >= total / 8 || share.held_pages + want <= total / active.max(2)
 }
 
-/// An extent of the arena held outside any queue (a worker's data pool).
+/// An extent of the arena held outside any queue (a worker's data pool, a worker's shared
+/// receive buffers). Counted as pool bytes, not as a parcel.
 pub struct ArenaExtent {
     arena: Arc<Arena>,
     extent: Extent,
 }
 
 impl ArenaExtent {
-    fn carve(arena: &Arc<Arena>, bytes: usize) -> Result<ArenaExtent, ArenaError> {
+    pub fn carve(arena: &Arc<Arena>, bytes: usize) -> Result<ArenaExtent, ArenaError> {
         let extent = arena.lock().alloc_pool(bytes)?;
         Ok(ArenaExtent {
             arena: Arc::clone(arena),
             extent,
         })
+    }
+
+    /// Address of the extent's first byte (inside the arena's memory region).
+    pub fn addr(&self) -> u64 {
+        self.arena.as_ptr() as u64 + self.extent.offset as u64
+    }
+
+    /// Bytes of the extent (whole pages, at least what was asked for).
+    pub fn len(&self) -> usize {
+        self.extent.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.extent.len == 0
     }
 }
 

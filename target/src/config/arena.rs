@@ -29,6 +29,14 @@ pub struct ArenaConfig {
     /// RLIMIT_MEMLOCK fail at start with the limit named, not at the first connection).
     #[serde(default = "super::yes")]
     pub lock: bool,
+    /// RDMA: command-capsule receive buffers per worker, in one shared receive queue (SRQ)
+    /// that every queue of the worker receives through, so an idle queue holds no receive
+    /// buffers of its own. 0: a receive queue per connection, `queue depth` buffers each in
+    /// its parcel. Taken from the arena beside the data pools (buffers x the capsule slot,
+    /// `64 + limits.in_capsule_data_size` rounded up to 64 B). Devices without SRQs get
+    /// per-connection receives whatever this says.
+    #[serde(default = "ArenaConfig::default_receive_buffers")]
+    pub receive_buffers: u32,
     /// `bytes` was not given and [`ArenaConfig::bytes_for`] chose it (said in the log).
     #[serde(skip)]
     pub sized_from_limits: bool,
@@ -41,6 +49,7 @@ impl Default for ArenaConfig {
             data_bytes: ByteSize(0),
             hugepages: false,
             lock: true,
+            receive_buffers: ArenaConfig::DEFAULT_RECEIVE_BUFFERS,
             sized_from_limits: false,
         }
     }
@@ -53,8 +62,16 @@ impl ArenaConfig {
     pub const DEFAULT_CONNECTIONS: u32 = 64;
     /// The data pools of a default arena: data in flight, whatever the number of queues.
     pub const DEFAULT_DATA_BYTES: u64 = 128 << 20;
+    /// `receive_buffers` when absent (nvmet-rdma's default SRQ size; SPDK's is 4096).
+    pub const DEFAULT_RECEIVE_BUFFERS: u32 = 1024;
+    /// The range of a non-zero `receive_buffers` (a work-request ID names a buffer in 16 bits).
+    pub const RECEIVE_BUFFERS: std::ops::RangeInclusive<u32> = 16..=65_536;
     /// Buffers of `max_io_size` a worker's pool holds at least, by default.
     const MIN_LARGEST_PER_WORKER: u64 = 8;
+
+    fn default_receive_buffers() -> u32 {
+        Self::DEFAULT_RECEIVE_BUFFERS
+    }
 
     /// The data pools' bytes an absent `data_bytes` means beside an absent `bytes`:
     /// [`Self::DEFAULT_DATA_BYTES`], or [`Self::MIN_LARGEST_PER_WORKER`] of the largest

@@ -15,6 +15,7 @@ use rdmablk::nvme::{CommandKind, Status};
 
 use super::counters::{BUCKETS_US, NB, OP_NAMES};
 use super::{namespace_io, pool_by_host, HostPool, PoolCounters};
+use crate::nvmf::transport::ReceiveBuffers;
 use crate::nvmf::TargetHandle;
 
 /// Encodes the target's metrics at each scrape.
@@ -240,6 +241,36 @@ impl Collector for TargetCollector {
                     a.total_bytes.saturating_sub(a.bytes_in_use + a.pool_bytes) as i64,
                 ),
             ],
+        )?;
+        let rb = s.receive_buffers();
+        let by_worker = |f: fn(&ReceiveBuffers) -> u64| -> Vec<(Labels, u64)> {
+            rb.iter()
+                .map(|r| (vec![("worker", r.worker.to_string())], f(r)))
+                .collect()
+        };
+        let posted: Vec<(Labels, i64)> = by_worker(|r| u64::from(r.posted))
+            .into_iter()
+            .map(|(l, v)| (l, v as i64))
+            .collect();
+        gauge_family(
+            &mut enc,
+            "rdmablk_rdma_srq_posted",
+            "Receive buffers posted in each worker's shared receive queue (the rest are held \
+             by commands being read)",
+            &posted,
+        )?;
+        counter_family(
+            &mut enc,
+            "rdmablk_rdma_srq_low",
+            "Receives that left a worker's shared receive queue under 1/8 full (hosts may wait \
+             on RNR: raise arena.receive_buffers)",
+            &by_worker(|r| r.low_total),
+        )?;
+        counter_family(
+            &mut enc,
+            "rdmablk_rdma_srq_stale",
+            "Receives for an RDMA queue already closed (the buffer went back at once)",
+            &by_worker(|r| r.stale_total),
         )?;
         let per_worker = |f: fn(&PoolCounters) -> &AtomicU64| -> Vec<(Labels, i64)> {
             workers

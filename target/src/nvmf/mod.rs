@@ -230,6 +230,14 @@ impl Shared {
         self.transports.iter().find(|t| t.kind() == kind)
     }
 
+    /// Every transport's shared receive buffers, by worker.
+    pub fn receive_buffers(&self) -> Vec<transport::ReceiveBuffers> {
+        self.transports
+            .iter()
+            .flat_map(|t| t.receive_buffers())
+            .collect()
+    }
+
     pub fn stopping(&self) -> bool {
         self.stop.load(Ordering::Acquire)
     }
@@ -358,6 +366,21 @@ impl Target {
     /// Arena accounting (bytes in use return to 0 when every host has gone).
     pub fn arena_stats(&self) -> ArenaStats {
         self.shared.arena.stats()
+    }
+
+    /// Commands waiting for a data-pool buffer now, on every worker (as of the workers' last
+    /// housekeeping tick).
+    pub fn data_pool_waiting(&self) -> u64 {
+        self.shared
+            .counters_by_worker
+            .iter()
+            .map(|w| w.pool.waiting.load(std::sync::atomic::Ordering::Relaxed))
+            .sum()
+    }
+
+    /// Every worker's shared receive buffers (NVMe/RDMA SRQs made so far).
+    pub fn receive_buffers(&self) -> Vec<transport::ReceiveBuffers> {
+        self.shared.receive_buffers()
     }
 
     /// The remote key of the arena's memory region (RDMA). The region is registered without

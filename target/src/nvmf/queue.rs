@@ -22,7 +22,7 @@ use super::subsystems::controller::Controller;
 use super::transport::QueueTransport;
 use super::Shared;
 use crate::arena::pool::{host_key, DataBuf};
-use crate::arena::Parcel;
+use crate::arena::{Parcel, Region};
 
 /// SQHD of every completion on a queue whose Connect disabled SQ flow control.
 pub const SQHD_DISABLED: u16 = 0xFFFF;
@@ -201,18 +201,17 @@ impl<X> Queue<X> {
         Ok(())
     }
 
-    /// The command of the capsule in receive slot `recv` (`len` bytes received there), or
-    /// None if the slot cannot hold it.
-    pub fn capsule_sqe(&self, recv: u32, len: u32) -> Option<rdmablk::nvme::Sqe> {
+    /// The command of the capsule in `region` (a receive buffer of this queue, `len` bytes
+    /// received there), or None if the buffer cannot hold it.
+    pub fn capsule_sqe(&self, region: Region, len: u32) -> Option<rdmablk::nvme::Sqe> {
         use rdmablk::nvme::SQE_LEN;
-        let region = self.parcel.recv_slot(recv);
         if (len as usize) < SQE_LEN || region.len < len as usize {
             return None;
         }
         let mut b = [0u8; SQE_LEN];
-        // SAFETY: the receive slot lies inside this queue's parcel, mapped while the queue
-        // lives; its capsule arrived and the slot is not given back to the transport until
-        // the capsule is consumed, so nothing writes it now.
+        // SAFETY: the receive buffer lies inside this queue's parcel or its worker's SRQ
+        // buffers, mapped while the queue lives; its capsule arrived and the buffer is not
+        // given back to the transport until the capsule is consumed, so nothing writes it now.
         unsafe { std::ptr::copy_nonoverlapping(region.as_ptr(), b.as_mut_ptr(), SQE_LEN) };
         Some(rdmablk::nvme::Sqe::decode(&b))
     }

@@ -115,8 +115,12 @@ pub struct Request {
     pub data: DataBuf,
     /// The push slot (RDMA push queues: the command ID modulo the depth).
     pub push_slot: u32,
-    /// The command waits for a buffer of the worker's data pool (its capsule unconsumed).
+    /// The command waits for a buffer of the worker's data pool (its capsule unconsumed,
+    /// unless `capsule_released`).
     pub awaits_buffer: bool,
+    /// The capsule's receive was given back before the command was prepared (its data is
+    /// not in the capsule, and it waited for a pool buffer): not to be given back again.
+    pub capsule_released: bool,
     pub action: Action,
     pub status: Status,
     pub dw0: u32,
@@ -166,6 +170,7 @@ impl Request {
             data: DataBuf::NONE,
             push_slot: 0,
             awaits_buffer: false,
+            capsule_released: false,
             action: Action::Respond,
             status: Status::SUCCESS,
             dw0: 0,

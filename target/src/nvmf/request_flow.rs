@@ -102,11 +102,19 @@ fn start_request<X: QueueTransport>(
         match ctx.pool.take(q.host, w) {
             Some(b) => q.reqs[slot as usize].data = b,
             None => {
-                // The capsule stays unconsumed (its receive is not given back) until the
-                // worker hands this command a buffer: `on_buffer`.
+                // The command waits until the worker hands it a buffer (`on_buffer`). Its
+                // capsule stays unconsumed, unless nothing more is to be read from it (its
+                // data is not in it) and the transport takes it back now.
                 q.reqs[slot as usize].awaits_buffer = true;
                 if let Some(c) = &q.ctrl {
                     c.note_pool_wait();
+                }
+                let in_capsule = matches!(
+                    rdmablk::nvme::Sgl::decode(&sqe.dptr),
+                    Ok(rdmablk::nvme::Sgl::InCapsule(_))
+                );
+                if X::RELEASE_BEFORE_POOL_WAIT && !in_capsule {
+                    give_back_capsule(q, slot, recv, ctx.shared);
                 }
                 return;
             }
@@ -157,13 +165,20 @@ fn prepare_request<X: QueueTransport>(q: &mut Queue<X>, slot: u32, recv: u32, ct
     };
     // The capsule is consumed (SQE decoded, in-capsule data copied): give its buffer back
     // (repost its receive) before any response can reach the host.
-    if q.is_live() {
-        if let Err(e) = X::release_capsule(q, recv) {
-            tracing::warn!(peer = %q.peer, error = %e, "receive not reposted");
-            begin_close(q, "receive not reposted", ctx.shared);
-        }
-    }
+    give_back_capsule(q, slot, recv, ctx.shared);
     proceed(q, slot, next, ctx);
+}
+
+/// Gives request `slot`'s capsule buffer (receive `recv`) back to the transport, once.
+fn give_back_capsule<X: QueueTransport>(q: &mut Queue<X>, slot: u32, recv: u32, shared: &Shared) {
+    if q.reqs[slot as usize].capsule_released || !q.is_live() {
+        return;
+    }
+    q.reqs[slot as usize].capsule_released = true;
+    if let Err(e) = X::release_capsule(q, recv) {
+        tracing::warn!(peer = %q.peer, error = %e, "receive not reposted");
+        begin_close(q, "receive not reposted", shared);
+    }
 }
 
 fn proceed<X: QueueTransport>(q: &mut Queue<X>, slot: u32, next: Next, ctx: &mut Ctx<'_>) {

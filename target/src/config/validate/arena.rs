@@ -2,9 +2,21 @@
 //! per worker, and room beside them for an RDMA queue's parcel.
 
 use super::Checker;
-use crate::config::{ByteSize, Config, MAX_IO_SIZE, MAX_QUEUE_DEPTH, MIN_QUEUE_DEPTH};
+use crate::config::{ArenaConfig, ByteSize, Config, MAX_IO_SIZE, MAX_QUEUE_DEPTH, MIN_QUEUE_DEPTH};
 
 pub(super) fn check_arena(cfg: &Config, c: &mut Checker) {
+    let rb = cfg.arena.receive_buffers;
+    if rb != 0 && !ArenaConfig::RECEIVE_BUFFERS.contains(&rb) {
+        c.fail(
+            "arena.receive_buffers",
+            format!(
+                "{rb} is out of range: give {}..={} receive buffers per worker for a shared \
+                 receive queue, or 0 for a receive queue per RDMA connection",
+                ArenaConfig::RECEIVE_BUFFERS.start(),
+                ArenaConfig::RECEIVE_BUFFERS.end()
+            ),
+        );
+    }
     let l = &cfg.limits;
     if !(MIN_QUEUE_DEPTH..=MAX_QUEUE_DEPTH).contains(&l.max_queue_depth)
         || l.max_io_size == 0

@@ -86,7 +86,7 @@ pub fn data_phase<X: QueueTransport>(
 /// transport data block over NVMe/RDMA) refused as an invalid SGL type; the SGL checked against
 /// `limits` and its length against `len` as `fit` says; in-capsule data copied into the data
 /// slot. The SGL, for the transport to move the rest of the data as it does.
-pub fn check_sgl<X>(
+pub fn check_sgl<X: QueueTransport>(
     q: &mut Queue<X>,
     slot: u32,
     dir: DataDir,
@@ -104,7 +104,7 @@ pub fn check_sgl<X>(
         return Err(Status::SGL_INVALID_DATA_LENGTH.with_dnr());
     }
     if let Sgl::InCapsule(c) = sgl {
-        let capsule = q.parcel.recv_slot(q.reqs[slot as usize].recv_slot);
+        let capsule = X::capsule_region(q, q.reqs[slot as usize].recv_slot);
         copy_in_capsule(q, slot, capsule, c, len)?;
     }
     Ok(sgl)

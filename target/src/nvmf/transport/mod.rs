@@ -43,7 +43,7 @@ use super::request::{DataDir, Tag};
 use super::request_flow::Ctx;
 use super::{Shared, TargetError};
 use crate::arena::pool::DataBuf;
-use crate::arena::Arena;
+use crate::arena::{Arena, Region};
 use crate::backend::Completion;
 use crate::config::{self, Config, ListenerConfig};
 
@@ -233,8 +233,21 @@ pub trait QueueTransport: Sized {
     /// The command of the capsule `len` bytes long in receive slot `recv` (at least an SQE:
     /// the core checked), or None if it cannot be read (the core closes the queue).
     fn read_capsule(q: &Queue<Self>, recv: u32, len: u32) -> Option<Sqe> {
-        q.capsule_sqe(recv, len)
+        q.capsule_sqe(Self::capsule_region(q, recv), len)
     }
+
+    /// The buffer the capsule of receive `recv` arrived in: by default receive slot `recv` of
+    /// the queue's parcel (NVMe/RDMA with a shared receive queue: buffer `recv` of the
+    /// worker's SRQ).
+    fn capsule_region(q: &Queue<Self>, recv: u32) -> Region {
+        q.parcel.recv_slot(recv)
+    }
+
+    /// Whether a command whose data is not in its capsule gives the capsule back before it
+    /// waits for a data-pool buffer (its SQE is in the request by then). NVMe/RDMA does (with
+    /// a shared receive queue the worker's other hosts would wait on such buffers); NVMe/TCP
+    /// does not, as [`QueueTransport::capsule_status`] reads the receive slot after the wait.
+    const RELEASE_BEFORE_POOL_WAIT: bool = false;
 
     /// The capsule in receive slot `recv` is consumed (command and in-capsule data copied):
     /// the transport may reuse the buffer.
@@ -331,6 +344,26 @@ pub trait Transport: Send + Sync + std::fmt::Debug {
     /// This transport's poll group on worker `worker` (made on the worker's thread, before
     /// the target reports itself started).
     fn poll_group(&self, worker: usize) -> Result<Box<dyn PollGroup>, TargetError>;
+
+    /// Per worker, the receive buffers it shares between its queues (NVMe/RDMA's shared
+    /// receive queues); empty for a transport without (the default).
+    fn receive_buffers(&self) -> Vec<ReceiveBuffers> {
+        Vec::new()
+    }
+}
+
+/// A worker's shared receive buffers (NVMe/RDMA: its SRQ), for metrics and tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReceiveBuffers {
+    pub worker: usize,
+    /// Buffers the worker has.
+    pub count: u32,
+    /// Buffers posted (ready for a host's command) now; the rest are held by queues.
+    pub posted: u32,
+    /// Receives that left fewer than `count / 8` posted (hosts may meet RNR waits).
+    pub low_total: u64,
+    /// Receives for a queue already closed (the buffer was reposted at once).
+    pub stale_total: u64,
 }
 
 /// What a poll group's wait found ready.

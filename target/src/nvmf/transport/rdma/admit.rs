@@ -4,6 +4,7 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Instant;
 
 use rdmablk::fabric::{Access, ConnParam, Mr, Pd, Qp, SendFlags, SendWr, WrOp};
@@ -11,10 +12,14 @@ use rdmablk::nvme::transport::rdma::{CmAccept, PushAnswer, PushRequest, PushWind
 
 use super::group::RdmaGroup;
 use super::queue::{post_recv, RdmaQueue, RdmaXport, RemoteKey};
+use super::srq::SrqWorker;
 use super::wr_id::{WrId, WrKind};
 use crate::arena::Parcel;
 use crate::nvmf::queue::{begin_close, Phase, Queue, QueueId, SendWatch};
 use crate::nvmf::Shared;
+
+/// The responder's RNR NAK timer of a queue on an SRQ (IB encoding: 12 is 0.64 ms).
+pub const SRQ_MIN_RNR_TIMER: u8 = 12;
 
 /// A connection handed from a listener to a worker: QP created on the worker's CQ, parcel
 /// carved, nothing posted yet.
@@ -31,6 +36,8 @@ pub struct PendingConn {
     pub push_asked: bool,
     pub peer: SocketAddr,
     pub cqes: u32,
+    /// The worker's shared receive queue the QP was created with, if any.
+    pub srq: Option<Arc<SrqWorker>>,
     /// The listener the host came in through ([`crate::nvmf::runtime::port::Port::id`]).
     pub listener: u64,
 }
@@ -39,9 +46,13 @@ impl RdmaGroup {
     pub(super) fn add_conn(&mut self, p: PendingConn, shared: &Shared) {
         let key = self.queues.next_key();
         let lkey = self.dev.lkey;
+        let srq_mode = p.srq.is_some();
+        let qp_num = p.qp.qp_num();
         let xport = RdmaXport {
             remote_key: None,
             qp: p.qp,
+            held: Vec::with_capacity(if srq_mode { p.depth as usize } else { 0 }),
+            srq: p.srq,
             lkey,
             read_depth: p.read_depth,
             reads_in_flight: 0,
@@ -64,7 +75,8 @@ impl RdmaGroup {
         };
         let icd = shared.fixed.limits.in_capsule_data_size;
         let mut conn = Queue::new(xport, p.parcel, id, Phase::Binding, icd, Instant::now());
-        for slot in 0..p.depth {
+        let own_recvs = if srq_mode { 0 } else { p.depth };
+        for slot in 0..own_recvs {
             if let Err(e) = post_recv(&mut conn, slot) {
                 tracing::warn!(peer = %p.peer, error = %e, "cannot post receives; dropping");
                 drop(conn);
@@ -84,9 +96,14 @@ impl RdmaGroup {
             initiator_depth: p.read_depth.min(255) as u8,
             retry_count: 7,
             rnr_retry_count: 7,
-            min_rnr_timer: None,
+            // A dry SRQ makes the host retry after this long (0.64 ms; the CM's 0 is 655 ms).
+            min_rnr_timer: srq_mode.then_some(SRQ_MIN_RNR_TIMER),
         };
         conn.xport.accept = Some(param);
+        if srq_mode {
+            // Before the accept: the host's first SEND may complete right after it.
+            self.by_qpn.insert(qp_num, key);
+        }
         self.queues.put(conn);
         self.accept(key, shared);
     }

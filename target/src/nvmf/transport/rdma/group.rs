@@ -4,6 +4,7 @@
 //! on.
 
 use std::any::Any;
+use std::collections::HashMap;
 use std::os::fd::RawFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use rdmablk::fabric::{CmEvent, Cq, SendBatch, Wc, WcStatus};
 
 use super::admit::PendingConn;
 use super::queue::{start_reads, RdmaQueue, RdmaXport};
+use super::srq::SrqWorker;
 use super::wr_id::{WrId, WrKind};
 use super::RdmaDevice;
 use crate::arena::pool::DataBuf;
@@ -38,6 +40,14 @@ pub struct RdmaGroup {
     /// Held from the beginning of a worker pass to its end (the soft provider then writes
     /// each QP's frames of the pass with one `sendmsg`).
     batch: Option<SendBatch>,
+    /// The worker's shared receive queue (once its first queue connected through it).
+    srq: Option<Arc<SrqWorker>>,
+    /// SRQ mode: which queue a receive completion's QP number names. A queue's entry goes
+    /// once its QP is destroyed and the CQ polled dry after it, so a reused QP number never
+    /// gets a late capsule of the old QP.
+    pub(super) by_qpn: HashMap<u32, u32>,
+    /// QP numbers of queues dropped this housekeeping pass: (qp_num, key).
+    gone: Vec<(u32, u32)>,
 }
 
 impl RdmaGroup {
@@ -49,6 +59,9 @@ impl RdmaGroup {
             wcs: vec![Wc::default(); POLL_BATCH],
             queues: Queues::default(),
             batch: None,
+            srq: None,
+            by_qpn: HashMap::new(),
+            gone: Vec::new(),
         }
     }
 
@@ -79,6 +92,10 @@ impl RdmaGroup {
             tracing::warn!(wr_id = wc.wr_id, "completion of an unknown work request");
             return;
         };
+        if id.kind == WrKind::SrqRecv {
+            self.on_srq_recv(id.slot, wc, ctx);
+            return;
+        }
         let Some(q) = self.queues.get(id.queue) else {
             tracing::trace!(?id, "completion of a closed connection");
             return;
@@ -127,7 +144,79 @@ impl RdmaGroup {
                 q.xport.sends_out -= 1;
                 disconnect(q);
             }
-            WrKind::Bind => {}
+            WrKind::Bind | WrKind::SrqRecv => {}
+        }
+    }
+
+    /// A receive through the worker's SRQ: buffer `buf` goes to the queue whose QP received
+    /// it, or straight back to the SRQ (no such queue any more, an error, a host over its
+    /// queue size).
+    fn on_srq_recv(&mut self, buf: u32, wc: Wc, ctx: &mut Ctx<'_>) {
+        if self.srq.is_none() {
+            self.srq = self.dev.srq_made(self.worker);
+        }
+        let Some(srq) = self.srq.clone() else {
+            tracing::error!(
+                worker = self.worker,
+                "an SRQ receive on a worker without an SRQ"
+            );
+            return;
+        };
+        if srq.taken() {
+            tracing::debug!(
+                worker = self.worker,
+                posted = srq.posted(),
+                count = srq.count(),
+                "shared receive queue low: hosts' SENDs may wait (RNR); raise \
+                 arena.receive_buffers"
+            );
+        }
+        let repost = |why: &str| {
+            if let Err(e) = srq.repost(buf) {
+                tracing::error!(buffer = buf, error = %e, why, "cannot repost a receive buffer");
+            }
+        };
+        let queue = self
+            .by_qpn
+            .get(&wc.qp_num)
+            .and_then(|&key| self.queues.get(key));
+        let Some(q) = queue else {
+            srq.stale();
+            tracing::trace!(qp_num = wc.qp_num, "receive for a closed connection");
+            repost("stale");
+            return;
+        };
+        if !wc.status.is_success() {
+            repost("error");
+            if wc.status != WcStatus::WrFlushErr {
+                tracing::warn!(peer = %q.peer, qid = q.qid, status = %wc.status,
+                    vendor_err = wc.vendor_err, "receive failed");
+            }
+            begin_close(q, "receive failed", ctx.shared);
+            return;
+        }
+        if q.xport.held.len() >= q.depth as usize {
+            repost("over queue size");
+            tracing::warn!(peer = %q.peer, qid = q.qid, depth = q.depth,
+                "the host sent more commands than its queue size; closing the queue");
+            begin_close(q, "host sent more commands than its queue size", ctx.shared);
+            return;
+        }
+        q.xport.held.push(buf);
+        on_capsule(q, buf, wc.byte_len, ctx);
+    }
+
+    /// After queues were dropped: their QPs are destroyed, so once the CQ is polled dry no
+    /// completion of theirs can come; forget their QP numbers (unless one was reused already).
+    fn forget_gone(&mut self, ctx: &mut Ctx<'_>) {
+        if self.gone.is_empty() {
+            return;
+        }
+        while self.poll_cq(ctx) {}
+        for (qpn, key) in std::mem::take(&mut self.gone) {
+            if self.by_qpn.get(&qpn) == Some(&key) {
+                self.by_qpn.remove(&qpn);
+            }
         }
     }
 }
@@ -198,11 +287,15 @@ impl PollGroup for RdmaGroup {
 
     fn housekeeping(&mut self, ctx: &mut Ctx<'_>) {
         self.queues.deliver_events(ctx);
-        let (dev, worker) = (&self.dev, self.worker);
+        let (dev, worker, gone) = (&self.dev, self.worker, &mut self.gone);
         self.queues
             .housekeeping(ctx.shared, ctx.pool, cm_events, |q| {
-                dev.release_cqes(worker, q.xport.cqes)
+                dev.release_cqes(worker, q.xport.cqes);
+                if q.xport.srq.is_some() {
+                    gone.push((q.xport.qp.qp_num(), q.key));
+                }
             });
+        self.forget_gone(ctx);
     }
 
     fn close_listener(&mut self, id: u64, shared: &Shared) {

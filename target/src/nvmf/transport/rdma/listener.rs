@@ -146,8 +146,17 @@ impl Acceptor {
     ) -> Result<(), (ConnRequest, CmRejectStatus)> {
         // Receive and response slots; data slots only for a push queue (its host places data
         // by command ID), every other queue's data takes buffers from its worker's pool.
+        let Some(worker) = self.reserve_worker(cqes_per_connection(depth)) else {
+            tracing::warn!(qid = cm.qid, "no worker has completion-queue room");
+            return Err((req, CmRejectStatus::NoResources));
+        };
         let limits = &self.shared.fixed.limits;
-        let plain = ParcelLayout::without_data(depth, limits.in_capsule_data_size);
+        // With the worker's shared receive queue the parcel holds responses only.
+        let srq = self.dev.srq(worker, &self.shared.arena);
+        let plain = match srq {
+            Some(_) => ParcelLayout::responses_only(depth, limits.in_capsule_data_size),
+            None => ParcelLayout::without_data(depth, limits.in_capsule_data_size),
+        };
         let mut push = cm.push.filter(|_| cm.qid != 0);
         // A push queue's data slots are its own (the push budget, `limits.push_window_bytes`,
         // split over its depth): when push is off or the arena has no room for them, the
@@ -174,18 +183,16 @@ impl Acceptor {
         };
         let parcel = match carved {
             Ok(w) => w,
-            Err(e @ ArenaError::Full { .. }) | Err(e @ ArenaError::BadSize { .. }) => {
-                tracing::warn!(error = %e, qid = cm.qid, "no arena space for a queue");
-                return Err((req, CmRejectStatus::NoResources));
-            }
             Err(e) => {
-                tracing::error!(error = %e, "carving a window failed");
+                match e {
+                    ArenaError::Full { .. } | ArenaError::BadSize { .. } => {
+                        tracing::warn!(error = %e, qid = cm.qid, "no arena space for a queue")
+                    }
+                    e => tracing::error!(error = %e, "carving a window failed"),
+                }
+                self.dev.release_cqes(worker, cqes_per_connection(depth));
                 return Err((req, CmRejectStatus::NoResources));
             }
-        };
-        let Some(worker) = self.reserve_worker(cqes_per_connection(depth)) else {
-            tracing::warn!(qid = cm.qid, "no worker has completion-queue room");
-            return Err((req, CmRejectStatus::NoResources));
         };
         let attr = &self.dev.attr;
         let read_depth = depth
@@ -194,6 +201,7 @@ impl Acceptor {
         let responder = u32::from(req.initiator_depth()).min(attr.max_qp_rd_atom) as u8;
         let caps = QpCaps {
             max_send_wr: SEND_WRS_PER_REQUEST * depth + 2,
+            // Ignored with an SRQ.
             max_recv_wr: depth,
             max_send_sge: 1,
             max_recv_sge: 1,
@@ -205,7 +213,7 @@ impl Acceptor {
             send_cq: cq,
             recv_cq: cq,
             caps,
-            srq: None,
+            srq: srq.as_ref().map(|s| &s.srq),
         };
         let peer = req.peer_addr();
         let qp = match req.create_qp(&init) {
@@ -228,6 +236,7 @@ impl Acceptor {
             push_asked: cm.push.is_some(),
             peer,
             cqes: cqes_per_connection(depth),
+            srq,
             listener: self.listener,
         };
         let msg = WorkerMsg::Handover {

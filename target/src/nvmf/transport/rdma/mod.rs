@@ -12,6 +12,7 @@
 //! - [`queue`]: the per-queue state ([`queue::RdmaXport`]) and its
 //!   [`super::QueueTransport`] implementation: receives, reads, responses, teardown.
 //! - [`data`]: mapping a command's data pointer (keyed, in-capsule, pushed).
+//! - [`srq`]: a worker's shared receive queue and its capsule buffers.
 //! - [`wr_id`]: work-request IDs.
 
 pub mod admit;
@@ -19,17 +20,18 @@ pub mod data;
 pub mod group;
 pub mod listener;
 pub mod queue;
+pub mod srq;
 pub mod wr_id;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 
 use rdmablk::fabric::{Cq, Device, DeviceAttr, FabricError, Pd, ProviderKind};
 use rdmablk::nvme::discovery::{trtype, DiscoveryLogEntry};
 
-use super::{DiscoveryFields, PollGroup, Transport, TransportKind, Variant};
+use super::{DiscoveryFields, PollGroup, ReceiveBuffers, Transport, TransportKind, Variant};
 use crate::arena::Arena;
 use crate::config::{self, Config, ConfigError, ListenerConfig, Provider};
 use crate::nvmf::{Shared, TargetError};
@@ -96,9 +98,58 @@ pub struct RdmaDevice {
     pub cq_reserved: Vec<AtomicU32>,
     /// Per worker: CQ capacity.
     pub cq_capacity: u32,
+    /// Capsule buffers of each worker's shared receive queue; 0: a receive queue per
+    /// connection (`arena.receive_buffers` 0, or a device without SRQs).
+    pub receive_buffers: u32,
+    /// Bytes of one capsule buffer.
+    pub capsule_slot_bytes: usize,
+    /// Per worker: its SRQ, made when its first queue connects (None: it could not be made,
+    /// the worker's queues get receive queues of their own).
+    pub srqs: Vec<OnceLock<Option<Arc<srq::SrqWorker>>>>,
 }
 
 impl RdmaDevice {
+    /// Worker `w`'s shared receive queue, made (buffers carved from `arena` and posted) on
+    /// first use; None in per-connection mode or if it cannot be made (logged once).
+    pub fn srq(&self, w: usize, arena: &Arc<Arena>) -> Option<Arc<srq::SrqWorker>> {
+        if self.receive_buffers == 0 {
+            return None;
+        }
+        self.srqs[w]
+            .get_or_init(|| {
+                let made = srq::SrqWorker::new(
+                    &self.pd,
+                    arena,
+                    self.lkey,
+                    self.receive_buffers,
+                    self.capsule_slot_bytes,
+                );
+                match made {
+                    Ok(s) => {
+                        tracing::info!(
+                            worker = w,
+                            buffers = self.receive_buffers,
+                            bytes = self.receive_buffers as usize * self.capsule_slot_bytes,
+                            "shared receive queue ready"
+                        );
+                        Some(Arc::new(s))
+                    }
+                    Err(e) => {
+                        tracing::warn!(worker = w, error = %e,
+                            "no shared receive queue: this worker's RDMA queues get receive \
+                             queues of their own");
+                        None
+                    }
+                }
+            })
+            .clone()
+    }
+
+    /// Worker `w`'s SRQ if it has one already.
+    pub fn srq_made(&self, w: usize) -> Option<Arc<srq::SrqWorker>> {
+        self.srqs[w].get().cloned().flatten()
+    }
+
     /// Gives back `cqes` entries of worker `w`'s CQ.
     pub fn release_cqes(&self, w: usize, cqes: u32) {
         self.cq_reserved[w].fetch_sub(cqes, Ordering::AcqRel);
@@ -138,7 +189,8 @@ impl RdmaTransport {
             Err(e) => return Err(dev_err("allocate a memory window", e).into()),
         };
         let workers = cfg.target.worker_threads.max(1) as usize;
-        let cq_capacity = cq_capacity(cfg, &attr, workers);
+        let receive_buffers = receive_buffers(cfg, &attr, workers);
+        let cq_capacity = cq_capacity(cfg, &attr, workers, receive_buffers);
         let cqs = (0..workers)
             .map(|_| device.create_cq(cq_capacity))
             .collect::<Result<Vec<_>, _>>()
@@ -153,6 +205,9 @@ impl RdmaTransport {
             cqs,
             cq_reserved: (0..workers).map(|_| AtomicU32::new(0)).collect(),
             cq_capacity,
+            receive_buffers,
+            capsule_slot_bytes: cfg.max_parcel_layout().capsule_slot_bytes,
+            srqs: (0..workers).map(|_| OnceLock::new()).collect(),
         };
         Ok((RdmaTransport(Arc::new(dev)), arena))
     }
@@ -220,6 +275,19 @@ impl Transport for RdmaTransport {
     fn poll_group(&self, worker: usize) -> Result<Box<dyn PollGroup>, TargetError> {
         Ok(Box::new(group::RdmaGroup::new(worker, Arc::clone(&self.0))))
     }
+
+    fn receive_buffers(&self) -> Vec<ReceiveBuffers> {
+        (0..self.0.srqs.len())
+            .filter_map(|w| self.0.srq_made(w).map(|s| (w, s)))
+            .map(|(worker, s)| ReceiveBuffers {
+                worker,
+                count: s.count(),
+                posted: s.posted(),
+                low_total: s.low_total(),
+                stale_total: s.stale_total(),
+            })
+            .collect()
+    }
 }
 
 /// The fabric provider of listener `l`.
@@ -274,9 +342,33 @@ pub fn cqes_per_connection(depth: u32) -> u32 {
     depth + SEND_WRS_PER_REQUEST * depth + 2
 }
 
-fn cq_capacity(cfg: &Config, attr: &DeviceAttr, workers: usize) -> u32 {
+/// `arena.receive_buffers` as the device allows: 0 (receive queues per connection) without
+/// enough SRQs, clamped to its SRQ depth.
+fn receive_buffers(cfg: &Config, attr: &DeviceAttr, workers: usize) -> u32 {
+    let want = cfg.arena.receive_buffers;
+    if want == 0 {
+        return 0;
+    }
+    if (attr.max_srq as usize) < workers || attr.max_srq_wr == 0 || attr.max_srq_sge == 0 {
+        tracing::info!(device = %attr.name, max_srq = attr.max_srq, workers,
+            "the device has no shared receive queue for every worker: each RDMA connection \
+             gets a receive queue of its own");
+        return 0;
+    }
+    if want > attr.max_srq_wr {
+        tracing::warn!(device = %attr.name, receive_buffers = want, max_srq_wr = attr.max_srq_wr,
+            "arena.receive_buffers is over the device's SRQ depth: clamped");
+        return attr.max_srq_wr;
+    }
+    want
+}
+
+/// Per worker: every connection's share (which still counts its receives, so the CQ also
+/// fits a fall back to per-connection receives) and the SRQ's receives.
+fn cq_capacity(cfg: &Config, attr: &DeviceAttr, workers: usize, receive_buffers: u32) -> u32 {
     let per_worker = cfg.limits.max_connections.div_ceil(workers as u32).max(1);
-    let want = u64::from(per_worker) * u64::from(cqes_per_connection(cfg.limits.max_queue_depth));
+    let want = u64::from(per_worker) * u64::from(cqes_per_connection(cfg.limits.max_queue_depth))
+        + u64::from(receive_buffers);
     let max = if attr.max_cqe == 0 {
         u32::MAX
     } else {

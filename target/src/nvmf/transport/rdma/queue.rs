@@ -40,6 +40,7 @@
 //! while a memory window is bound over it (rxe: EINVAL).
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Duration;
 
 use rdmablk::fabric::{ConnParam, FabricError, Mr, Mw, Qp, RecvWr, SendFlags, SendWr, Sge, WrOp};
@@ -47,8 +48,10 @@ use rdmablk::nvme::transport::rdma::PushWindow;
 use rdmablk::nvme::{Cqe, Sgl, Status};
 
 use super::data::map_data;
+use super::srq::SrqWorker;
 use super::wr_id::{WrId, WrKind};
 use crate::arena::pool::DataBuf;
+use crate::arena::Region;
 use crate::nvmf::commands::data_phase::{Next, SglFit};
 use crate::nvmf::queue::{begin_close, Queue, SendWatch};
 use crate::nvmf::request::{DataDir, ReqState};
@@ -83,10 +86,17 @@ impl RemoteKey {
 }
 
 /// The RDMA state of one queue. Field order is drop order: remote key, then QP (see the
-/// module documentation); the queue drops its parcel after this.
+/// module documentation), then the worker's SRQ reference; the queue drops its parcel after
+/// this.
 pub struct RdmaXport {
     pub remote_key: Option<RemoteKey>,
     pub qp: Qp,
+    /// The worker's shared receive queue, when the queue receives through it (else through
+    /// receive slots of its parcel).
+    pub srq: Option<Arc<SrqWorker>>,
+    /// SRQ mode: buffers this queue received and has not given back (at most `depth`: a
+    /// host that sends more commands than its queue size is closed).
+    pub held: Vec<u32>,
     /// The arena region's local key.
     pub lkey: u32,
     /// RDMA READs this queue may have in flight (negotiated read depth).
@@ -117,7 +127,23 @@ fn wr(q: &RdmaQueue, kind: WrKind, slot: u32) -> u64 {
     WrId::new(q.key, kind, slot).encode()
 }
 
-/// Posts receive slot `slot`.
+/// A queue being dropped gives back the SRQ buffers it still holds: it is disconnected and
+/// drained (no command of it reads a capsule any more), and its QP, in the error state, takes
+/// no receive, so they go straight to the worker's other queues.
+impl Drop for RdmaXport {
+    fn drop(&mut self) {
+        let Some(srq) = &self.srq else {
+            return;
+        };
+        for b in self.held.drain(..) {
+            if let Err(e) = srq.repost(b) {
+                tracing::error!(buffer = b, error = %e, "cannot repost a receive buffer to the SRQ");
+            }
+        }
+    }
+}
+
+/// Posts receive slot `slot` (a queue without SRQ).
 pub fn post_recv(q: &mut RdmaQueue, slot: u32) -> Result<(), FabricError> {
     let sge = [q.parcel.recv_slot(slot).sge(q.xport.lkey)];
     q.xport.qp.post_recv(&[RecvWr {
@@ -195,11 +221,25 @@ impl QueueTransport for RdmaXport {
     type Outstanding = WrsOut;
 
     const KEYED_SGLS: bool = true;
+    const RELEASE_BEFORE_POOL_WAIT: bool = true;
     const REVOKE_TIMEOUT: Duration = INVALIDATE_TIMEOUT;
     const DRAIN_TIMEOUT: Duration = DRAIN_TIMEOUT;
 
     fn release_capsule(q: &mut RdmaQueue, recv: u32) -> Result<(), FabricError> {
-        post_recv(q, recv)
+        let Some(srq) = &q.xport.srq else {
+            return post_recv(q, recv);
+        };
+        if let Some(i) = q.xport.held.iter().position(|&b| b == recv) {
+            q.xport.held.swap_remove(i);
+        }
+        srq.repost(recv)
+    }
+
+    fn capsule_region(q: &RdmaQueue, recv: u32) -> Region {
+        match &q.xport.srq {
+            Some(srq) => srq.slot(recv),
+            None => q.parcel.recv_slot(recv),
+        }
     }
 
     fn push_slot(q: &RdmaQueue, cid: u16) -> Option<u32> {

@@ -10,6 +10,9 @@ pub enum WrKind {
     Write = 4,
     Bind = 5,
     Invalidate = 6,
+    /// A receive of the worker's shared receive queue: `slot` is the buffer, `queue` unused
+    /// (the completion's QP number names the queue).
+    SrqRecv = 7,
 }
 
 /// A decoded work-request ID: `queue` (the queue key: worker slab index and generation), kind, slot.
@@ -37,6 +40,7 @@ impl WrId {
             4 => WrKind::Write,
             5 => WrKind::Bind,
             6 => WrKind::Invalidate,
+            7 => WrKind::SrqRecv,
             _ => return None,
         };
         Some(WrId {
@@ -53,7 +57,13 @@ mod tests {
 
     #[test]
     fn wr_ids_round_trip() {
-        for kind in [WrKind::Recv, WrKind::Send, WrKind::Bind, WrKind::Invalidate] {
+        for kind in [
+            WrKind::Recv,
+            WrKind::Send,
+            WrKind::Bind,
+            WrKind::Invalidate,
+            WrKind::SrqRecv,
+        ] {
             let id = WrId::new(0xABCD_0012, kind, 1023);
             assert_eq!(WrId::decode(id.encode()), Some(id));
         }
