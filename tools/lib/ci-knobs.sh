@@ -131,7 +131,10 @@ RDMABLK_BLKTESTS_BACKEND    allow     blktests-target-control: file or block, bo
 RDMABLK_BLKTESTS_BLOCK_SIZE allow     blktests-target-control: the namespace's block size
 RDMABLK_BLKTESTS_PORT       allow     blktests-target-control: 0 leaves the listener alone (nvme/061, not in the quick set)
 # --- tests/vm (the VM steps see the caller's exported environment)
-CONTROLLERS                 allow     tests/vm/idle-controllers-nvmet.sh: set by tools/bench/idle-controllers (a benchmark, not a step)
+CONTROLLERS                 allow     tests/vm/idle-controllers-nvmet.sh, idle-controllers-rdma.sh: set by tools/bench/idle-controllers (a benchmark, not a step)
+TARGET_BIN                  allow     tests/vm/idle-controllers-rdma.sh: another build's rdmablk-target to measure (a benchmark, not a step)
+CTL_BIN                     allow     tests/vm/idle-controllers-rdma.sh: that build's rdmablk-ctl (a benchmark, not a step)
+KEEP_LOG                    allow     tests/vm/idle-controllers-rdma.sh: where to keep the target's log (a benchmark, not a step)
 TRTYPE                      refuse    tests/vm/nvme-host.sh: the transport of the steps test-rxe runs over RDMA
 NVMET_TRTYPE                refuse    tests/vm/nvmet-interop.sh: the transport of the nvmet-interop step (RDMA)
 RDMABLK_TARGET              refuse    tests/vm: another rdmablk-target binary

@@ -146,13 +146,31 @@ impl Acceptor {
     ) -> Result<(), (ConnRequest, CmRejectStatus)> {
         // Receive and response slots; data slots only for a push queue (its host places data
         // by command ID), every other queue's data takes buffers from its worker's pool.
-        let Some(worker) = self.reserve_worker(cqes_per_connection(depth)) else {
+        // CQ entries: with shared receive queues a queue's receives complete on its worker's
+        // CQ out of the SRQ's share, counted once per worker (`cq_capacity`), so a queue
+        // reserves its sends only; a worker that could not make its SRQ adds the receives.
+        let mut cqes = cqes_per_connection(depth);
+        if self.dev.receive_buffers > 0 {
+            cqes -= depth;
+        }
+        let Some(worker) = self.reserve_worker(cqes) else {
             tracing::warn!(qid = cm.qid, "no worker has completion-queue room");
             return Err((req, CmRejectStatus::NoResources));
         };
         let limits = &self.shared.fixed.limits;
         // With the worker's shared receive queue the parcel holds responses only.
         let srq = self.dev.srq(worker, &self.shared.arena);
+        if srq.is_none() && self.dev.receive_buffers > 0 {
+            if !self.dev.reserve_cqes(worker, depth) {
+                self.release_worker(worker, cqes);
+                tracing::warn!(
+                    qid = cm.qid,
+                    "no completion-queue room for the queue's receives"
+                );
+                return Err((req, CmRejectStatus::NoResources));
+            }
+            cqes += depth;
+        }
         let plain = match srq {
             Some(_) => ParcelLayout::responses_only(depth, limits.in_capsule_data_size),
             None => ParcelLayout::without_data(depth, limits.in_capsule_data_size),
@@ -190,7 +208,7 @@ impl Acceptor {
                     }
                     e => tracing::error!(error = %e, "carving a window failed"),
                 }
-                self.dev.release_cqes(worker, cqes_per_connection(depth));
+                self.dev.release_cqes(worker, cqes);
                 return Err((req, CmRejectStatus::NoResources));
             }
         };
@@ -221,7 +239,7 @@ impl Acceptor {
             Err(e) => {
                 // The request is consumed: dropping it rejected the connection.
                 tracing::warn!(%peer, error = %e, "cannot create a queue pair");
-                self.release_worker(worker, cqes_per_connection(depth));
+                self.release_worker(worker, cqes);
                 return Ok(());
             }
         };
@@ -235,7 +253,7 @@ impl Acceptor {
             push,
             push_asked: cm.push.is_some(),
             peer,
-            cqes: cqes_per_connection(depth),
+            cqes,
             srq,
             listener: self.listener,
         };
@@ -247,7 +265,7 @@ impl Acceptor {
             // The worker is gone (shutting down): dropping the QP refuses the host.
             tracing::warn!(%peer, "worker {worker} is gone; connection dropped");
             drop(e);
-            self.release_worker(worker, cqes_per_connection(depth));
+            self.release_worker(worker, cqes);
         }
         Ok(())
     }
@@ -257,13 +275,7 @@ impl Acceptor {
         let n = self.workers.len();
         for i in 0..n {
             let w = (self.next_worker + i) % n;
-            let slot = &self.dev.cq_reserved[w];
-            let ok = slot
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
-                    (used + cqes <= self.dev.cq_capacity).then_some(used + cqes)
-                })
-                .is_ok();
-            if ok {
+            if self.dev.reserve_cqes(w, cqes) {
                 self.next_worker = (w + 1) % n;
                 return Some(w);
             }

@@ -150,6 +150,15 @@ impl RdmaDevice {
         self.srqs[w].get().cloned().flatten()
     }
 
+    /// Reserves `cqes` more entries of worker `w`'s CQ; false if it has no room for them.
+    pub fn reserve_cqes(&self, w: usize, cqes: u32) -> bool {
+        self.cq_reserved[w]
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                (used + cqes <= self.cq_capacity).then_some(used + cqes)
+            })
+            .is_ok()
+    }
+
     /// Gives back `cqes` entries of worker `w`'s CQ.
     pub fn release_cqes(&self, w: usize, cqes: u32) {
         self.cq_reserved[w].fetch_sub(cqes, Ordering::AcqRel);

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# idle-controllers-rdma.sh - run INSIDE the VM (tools/rxe-vm/run-in-vm.sh): what connected but
+# idle NVMe/RDMA controllers cost rdmablk-target, over rxe0, with a default configuration (a
+# verbs listener, one subsystem with a null namespace, no [arena], no [limits]: what the README
+# invites). The initiator's `idle` example connects CONTROLLERS controllers (an admin queue and
+# one 128-deep I/O queue each, the Linux host's queue size) and holds them; the target's
+# resident (VmRSS) and pinned (VmLck) memory and its arena's use (`rdmablk-ctl status`) are read
+# before and with them all connected. A target that refuses some (a full arena: the CM reject
+# the host reports) is reported with how many it took. Then a new host's controller connects and
+# reads block 0 ("a new host still served"). Prints "rdmablk-rdma: ..." lines and PASS, or FAIL
+# when the host could not connect at all. A measurement for docs/benchmarks.md (issue 46), not
+# a test: nothing is asserted on the figures.
+#
+#   tools/rxe-vm/run-in-vm.sh bash tests/vm/idle-controllers-rdma.sh
+#
+# Env: CONTROLLERS (200: the VM's emulated CPU connects a few a second), TARGET_BIN
+# (build/release/rdmablk-target; another build's binary to compare), CTL_BIN
+# (build/release/rdmablk-ctl), IDLE_BIN (build/release/examples/idle), RXE_VM_IP (10.0.2.15).
+set -uo pipefail
+
+HERE=$(cd "$(dirname "$0")/../.." && pwd)
+TGT=${TARGET_BIN:-$HERE/build/release/rdmablk-target}
+CTL=${CTL_BIN:-$HERE/build/release/rdmablk-ctl}
+IDLE=${IDLE_BIN:-$HERE/build/release/examples/idle}
+N=${CONTROLLERS:-200}
+IP=${RXE_VM_IP:-10.0.2.15}
+NQN=nqn.2026-12.io.rdmablk:idle-rdma
+PORT=4420
+W=$(mktemp -d /tmp/idle-rdma.XXXXXX)
+HPID=
+fail() { echo "FAIL: $*"; exit 1; }
+
+for b in "$TGT" "$CTL" "$IDLE"; do
+  [ -x "$b" ] || fail "$b missing: cargo build --release -p rdmablk-target -p rdmablk-initiator --example idle"
+done
+case $N in '' | *[!0-9]*) fail "CONTROLLERS must be a whole number (got '$N')" ;; esac
+ulimit -n $((4 * N + 1024)) || fail "cannot raise the open-file limit"
+ulimit -l unlimited 2>/dev/null || true
+
+cat >"$W/target.toml" <<EOF
+[[listener]]
+provider = "verbs"
+address = "$IP"
+port = $PORT
+
+[control]
+socket = "$W/ctl.sock"
+
+[[subsystem]]
+nqn = "$NQN"
+allow_any_host = true
+
+[[subsystem.namespace]]
+nsid = 1
+block_size = 4096
+backend = { kind = "null", size = "1GiB" }
+EOF
+
+"$TGT" --config "$W/target.toml" >"$W/target.log" 2>&1 &
+TPID=$!
+cleanup() {
+  [ -n "$HPID" ] && kill "$HPID" 2>/dev/null
+  kill "$TPID" 2>/dev/null; wait "$TPID" 2>/dev/null
+  [ -n "${KEEP_LOG:-}" ] && cp "$W/target.log" "$KEEP_LOG"
+  rm -rf "$W"
+}
+trap cleanup EXIT
+for _ in $(seq 1 300); do
+  grep -q '^ready' "$W/target.log" && break
+  kill -0 "$TPID" 2>/dev/null || fail "the target exited: $(tail -3 "$W/target.log")"
+  sleep 0.1
+done
+grep -q '^ready' "$W/target.log" || fail "the target is not ready: $(tail -3 "$W/target.log")"
+
+kib() { awk -v k="$2:" '$1 == k { print $2 }' "/proc/$1/status"; }
+arena() { "$CTL" --socket "$W/ctl.sock" status 2>/dev/null | grep -iE 'arena|parcel|srq|receive' | head -4; }
+rss0=$(kib "$TPID" VmRSS) lck0=$(kib "$TPID" VmLck)
+echo "rdmablk-rdma: before: VmRSS $rss0 KiB, VmLck $lck0 KiB"
+arena | sed 's/^/rdmablk-rdma:   /'
+
+hold=$((120 + N))
+"$IDLE" "rdma://$IP:$PORT/$NQN?io_queues=1&queue_size=128" "$hold" "$N" >"$W/host.out" 2>&1 &
+HPID=$!
+for _ in $(seq 1 $((10 * hold))); do
+  grep -q '^connected' "$W/host.out" && break
+  kill -0 "$HPID" 2>/dev/null || break
+  sleep 0.1
+done
+if grep -q '^connected' "$W/host.out"; then
+  took=$N
+  grep '^connected' "$W/host.out" | sed 's/^/rdmablk-rdma: /'
+else
+  # Refused part-way: "FAIL: connect of controller K of N: why" (K - 1 were connected).
+  k=$(sed -n 's/^FAIL: connect of controller \([0-9]*\) of.*/\1/p' "$W/host.out")
+  [ -n "$k" ] || fail "the host did not connect: $(tail -2 "$W/host.out" | tr '\n' ' ')"
+  took=$((k - 1))
+  echo "rdmablk-rdma: the target took $took of $N controllers: $(tail -1 "$W/host.out")"
+  echo "rdmablk-rdma: the target's last words: $(grep -iE 'arena|refus|reject' "$W/target.log" | tail -2 | tr '\n' ' ')"
+fi
+sleep 5
+rss1=$(kib "$TPID" VmRSS) lck1=$(kib "$TPID" VmLck)
+echo "rdmablk-rdma: with the controllers: VmRSS $rss1 KiB, VmLck $lck1 KiB"
+arena | sed 's/^/rdmablk-rdma:   /'
+if [ "$took" = "$N" ]; then
+  echo "rdmablk-rdma: $N controllers (admin + one 128-deep I/O queue each):" \
+    "resident +$(( (rss1 - rss0) / N )) KiB per controller, pinned +$((lck1 - lck0)) KiB in all"
+  # A new host while they are all connected.
+  if "$IDLE" "rdma://$IP:$PORT/$NQN?io_queues=1&queue_size=128" 1 1 >"$W/new.out" 2>&1 &&
+    grep -q PASS "$W/new.out"; then
+    echo "rdmablk-rdma: a new host's controller connected and read block 0"
+  else
+    echo "rdmablk-rdma: a new host was NOT served: $(tail -2 "$W/new.out" | tr '\n' ' ')"
+  fi
+fi
+kill "$HPID" 2>/dev/null; wait "$HPID" 2>/dev/null; HPID=
+echo PASS
