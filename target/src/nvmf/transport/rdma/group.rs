@@ -43,10 +43,10 @@ pub struct RdmaGroup {
     /// The worker's shared receive queue (once its first queue connected through it).
     srq: Option<Arc<SrqWorker>>,
     /// SRQ mode: which queue a receive completion's QP number names. A queue's entry goes
-    /// once its QP is destroyed and the CQ polled dry after it, so a reused QP number never
-    /// gets a late capsule of the old QP.
+    /// once its QP is destroyed and a poll after that found the CQ empty, so a reused QP
+    /// number never gets a late capsule of the old QP.
     pub(super) by_qpn: HashMap<u32, u32>,
-    /// QP numbers of queues dropped this housekeeping pass: (qp_num, key).
+    /// QP numbers of dropped queues not forgotten yet: (qp_num, key).
     gone: Vec<(u32, u32)>,
 }
 
@@ -83,6 +83,10 @@ impl RdmaGroup {
         for i in 0..n {
             let wc = self.wcs[i];
             self.on_wc(wc, ctx);
+        }
+        if n < self.wcs.len() {
+            // The CQ was empty: every completion of a queue dropped before this poll is in.
+            self.forget_gone();
         }
         n > 0
     }
@@ -155,7 +159,7 @@ impl RdmaGroup {
         if self.srq.is_none() {
             self.srq = self.dev.srq_made(self.worker);
         }
-        let Some(srq) = self.srq.clone() else {
+        let Some(srq) = self.srq.as_deref() else {
             tracing::error!(
                 worker = self.worker,
                 "an SRQ receive on a worker without an SRQ"
@@ -206,14 +210,12 @@ impl RdmaGroup {
         on_capsule(q, buf, wc.byte_len, ctx);
     }
 
-    /// After queues were dropped: their QPs are destroyed, so once the CQ is polled dry no
-    /// completion of theirs can come; forget their QP numbers (unless one was reused already).
-    fn forget_gone(&mut self, ctx: &mut Ctx<'_>) {
-        if self.gone.is_empty() {
-            return;
-        }
-        while self.poll_cq(ctx) {}
-        for (qpn, key) in std::mem::take(&mut self.gone) {
+    /// Called when a poll found the CQ empty: the queues in `gone` were dropped (their QPs
+    /// destroyed) before it, so no completion of theirs can come any more; forget their QP
+    /// numbers (unless one was reused already). Waiting for an empty poll, rather than
+    /// polling until one, keeps housekeeping bounded on a CQ that never runs dry.
+    fn forget_gone(&mut self) {
+        for (qpn, key) in self.gone.drain(..) {
             if self.by_qpn.get(&qpn) == Some(&key) {
                 self.by_qpn.remove(&qpn);
             }
@@ -295,7 +297,6 @@ impl PollGroup for RdmaGroup {
                     gone.push((q.xport.qp.qp_num(), q.key));
                 }
             });
-        self.forget_gone(ctx);
     }
 
     fn close_listener(&mut self, id: u64, shared: &Shared) {
