@@ -56,21 +56,19 @@ block_size = 4096
 backend = { kind = "null", size = "1GiB" }
 EOF
 
-"$TGT" --config "$W/target.toml" >"$W/target.log" 2>&1 &
-TPID=$!
+TPID=
 cleanup() {
   [ -n "$HPID" ] && kill "$HPID" 2>/dev/null
-  kill "$TPID" 2>/dev/null; wait "$TPID" 2>/dev/null
+  [ -n "$TPID" ] && { kill "$TPID" 2>/dev/null; wait "$TPID" 2>/dev/null; }
   [ -n "${KEEP_LOG:-}" ] && cp "$W/target.log" "$KEEP_LOG"
   rm -rf "$W"
 }
 trap cleanup EXIT
-for _ in $(seq 1 300); do
-  grep -q '^ready' "$W/target.log" && break
-  kill -0 "$TPID" 2>/dev/null || fail "the target exited: $(tail -3 "$W/target.log")"
-  sleep 0.1
-done
-grep -q '^ready' "$W/target.log" || fail "the target is not ready: $(tail -3 "$W/target.log")"
+say() { echo "rdmablk-rdma: $*"; }
+BIN=$TGT WORK=$W
+# shellcheck source=tests/vm/lib.sh
+source "$HERE/tests/vm/lib.sh"
+start_target
 
 kib() { awk -v k="$2:" '$1 == k { print $2 }' "/proc/$1/status"; }
 arena() { "$CTL" --socket "$W/ctl.sock" status 2>/dev/null | grep -iE 'arena|parcel|srq|receive' | head -4; }
@@ -99,7 +97,9 @@ else
 fi
 sleep 5
 rss1=$(kib "$TPID" VmRSS) lck1=$(kib "$TPID" VmLck)
-echo "rdmablk-rdma: with the controllers: VmRSS $rss1 KiB, VmLck $lck1 KiB"
+when="with the controllers"
+[ "$took" = "$N" ] || when="after the refused host left"
+echo "rdmablk-rdma: $when: VmRSS $rss1 KiB, VmLck $lck1 KiB"
 arena | sed 's/^/rdmablk-rdma:   /'
 if [ "$took" = "$N" ]; then
   echo "rdmablk-rdma: $N controllers (admin + one 128-deep I/O queue each):" \
