@@ -375,6 +375,8 @@ pub struct DeviceAttr {
     pub max_qp_wr: u32,
     pub max_sge: u32,
     pub max_cqe: u32,
+    /// Completion queues the device can create.
+    pub max_cq: u32,
     pub max_mr: u32,
     pub max_mr_size: u64,
     /// Memory windows the device can allocate; 0 when it has none.

@@ -169,6 +169,7 @@ RDMABLK_SCALE_CONTROLLERS   refuse    target tests (tcp_scale.rs): fewer control
 RDMABLK_E2E_TRANSPORT       refuse    target tests: loop or tcp instead of RDMA (RDMA-only cases then skip)
 RDMABLK_E2E_TCP_DIGESTS     allow     target tests over NVMe/TCP: 1 turns header and data digests on (stricter); tools/test sets it for its TCP conformance pass
 RDMABLK_E2E_PROVIDER        refuse    testkit, initiator tests: another provider than soft (the VM sets verbs itself)
+RDMABLK_SOFT_MAX_CQE        refuse    soft provider: smaller CQs than its 4 Mi entries (rdma_cqs.rs sets it in its own process)
 RDMABLK_E2E_ADDR            allow     testkit, initiator tests: the address (the VM sets it)
 RDMABLK_REQUIRE_RDMA        allow     verbs tests: 1 fails instead of skipping without a device (stricter)
 RDMABLK_TEST_ADDR           allow     verbs smoke tests: the device's address (the VM sets it)

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use crate::fabric::{CqReady, FabricError, Result, Wc};
 
-use super::device::MAX_CQE;
+use super::device::max_cqe;
 use super::event::{Epoll, EventFd};
 use super::rx::RxShared;
 
@@ -160,9 +160,10 @@ pub struct Cq(pub(super) Arc<CqInner>);
 
 impl Cq {
     pub(super) fn new(depth: u32) -> Result<Cq> {
-        if depth == 0 || depth > MAX_CQE {
+        let max = max_cqe();
+        if depth == 0 || depth > max {
             return Err(FabricError::InvalidArgument {
-                what: format!("CQ depth {depth} (the soft device allows 1..={MAX_CQE})"),
+                what: format!("CQ depth {depth} (the soft device allows 1..={max})"),
             });
         }
         let efd = EventFd::new(false)?;

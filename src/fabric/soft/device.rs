@@ -20,7 +20,22 @@ pub(super) const MAX_QP_WR: u32 = 16_384;
 pub(super) const MAX_SGE: u32 = 32;
 pub(super) const MAX_INLINE: u32 = 4096;
 pub(super) const MAX_CQE: u32 = 1 << 22;
+pub(super) const MAX_CQ: u32 = 65_536;
 pub(super) const MAX_RD_ATOM: u32 = 128;
+
+/// Entries a CQ of the soft device may have: [`MAX_CQE`], or fewer when the environment's
+/// `RDMABLK_SOFT_MAX_CQE` says so (1 or more), for tests of what an application does on a
+/// device with small CQs (rxe's are 32,767 entries).
+pub(super) fn max_cqe() -> u32 {
+    static MAX: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *MAX.get_or_init(|| {
+        std::env::var("RDMABLK_SOFT_MAX_CQE")
+            .ok()
+            .and_then(|v| v.parse::<u32>().ok())
+            .filter(|&n| n > 0)
+            .map_or(MAX_CQE, |n| n.min(MAX_CQE))
+    })
+}
 
 /// One slot of the key table: what a key index names now, and the tag its next key gets.
 struct Slot {
@@ -137,7 +152,8 @@ impl Device {
             max_qp: MAX_QP,
             max_qp_wr: MAX_QP_WR,
             max_sge: MAX_SGE,
-            max_cqe: MAX_CQE,
+            max_cqe: max_cqe(),
+            max_cq: MAX_CQ,
             max_mr: KEY_INDEX_MAX,
             max_mr_size: super::wire::MAX_MSG_BYTES as u64 + 1,
             max_mw: KEY_INDEX_MAX,

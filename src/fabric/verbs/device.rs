@@ -251,6 +251,7 @@ impl Device {
             max_qp_wr: nonneg(a.max_qp_wr),
             max_sge: nonneg(a.max_sge),
             max_cqe: nonneg(a.max_cqe),
+            max_cq: nonneg(a.max_cq),
             max_mr: nonneg(a.max_mr),
             max_mr_size: a.max_mr_size,
             max_mw: nonneg(a.max_mw),

@@ -395,6 +395,7 @@ fn device_limits_are_rechecked_at_start() {
         max_qp_wr: 256,
         max_sge: 32,
         max_cqe: 4096,
+        max_cq: 1024,
         max_mr: 1024,
         max_mr_size: u64::MAX,
         max_mw: 1024,

@@ -15,7 +15,7 @@ use rdmablk::nvme::{CommandKind, Status};
 
 use super::counters::{BUCKETS_US, NB, OP_NAMES};
 use super::{namespace_io, pool_by_host, HostPool, PoolCounters};
-use crate::nvmf::transport::ReceiveBuffers;
+use crate::nvmf::transport::{CompletionQueues, ReceiveBuffers};
 use crate::nvmf::TargetHandle;
 
 /// Encodes the target's metrics at each scrape.
@@ -271,6 +271,25 @@ impl Collector for TargetCollector {
             "rdmablk_rdma_srq_stale",
             "Receives for an RDMA queue already closed (the buffer went back at once)",
             &by_worker(|r| r.stale_total),
+        )?;
+        let cqs = s.completion_queues();
+        let cq_gauge = |f: fn(&CompletionQueues) -> i64| -> Vec<(Labels, i64)> {
+            cqs.iter()
+                .map(|c| (vec![("worker", c.worker.to_string())], f(c)))
+                .collect()
+        };
+        gauge_family(
+            &mut enc,
+            "rdmablk_rdma_cqs",
+            "Completion queues of each worker (more are made when the device's CQs are too \
+             small for its queues)",
+            &cq_gauge(|c| c.count as i64),
+        )?;
+        gauge_family(
+            &mut enc,
+            "rdmablk_rdma_cq_entries_reserved",
+            "Completion-queue entries a worker's RDMA queues have reserved, over its CQs",
+            &cq_gauge(|c| c.reserved as i64),
         )?;
         let per_worker = |f: fn(&PoolCounters) -> &AtomicU64| -> Vec<(Labels, i64)> {
             workers

@@ -238,6 +238,14 @@ impl Shared {
             .collect()
     }
 
+    /// Every transport's completion queues, by worker.
+    pub fn completion_queues(&self) -> Vec<transport::CompletionQueues> {
+        self.transports
+            .iter()
+            .flat_map(|t| t.completion_queues())
+            .collect()
+    }
+
     pub fn stopping(&self) -> bool {
         self.stop.load(Ordering::Acquire)
     }
@@ -381,6 +389,11 @@ impl Target {
     /// Every worker's shared receive buffers (NVMe/RDMA SRQs made so far).
     pub fn receive_buffers(&self) -> Vec<transport::ReceiveBuffers> {
         self.shared.receive_buffers()
+    }
+
+    /// Every worker's completion queues (NVMe/RDMA).
+    pub fn completion_queues(&self) -> Vec<transport::CompletionQueues> {
+        self.shared.completion_queues()
     }
 
     /// The remote key of the arena's memory region (RDMA). The region is registered without

@@ -350,6 +350,25 @@ pub trait Transport: Send + Sync + std::fmt::Debug {
     fn receive_buffers(&self) -> Vec<ReceiveBuffers> {
         Vec::new()
     }
+
+    /// Per worker, the completion queues its queues share (NVMe/RDMA); empty for a transport
+    /// without (the default).
+    fn completion_queues(&self) -> Vec<CompletionQueues> {
+        Vec::new()
+    }
+}
+
+/// A worker's completion queues (NVMe/RDMA: more are made where the device's are small), for
+/// metrics and tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CompletionQueues {
+    pub worker: usize,
+    /// CQs the worker has.
+    pub count: usize,
+    /// Entries of each.
+    pub entries: u32,
+    /// Entries its queues have reserved, over all its CQs.
+    pub reserved: u64,
 }
 
 /// A worker's shared receive buffers (NVMe/RDMA: its SRQ), for metrics and tests.

@@ -10,6 +10,7 @@ use std::time::Instant;
 use rdmablk::fabric::{Access, ConnParam, Mr, Pd, Qp, SendFlags, SendWr, WrOp};
 use rdmablk::nvme::transport::rdma::{CmAccept, PushAnswer, PushRequest, PushWindow};
 
+use super::cqs::CqShare;
 use super::group::RdmaGroup;
 use super::queue::{post_recv, RdmaQueue, RdmaXport, RemoteKey};
 use super::srq::SrqWorker;
@@ -35,7 +36,8 @@ pub struct PendingConn {
     /// Whether the host sent the extension at all (then it gets an answer).
     pub push_asked: bool,
     pub peer: SocketAddr,
-    pub cqes: u32,
+    /// The CQ entries it holds on the worker.
+    pub cq: CqShare,
     /// The worker's shared receive queue the QP was created with, if any.
     pub srq: Option<Arc<SrqWorker>>,
     /// The listener the host came in through ([`crate::nvmf::runtime::port::Port::id`]).
@@ -45,6 +47,11 @@ pub struct PendingConn {
 impl RdmaGroup {
     pub(super) fn add_conn(&mut self, p: PendingConn, shared: &Shared) {
         let key = self.queues.next_key();
+        if p.cq.index >= self.cqs.len() {
+            // The listener made the worker another CQ for this queue: poll it from now on
+            // (before the accept, so before the queue's first completion).
+            self.take_new_cqs();
+        }
         let lkey = self.dev.lkey;
         let srq_mode = p.srq.is_some();
         let qp_num = p.qp.qp_num();
@@ -64,7 +71,7 @@ impl RdmaGroup {
             push: None,
             push_busy: Box::new([]),
             accept: None,
-            cqes: p.cqes,
+            cq: p.cq,
         };
         let id = QueueId {
             key,
@@ -80,7 +87,7 @@ impl RdmaGroup {
             if let Err(e) = post_recv(&mut conn, slot) {
                 tracing::warn!(peer = %p.peer, error = %e, "cannot post receives; dropping");
                 drop(conn);
-                self.release(p.cqes, shared);
+                self.release(p.cq, shared);
                 return;
             }
         }

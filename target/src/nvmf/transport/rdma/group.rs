@@ -1,7 +1,7 @@
-//! A worker's RDMA queues: one completion queue shared by their QPs, polled for work
-//! completions that drive the requests (a capsule received, host data read, a response
-//! sent), CM events looked at every housekeeping tick, and the CQ's event channel to sleep
-//! on.
+//! A worker's RDMA queues: the completion queues their QPs share (one, or more where the
+//! device's CQs are small: [`super::cqs`]), polled for work completions that drive the
+//! requests (a capsule received, host data read, a response sent), CM events looked at every
+//! housekeeping tick, and the CQs' event channels to sleep on.
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -13,6 +13,7 @@ use std::time::Duration;
 use rdmablk::fabric::{CmEvent, Cq, SendBatch, Wc, WcStatus};
 
 use super::admit::PendingConn;
+use super::cqs::CqShare;
 use super::queue::{start_reads, RdmaQueue, RdmaXport};
 use super::srq::SrqWorker;
 use super::wr_id::{WrId, WrKind};
@@ -31,10 +32,13 @@ const POLL_BATCH: usize = 32;
 
 /// A worker's RDMA queues.
 pub struct RdmaGroup {
-    /// The worker's index (its CQ, its CQ reservations).
+    /// The worker's index (its CQs, its CQ reservations).
     worker: usize,
     pub(super) dev: Arc<RdmaDevice>,
-    cq: Cq,
+    /// The worker's CQs, in the order the listener made them.
+    pub(super) cqs: Vec<Cq>,
+    /// Reused by a sleep on more than one CQ: their event channels and the caller's fd.
+    pollfds: Vec<libc::pollfd>,
     wcs: Vec<Wc>,
     pub(super) queues: Queues<RdmaXport>,
     /// Held from the beginning of a worker pass to its end (the soft provider then writes
@@ -54,7 +58,8 @@ impl RdmaGroup {
     pub fn new(worker: usize, dev: Arc<RdmaDevice>) -> RdmaGroup {
         RdmaGroup {
             worker,
-            cq: dev.cqs[worker].clone(),
+            cqs: dev.cqs.list(worker),
+            pollfds: Vec::new(),
             dev,
             wcs: vec![Wc::default(); POLL_BATCH],
             queues: Queues::default(),
@@ -67,28 +72,89 @@ impl RdmaGroup {
 
     /// Gives back what a queue held of the worker: its CQ entries, its place among the
     /// target's connections.
-    pub(super) fn release(&self, cqes: u32, shared: &Shared) {
-        self.dev.release_cqes(self.worker, cqes);
+    pub(super) fn release(&self, cq: CqShare, shared: &Shared) {
+        self.dev.release_cq(self.worker, cq);
         shared.queues_open.fetch_sub(1, Ordering::AcqRel);
     }
 
+    /// Takes the worker's CQs again: the listener made one more.
+    pub(super) fn take_new_cqs(&mut self) {
+        self.cqs = self.dev.cqs.list(self.worker);
+        tracing::debug!(
+            worker = self.worker,
+            cqs = self.cqs.len(),
+            "polling a new completion queue"
+        );
+    }
+
+    /// Polls each CQ once (up to [`POLL_BATCH`] completions each); true if any had one.
     fn poll_cq(&mut self, ctx: &mut Ctx<'_>) -> bool {
-        let n = match self.cq.poll(&mut self.wcs) {
-            Ok(n) => n,
-            Err(e) => {
-                tracing::error!(worker = self.worker, error = %e, "CQ poll failed");
-                return false;
+        let mut any = false;
+        let mut all_empty = true;
+        for c in 0..self.cqs.len() {
+            let n = match self.cqs[c].poll(&mut self.wcs) {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::error!(worker = self.worker, cq = c, error = %e, "CQ poll failed");
+                    all_empty = false;
+                    continue;
+                }
+            };
+            for i in 0..n {
+                let wc = self.wcs[i];
+                self.on_wc(wc, ctx);
             }
-        };
-        for i in 0..n {
-            let wc = self.wcs[i];
-            self.on_wc(wc, ctx);
+            any |= n > 0;
+            all_empty &= n < self.wcs.len();
         }
-        if n < self.wcs.len() {
-            // The CQ was empty: every completion of a queue dropped before this poll is in.
+        if all_empty {
+            // Every CQ was empty: every completion of a queue dropped before this poll is in.
             self.forget_gone();
         }
-        n > 0
+        any
+    }
+
+    /// Sleeps on several CQs (and `other`): poll(2) over their event channels; the events of
+    /// those that fired are taken, the next pass polls them all.
+    fn wait_many(&mut self, other: Option<RawFd>, timeout: Duration) -> Option<Ready> {
+        let pollfd = |fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        self.pollfds.clear();
+        self.pollfds
+            .extend(self.cqs.iter().map(|cq| pollfd(cq.fd())));
+        self.pollfds.extend(other.map(pollfd));
+        let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int;
+        // SAFETY: `pollfds` is a live array of pollfds and its length is passed with it.
+        let n = unsafe {
+            libc::poll(
+                self.pollfds.as_mut_ptr(),
+                self.pollfds.len() as libc::nfds_t,
+                ms,
+            )
+        };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EINTR) {
+                tracing::error!(worker = self.worker, error = %e, "poll(completion channels)");
+                return None;
+            }
+            return Some(Ready {
+                events: false,
+                other: false,
+            });
+        }
+        let mut events = false;
+        for (cq, fd) in self.cqs.iter().zip(&self.pollfds) {
+            if fd.revents != 0 {
+                let _ = cq.wait(Some(Duration::ZERO));
+                events = true;
+            }
+        }
+        let other = other.is_some() && self.pollfds.last().is_some_and(|fd| fd.revents != 0);
+        Some(Ready { events, other })
     }
 
     fn on_wc(&mut self, wc: Wc, ctx: &mut Ctx<'_>) {
@@ -258,7 +324,7 @@ impl PollGroup for RdmaGroup {
 
     fn refuse(&mut self, handover: Box<dyn Any + Send>, shared: &Shared) {
         if let Ok(p) = handover.downcast::<PendingConn>() {
-            self.release(p.cqes, shared);
+            self.release(p.cq, shared);
         }
     }
 
@@ -292,7 +358,7 @@ impl PollGroup for RdmaGroup {
         let (dev, worker, gone) = (&self.dev, self.worker, &mut self.gone);
         self.queues
             .housekeeping(ctx.shared, ctx.pool, cm_events, |q| {
-                dev.release_cqes(worker, q.xport.cqes);
+                dev.release_cq(worker, q.xport.cq);
                 if q.xport.srq.is_some() {
                     gone.push((q.xport.qp.qp_num(), q.key));
                 }
@@ -309,24 +375,30 @@ impl PollGroup for RdmaGroup {
     }
 
     fn arm(&mut self, ctx: &mut Ctx<'_>) -> Option<bool> {
-        if self.cq.arm().is_err() {
-            return None;
+        for cq in &self.cqs {
+            if cq.arm().is_err() {
+                return None;
+            }
         }
         Some(self.poll_cq(ctx))
     }
 
     fn wait(&mut self, other: Option<RawFd>, timeout: Duration) -> Option<Ready> {
+        if self.cqs.len() > 1 {
+            return self.wait_many(other, timeout);
+        }
+        let cq = &self.cqs[0];
         let Some(fd) = other else {
-            let events = self.cq.wait(Some(timeout)).ok()?;
+            let events = cq.wait(Some(timeout)).ok()?;
             return Some(Ready {
                 events,
                 other: false,
             });
         };
-        let ready = self.cq.wait_with(fd, timeout).ok()?;
+        let ready = cq.wait_with(fd, timeout).ok()?;
         if ready.cq {
             // Consume the armed CQ's event; the next pass polls the CQ.
-            let _ = self.cq.wait(Some(Duration::ZERO));
+            let _ = cq.wait(Some(Duration::ZERO));
         }
         Some(Ready {
             events: ready.cq,

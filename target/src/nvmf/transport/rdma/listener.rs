@@ -13,10 +13,11 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use rdmablk::fabric::{ConnRequest, QpCaps, QpInit};
+use rdmablk::fabric::{ConnRequest, Cq, QpCaps, QpInit};
 use rdmablk::nvme::transport::rdma::{CmReject, CmRejectStatus, CmRequest};
 
 use super::admit::PendingConn;
+use super::cqs::CqShare;
 use super::{cqes_per_connection, provider_kind, RdmaDevice, RdmaError, SEND_WRS_PER_REQUEST};
 use crate::arena::{ArenaError, ParcelLayout};
 use crate::config::{self, ListenerConfig};
@@ -147,29 +148,33 @@ impl Acceptor {
         // Receive and response slots; data slots only for a push queue (its host places data
         // by command ID), every other queue's data takes buffers from its worker's pool.
         // CQ entries: with shared receive queues a queue's receives complete on its worker's
-        // CQ out of the SRQ's share, counted once per worker (`cq_capacity`), so a queue
+        // CQ out of the SRQ's share, counted once per worker (`cq_sizes`), so a queue
         // reserves its sends only; a worker that could not make its SRQ adds the receives.
         let mut cqes = cqes_per_connection(depth);
         if self.dev.receive_buffers > 0 {
             cqes -= depth;
         }
-        let Some(worker) = self.reserve_worker(cqes) else {
-            tracing::warn!(qid = cm.qid, "no worker has completion-queue room");
+        let Some((worker, mut share, mut cq)) = self.reserve_worker(cqes) else {
+            tracing::warn!(qid = cm.qid, cqes, "no worker has completion-queue room");
             return Err((req, CmRejectStatus::NoResources));
         };
         let limits = &self.shared.fixed.limits;
         // With the worker's shared receive queue the parcel holds responses only.
         let srq = self.dev.srq(worker, &self.shared.arena);
         if srq.is_none() && self.dev.receive_buffers > 0 {
-            if !self.dev.reserve_cqes(worker, depth) {
-                self.release_worker(worker, cqes);
-                tracing::warn!(
-                    qid = cm.qid,
-                    "no completion-queue room for the queue's receives"
-                );
-                return Err((req, CmRejectStatus::NoResources));
+            // No SRQ after all: the queue's receives complete on its CQ too.
+            self.dev.release_cq(worker, share);
+            match self.dev.reserve_cq(worker, cqes + depth) {
+                Some((s, c)) => (share, cq) = (s, c),
+                None => {
+                    self.shared.queues_open.fetch_sub(1, Ordering::AcqRel);
+                    tracing::warn!(
+                        qid = cm.qid,
+                        "no completion-queue room for the queue's receives"
+                    );
+                    return Err((req, CmRejectStatus::NoResources));
+                }
             }
-            cqes += depth;
         }
         let plain = match srq {
             Some(_) => ParcelLayout::responses_only(depth, limits.in_capsule_data_size),
@@ -208,7 +213,7 @@ impl Acceptor {
                     }
                     e => tracing::error!(error = %e, "carving a window failed"),
                 }
-                self.dev.release_cqes(worker, cqes);
+                self.dev.release_cq(worker, share);
                 return Err((req, CmRejectStatus::NoResources));
             }
         };
@@ -225,11 +230,10 @@ impl Acceptor {
             max_recv_sge: 1,
             max_inline_data: 0,
         };
-        let cq = &self.dev.cqs[worker];
         let init = QpInit {
             pd: &self.dev.pd,
-            send_cq: cq,
-            recv_cq: cq,
+            send_cq: &cq,
+            recv_cq: &cq,
             caps,
             srq: srq.as_ref().map(|s| &s.srq),
         };
@@ -239,7 +243,7 @@ impl Acceptor {
             Err(e) => {
                 // The request is consumed: dropping it rejected the connection.
                 tracing::warn!(%peer, error = %e, "cannot create a queue pair");
-                self.release_worker(worker, cqes);
+                self.release_worker(worker, share);
                 return Ok(());
             }
         };
@@ -253,7 +257,7 @@ impl Acceptor {
             push,
             push_asked: cm.push.is_some(),
             peer,
-            cqes,
+            cq: share,
             srq,
             listener: self.listener,
         };
@@ -265,26 +269,27 @@ impl Acceptor {
             // The worker is gone (shutting down): dropping the QP refuses the host.
             tracing::warn!(%peer, "worker {worker} is gone; connection dropped");
             drop(e);
-            self.release_worker(worker, cqes);
+            self.release_worker(worker, share);
         }
         Ok(())
     }
 
-    /// Picks the next worker (round robin) with room for `cqes` completion entries.
-    fn reserve_worker(&mut self, cqes: u32) -> Option<usize> {
+    /// Picks the next worker (round robin) with room for `cqes` completion entries in one of
+    /// its CQs (or room to make another); the share reserved and that CQ.
+    fn reserve_worker(&mut self, cqes: u32) -> Option<(usize, CqShare, Cq)> {
         let n = self.workers.len();
         for i in 0..n {
             let w = (self.next_worker + i) % n;
-            if self.dev.reserve_cqes(w, cqes) {
+            if let Some((share, cq)) = self.dev.reserve_cq(w, cqes) {
                 self.next_worker = (w + 1) % n;
-                return Some(w);
+                return Some((w, share, cq));
             }
         }
         None
     }
 
-    fn release_worker(&self, w: usize, cqes: u32) {
-        self.dev.release_cqes(w, cqes);
+    fn release_worker(&self, w: usize, share: CqShare) {
+        self.dev.release_cq(w, share);
         self.shared.queues_open.fetch_sub(1, Ordering::AcqRel);
     }
 }

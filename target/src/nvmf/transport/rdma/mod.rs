@@ -13,9 +13,12 @@
 //!   [`super::QueueTransport`] implementation: receives, reads, responses, teardown.
 //! - [`data`]: mapping a command's data pointer (keyed, in-capsule, pushed).
 //! - [`srq`]: a worker's shared receive queue and its capsule buffers.
+//! - [`cqs`]: each worker's completion queues (more made as queues arrive) and the entries
+//!   its queues reserve in them.
 //! - [`wr_id`]: work-request IDs.
 
 pub mod admit;
+pub mod cqs;
 pub mod data;
 pub mod group;
 pub mod listener;
@@ -24,14 +27,16 @@ pub mod srq;
 pub mod wr_id;
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 
 use rdmablk::fabric::{Cq, Device, DeviceAttr, FabricError, Pd, ProviderKind};
 use rdmablk::nvme::discovery::{trtype, DiscoveryLogEntry};
 
-use super::{DiscoveryFields, PollGroup, ReceiveBuffers, Transport, TransportKind, Variant};
+use super::{
+    CompletionQueues, DiscoveryFields, PollGroup, ReceiveBuffers, Transport, TransportKind, Variant,
+};
 use crate::arena::Arena;
 use crate::config::{self, Config, ConfigError, ListenerConfig, Provider};
 use crate::nvmf::{Shared, TargetError};
@@ -92,12 +97,8 @@ pub struct RdmaDevice {
     pub has_mw: bool,
     /// The arena region's local key.
     pub lkey: u32,
-    /// Each worker's completion queue.
-    pub cqs: Vec<Cq>,
-    /// Per worker: completion-queue entries reserved by its connections.
-    pub cq_reserved: Vec<AtomicU32>,
-    /// Per worker: CQ capacity.
-    pub cq_capacity: u32,
+    /// Each worker's completion queues and the entries reserved in them.
+    pub cqs: cqs::WorkerCqs,
     /// Capsule buffers of each worker's shared receive queue; 0: a receive queue per
     /// connection (`arena.receive_buffers` 0, or a device without SRQs).
     pub receive_buffers: u32,
@@ -150,18 +151,15 @@ impl RdmaDevice {
         self.srqs[w].get().cloned().flatten()
     }
 
-    /// Reserves `cqes` more entries of worker `w`'s CQ; false if it has no room for them.
-    pub fn reserve_cqes(&self, w: usize, cqes: u32) -> bool {
-        self.cq_reserved[w]
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
-                (used + cqes <= self.cq_capacity).then_some(used + cqes)
-            })
-            .is_ok()
+    /// Reserves `cqes` entries in one of worker `w`'s CQs (made if none has room); None if
+    /// the worker may have no more CQs.
+    pub fn reserve_cq(&self, w: usize, cqes: u32) -> Option<(cqs::CqShare, Cq)> {
+        self.cqs.reserve(&self.device, w, cqes)
     }
 
-    /// Gives back `cqes` entries of worker `w`'s CQ.
-    pub fn release_cqes(&self, w: usize, cqes: u32) {
-        self.cq_reserved[w].fetch_sub(cqes, Ordering::AcqRel);
+    /// Gives back what `share` reserved of worker `w`'s CQs.
+    pub fn release_cq(&self, w: usize, share: cqs::CqShare) {
+        self.cqs.release(w, share);
     }
 }
 
@@ -199,10 +197,8 @@ impl RdmaTransport {
         };
         let workers = cfg.target.worker_threads.max(1) as usize;
         let receive_buffers = receive_buffers(cfg, &attr, workers);
-        let cq_capacity = cq_capacity(cfg, &attr, workers, receive_buffers);
-        let cqs = (0..workers)
-            .map(|_| device.create_cq(cq_capacity))
-            .collect::<Result<Vec<_>, _>>()
+        let (cq_capacity, cq_count) = cq_sizes(cfg, &attr, workers, receive_buffers);
+        let cqs = cqs::WorkerCqs::new(&device, workers, cq_capacity, receive_buffers, cq_count)
             .map_err(|e| dev_err("create a completion queue", e))?;
         let lkey = arena.lkey().expect("the arena was just registered");
         let dev = RdmaDevice {
@@ -212,8 +208,6 @@ impl RdmaTransport {
             has_mw,
             lkey,
             cqs,
-            cq_reserved: (0..workers).map(|_| AtomicU32::new(0)).collect(),
-            cq_capacity,
             receive_buffers,
             capsule_slot_bytes: cfg.max_parcel_layout().capsule_slot_bytes,
             srqs: (0..workers).map(|_| OnceLock::new()).collect(),
@@ -297,6 +291,21 @@ impl Transport for RdmaTransport {
             })
             .collect()
     }
+
+    fn completion_queues(&self) -> Vec<CompletionQueues> {
+        let cqs = &self.0.cqs;
+        (0..cqs.workers())
+            .map(|worker| {
+                let reserved = cqs.reserved(worker);
+                CompletionQueues {
+                    worker,
+                    count: reserved.len(),
+                    entries: cqs.capacity(),
+                    reserved: reserved.iter().map(|&r| u64::from(r)).sum(),
+                }
+            })
+            .collect()
+    }
 }
 
 /// The fabric provider of listener `l`.
@@ -372,9 +381,12 @@ fn receive_buffers(cfg: &Config, attr: &DeviceAttr, workers: usize) -> u32 {
     want
 }
 
-/// Per worker: every connection's share (which still counts its receives, so the CQ also
-/// fits a fall back to per-connection receives) and the SRQ's receives.
-fn cq_capacity(cfg: &Config, attr: &DeviceAttr, workers: usize, receive_buffers: u32) -> u32 {
+/// Per worker: the entries of each CQ and how many CQs it may have. Its CQs together fit
+/// every connection's share (which still counts its receives, so they also fit a fall back to
+/// per-connection receives), each CQ keeping room for all of the SRQ's receives (they complete
+/// on the CQ of the QP that took them); one CQ where the device's `max_cqe` allows, more (made
+/// as queues arrive, up to the device's `max_cq` over the workers) where it does not.
+fn cq_sizes(cfg: &Config, attr: &DeviceAttr, workers: usize, receive_buffers: u32) -> (u32, usize) {
     let per_worker = cfg.limits.max_connections.div_ceil(workers as u32).max(1);
     let want = u64::from(per_worker) * u64::from(cqes_per_connection(cfg.limits.max_queue_depth))
         + u64::from(receive_buffers);
@@ -383,5 +395,12 @@ fn cq_capacity(cfg: &Config, attr: &DeviceAttr, workers: usize, receive_buffers:
     } else {
         attr.max_cqe
     };
-    want.min(u64::from(max)).min(1 << 20) as u32
+    let capacity = want.min(u64::from(max)).min(1 << 20) as u32;
+    let reservable = u64::from(capacity.saturating_sub(receive_buffers)).max(1);
+    let connections = want - u64::from(receive_buffers);
+    let mut count = connections.div_ceil(reservable).max(1) as usize;
+    if attr.max_cq > 0 {
+        count = count.min((attr.max_cq as usize / workers).max(1));
+    }
+    (capacity, count)
 }

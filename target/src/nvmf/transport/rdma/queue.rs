@@ -47,6 +47,7 @@ use rdmablk::fabric::{ConnParam, FabricError, Mr, Mw, Qp, RecvWr, SendFlags, Sen
 use rdmablk::nvme::transport::rdma::PushWindow;
 use rdmablk::nvme::{Cqe, Sgl, Status};
 
+use super::cqs::CqShare;
 use super::data::map_data;
 use super::srq::SrqWorker;
 use super::wr_id::{WrId, WrKind};
@@ -120,7 +121,7 @@ pub struct RdmaXport {
     /// Accept parameters, until accepted.
     pub accept: Option<ConnParam>,
     /// Completion-queue entries reserved on the worker.
-    pub cqes: u32,
+    pub cq: CqShare,
 }
 
 fn wr(q: &RdmaQueue, kind: WrKind, slot: u32) -> u64 {
