@@ -1,7 +1,8 @@
 //! NVMe/RDMA through each worker's shared receive queue (SRQ, `arena.receive_buffers`): an
 //! idle queue holds one page of the arena, a host over its queue size loses the queue, every
 //! buffer a closed queue held goes back to the SRQ, and `receive_buffers = 0` keeps a receive
-//! queue per connection. On the soft provider by default, on verbs as e2e_soft runs.
+//! queue per connection; push windows never take the pages the queues still allowed need.
+//! On the soft provider by default, on verbs as e2e_soft runs.
 
 mod common;
 
@@ -382,4 +383,65 @@ fn receive_buffers_out_of_range_is_refused_with_its_key() {
         let c = Config::from_str(&text).unwrap_or_else(|e| panic!("{good}: {e}"));
         assert_eq!(c.arena.receive_buffers, good);
     }
+}
+
+#[test]
+fn push_windows_leave_the_arena_room_for_the_queues_still_allowed() {
+    if skip_unless_rdma("push_windows_leave_the_arena_room_for_the_queues_still_allowed") {
+        return;
+    }
+    // Outside its data pools and 64 receive buffers the arena has room for about 7 push
+    // parcels (128 KiB of push slots and 32 receive slots each): taken first come, they would
+    // leave fewer pages than the plain queues still allowed need (a page each).
+    const CONTROLLERS: usize = 40;
+    init_tracing();
+    let t = start_on_free_port(|port| {
+        config_text(port, "8MiB", "")
+            .replace(
+                "[arena]\n",
+                "[arena]\ndata_bytes = \"6MiB\"\nreceive_buffers = 64\n",
+            )
+            .replace(
+                "max_connections = 16",
+                &format!(
+                    "max_connections = {}\npush_window_bytes = 131072",
+                    2 * CONTROLLERS
+                ),
+            )
+    });
+    let addr = t.local_addrs()[0];
+    let mut hosts = Vec::new();
+    let mut granted = 0;
+    for i in 0..CONTROLLERS {
+        let (admin, cntlid) = admin_queue(addr, 0);
+        let mut cm = cm_request(1, DEPTH as u16);
+        cm.push = Some(rdmablk::nvme::transport::rdma::PushRequest {
+            slots: 0,
+            slot_bytes: 0,
+        });
+        let mut io = Host::connect(addr, cm)
+            .unwrap_or_else(|e| panic!("controller {i}'s I/O queue ({granted} pushed): {e}"));
+        if matches!(
+            io.accept.push,
+            rdmablk::nvme::transport::rdma::PushAnswer::Granted(_)
+        ) {
+            granted += 1;
+        }
+        let c = io.fabrics_connect(1, SUBNQN, HOSTNQN, cntlid, 0);
+        assert!(
+            c.status.is_success(),
+            "controller {i}: I/O connect: {}",
+            c.status
+        );
+        hosts.push((admin, io));
+    }
+    assert!(
+        (1..CONTROLLERS).contains(&granted),
+        "push granted to {granted} of {CONTROLLERS} queues: {:?}",
+        t.arena_stats()
+    );
+    write_read_each_size(&mut hosts[CONTROLLERS - 1].1, "the last queue");
+    drop(hosts);
+    wait_idle(&t);
+    t.shutdown();
 }

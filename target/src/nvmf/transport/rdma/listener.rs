@@ -185,10 +185,16 @@ impl Acceptor {
         // split over its depth): when push is off or the arena has no room for them, the
         // queue is served without push (the host falls back to the ordinary path: the accept
         // declines push), not refused.
-        let layout = push.and_then(|_| limits.parcel_layout(depth));
+        let wanted = push.and_then(|_| limits.parcel_layout(depth));
+        let layout = wanted.filter(|l| srq.is_none() || self.push_leaves_room(l, &plain));
         let pushed = layout.and_then(|l| self.shared.arena.carve(l).ok());
         if push.is_some() && pushed.is_none() {
-            if layout.is_some() {
+            if wanted.is_some() && layout.is_none() {
+                tracing::debug!(
+                    qid = cm.qid,
+                    "push declined: the arena keeps its room for the queues still to come"
+                );
+            } else if layout.is_some() {
                 tracing::info!(
                     qid = cm.qid,
                     depth,
@@ -272,6 +278,25 @@ impl Acceptor {
             self.release_worker(worker, share);
         }
         Ok(())
+    }
+
+    /// Whether carving a push parcel (`push`) leaves the arena room for what the queues still
+    /// to come need: a parcel like `plain` (a page, with the SRQ) for each connection
+    /// `limits.max_connections` still allows, and the SRQ buffers of workers that have none
+    /// yet. A push window is a speed-up: it must not take the room another host's queue needs
+    /// to connect at all. (Without SRQs a plain parcel holds receive slots, hundreds of KiB:
+    /// the arena is sized for a few dozen queues then, and push is not held back.)
+    fn push_leaves_room(&self, push: &ParcelLayout, plain: &ParcelLayout) -> bool {
+        let s = self.shared.arena.stats();
+        let free = s.total_bytes.saturating_sub(s.bytes_in_use + s.pool_bytes);
+        let open = self.shared.queues_open.load(Ordering::Acquire);
+        let to_come = (self.shared.fixed.limits.max_connections as usize).saturating_sub(open);
+        let srqs_to_make = (0..self.workers.len())
+            .filter(|&w| self.dev.srq_made(w).is_none())
+            .count();
+        let srq_bytes = self.dev.receive_buffers as usize * self.dev.capsule_slot_bytes;
+        let reserve = to_come * plain.total_bytes + srqs_to_make * srq_bytes;
+        push.total_bytes + reserve <= free
     }
 
     /// Picks the next worker (round robin) with room for `cqes` completion entries in one of
