@@ -72,6 +72,9 @@ start_target
 
 kib() { awk -v k="$2:" '$1 == k { print $2 }' "/proc/$1/status"; }
 arena() { "$CTL" --socket "$W/ctl.sock" status 2>/dev/null | grep -iE 'arena|parcel|srq|receive' | head -4; }
+used() { awk '/^MemTotal:/ { t = $2 } /^MemAvailable:/ { a = $2 } END { print t - a }' /proc/meminfo; }
+sync; echo 3 >/proc/sys/vm/drop_caches
+used0=$(used)
 rss0=$(kib "$TPID" VmRSS) lck0=$(kib "$TPID" VmLck)
 echo "rdmablk-rdma: before: VmRSS $rss0 KiB, VmLck $lck0 KiB"
 arena | sed 's/^/rdmablk-rdma:   /'
@@ -96,6 +99,9 @@ else
   echo "rdmablk-rdma: the target's last words: $(grep -iE 'arena|refus|reject' "$W/target.log" | tail -2 | tr '\n' ' ')"
 fi
 sleep 5
+sync; echo 3 >/proc/sys/vm/drop_caches
+used1=$(used)
+host=$(kib "$HPID" VmRSS 2>/dev/null)
 rss1=$(kib "$TPID" VmRSS) lck1=$(kib "$TPID" VmLck)
 when="with the controllers"
 [ "$took" = "$N" ] || when="after the refused host left"
@@ -104,6 +110,11 @@ arena | sed 's/^/rdmablk-rdma:   /'
 if [ "$took" = "$N" ]; then
   echo "rdmablk-rdma: $N controllers (admin + one 128-deep I/O queue each):" \
     "resident +$(( (rss1 - rss0) / N )) KiB per controller, pinned +$((lck1 - lck0)) KiB in all"
+  # As tests/vm/idle-controllers-nvmet.sh counts nvmet: the VM's memory in use, less the two
+  # processes' own resident growth (both sides' rxe queues are the kernel's).
+  kernel=$((used1 - used0 - ${host:-0} - (rss1 - rss0)))
+  echo "rdmablk-rdma: the kernel (rxe queues and CQs of both sides): +$kernel KiB," \
+    "$((kernel / N)) KiB per controller; the host process $host KiB"
   # A new host while they are all connected.
   if "$IDLE" "rdma://$IP:$PORT/$NQN?io_queues=1&queue_size=128" 1 1 >"$W/new.out" 2>&1 &&
     grep -q PASS "$W/new.out"; then

@@ -136,7 +136,7 @@ TARGET_BIN                  allow     tests/vm/idle-controllers-rdma.sh: another
 CTL_BIN                     allow     tests/vm/idle-controllers-rdma.sh: that build's rdmablk-ctl (a benchmark, not a step)
 KEEP_LOG                    allow     tests/vm/idle-controllers-rdma.sh: where to keep the target's log (a benchmark, not a step)
 TRTYPE                      refuse    tests/vm/nvme-host.sh: the transport of the steps test-rxe runs over RDMA
-NVMET_TRTYPE                refuse    tests/vm/nvmet-interop.sh: the transport of the nvmet-interop step (RDMA)
+NVMET_TRTYPE                refuse    tests/vm/nvmet-interop.sh: the transport of the nvmet-interop step (RDMA); idle-controllers-nvmet.sh (a benchmark): tcp or rdma
 RDMABLK_TARGET              refuse    tests/vm: another rdmablk-target binary
 RDMABLK_CTL                 refuse    tests/vm, blktests-target-control: another rdmablk-ctl binary
 VERIFY_BIN                  refuse    tests/vm: another verify example binary

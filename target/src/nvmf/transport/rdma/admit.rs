@@ -55,6 +55,11 @@ impl RdmaGroup {
         let lkey = self.dev.lkey;
         let srq_mode = p.srq.is_some();
         let qp_num = p.qp.qp_num();
+        // Closing the channel (the QP dropping) takes it out of the set, should this fail.
+        let cm_watched = self
+            .cm_watch
+            .as_ref()
+            .is_some_and(|w| w.add(p.qp.cm_fd(), key));
         let xport = RdmaXport {
             remote_key: None,
             qp: p.qp,
@@ -72,6 +77,8 @@ impl RdmaGroup {
             push_busy: Box::new([]),
             accept: None,
             cq: p.cq,
+            cm_watched,
+            cm_ready: false,
         };
         let id = QueueId {
             key,

@@ -13,6 +13,7 @@ use std::time::Duration;
 use rdmablk::fabric::{CmEvent, Cq, SendBatch, Wc, WcStatus};
 
 use super::admit::PendingConn;
+use super::cm_watch::{CmWatch, SWEEP_MS};
 use super::cqs::CqShare;
 use super::queue::{start_reads, RdmaQueue, RdmaXport};
 use super::srq::SrqWorker;
@@ -20,7 +21,7 @@ use super::wr_id::{WrId, WrKind};
 use super::RdmaDevice;
 use crate::arena::pool::DataBuf;
 use crate::backend::Completion;
-use crate::nvmf::queue::{begin_close, disconnect};
+use crate::nvmf::queue::{begin_close, disconnect, Phase};
 use crate::nvmf::request::Tag;
 use crate::nvmf::request_flow::{execute, on_capsule, on_sent, Ctx};
 use crate::nvmf::transport::{PollGroup, Ready};
@@ -52,6 +53,10 @@ pub struct RdmaGroup {
     pub(super) by_qpn: HashMap<u32, u32>,
     /// QP numbers of dropped queues not forgotten yet: (qp_num, key).
     gone: Vec<(u32, u32)>,
+    /// Which queues have CM events (None: epoll failed, every queue is looked at each tick).
+    pub(super) cm_watch: Option<CmWatch>,
+    /// When housekeeping last looked at every queue's CM channel ([`SWEEP_MS`]).
+    last_sweep_ms: u64,
 }
 
 impl RdmaGroup {
@@ -67,6 +72,13 @@ impl RdmaGroup {
             srq: None,
             by_qpn: HashMap::new(),
             gone: Vec::new(),
+            cm_watch: CmWatch::new()
+                .inspect_err(|e| {
+                    tracing::warn!(worker, error = %e,
+                        "no epoll set for CM events: every RDMA queue is looked at each tick")
+                })
+                .ok(),
+            last_sweep_ms: 0,
         }
     }
 
@@ -355,14 +367,38 @@ impl PollGroup for RdmaGroup {
 
     fn housekeeping(&mut self, ctx: &mut Ctx<'_>) {
         self.queues.deliver_events(ctx);
-        let (dev, worker, gone) = (&self.dev, self.worker, &mut self.gone);
-        self.queues
-            .housekeeping(ctx.shared, ctx.pool, cm_events, |q| {
-                dev.release_cq(worker, q.xport.cq);
-                if q.xport.srq.is_some() {
-                    gone.push((q.xport.qp.qp_num(), q.key));
+        if let Some(w) = self.cm_watch.as_mut() {
+            for key in w.ready() {
+                if let Some(q) = self.queues.get(key) {
+                    q.xport.cm_ready = true;
                 }
-            });
+            }
+        }
+        let now = ctx.shared.now_ms();
+        let sweep = now.saturating_sub(self.last_sweep_ms) >= SWEEP_MS;
+        if sweep {
+            self.last_sweep_ms = now;
+        }
+        let (dev, worker, gone, watch) = (&self.dev, self.worker, &mut self.gone, &self.cm_watch);
+        // A live queue's channel is read when the watch says it has events (or at a sweep);
+        // a queue binding or closing is looked at every tick, as before (they are few).
+        let events = |q: &mut RdmaQueue, shared: &Shared| {
+            let look =
+                sweep || q.xport.cm_ready || !q.xport.cm_watched || !matches!(q.phase, Phase::Live);
+            if look {
+                q.xport.cm_ready = false;
+                cm_events(q, shared);
+            }
+        };
+        self.queues.housekeeping(ctx.shared, ctx.pool, events, |q| {
+            dev.release_cq(worker, q.xport.cq);
+            if q.xport.srq.is_some() {
+                gone.push((q.xport.qp.qp_num(), q.key));
+            }
+            if let Some(w) = watch.as_ref().filter(|_| q.xport.cm_watched) {
+                w.remove(q.xport.qp.cm_fd());
+            }
+        });
     }
 
     fn close_listener(&mut self, id: u64, shared: &Shared) {

@@ -13,11 +13,13 @@
 //!   [`super::QueueTransport`] implementation: receives, reads, responses, teardown.
 //! - [`data`]: mapping a command's data pointer (keyed, in-capsule, pushed).
 //! - [`srq`]: a worker's shared receive queue and its capsule buffers.
+//! - [`cm_watch`]: which queues have connection-manager events (one epoll set per worker).
 //! - [`cqs`]: each worker's completion queues (more made as queues arrive) and the entries
 //!   its queues reserve in them.
 //! - [`wr_id`]: work-request IDs.
 
 pub mod admit;
+pub mod cm_watch;
 pub mod cqs;
 pub mod data;
 pub mod group;

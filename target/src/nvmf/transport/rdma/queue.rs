@@ -122,6 +122,11 @@ pub struct RdmaXport {
     pub accept: Option<ConnParam>,
     /// Completion-queue entries reserved on the worker.
     pub cq: CqShare,
+    /// Its CM channel is in the worker's [`super::cm_watch::CmWatch`] (else housekeeping
+    /// looks at it every tick).
+    pub cm_watched: bool,
+    /// The watch found CM events on its channel: housekeeping reads them.
+    pub cm_ready: bool,
 }
 
 fn wr(q: &RdmaQueue, kind: WrKind, slot: u32) -> u64 {
