@@ -97,6 +97,12 @@ else
   took=$((k - 1))
   echo "rdmablk-rdma: the target took $took of $N controllers: $(tail -1 "$W/host.out")"
   echo "rdmablk-rdma: the target's last words: $(grep -iE 'arena|refus|reject' "$W/target.log" | tail -2 | tr '\n' ' ')"
+  # Where each of its threads is (a refusal by silence, not by a reject, shows here).
+  for t in /proc/"$TPID"/task/*; do
+    echo "rdmablk-rdma:   thread $(cat "$t/comm"): $(cat "$t/wchan" 2>/dev/null)," \
+      "$(awk '{ print "state", $3, "utime", $14, "stime", $15 }' "$t/stat")"
+    [ -n "${STACKS:-}" ] && sed 's/^/rdmablk-rdma:     /' "$t/stack" 2>/dev/null
+  done
 fi
 sleep 5
 sync; echo 3 >/proc/sys/vm/drop_caches
