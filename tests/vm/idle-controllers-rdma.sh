@@ -3,8 +3,9 @@
 # idle NVMe/RDMA controllers cost rdmablk-target, over rxe0, with a default configuration (a
 # verbs listener, one subsystem with a null namespace, no [arena], no [limits]: what the README
 # invites). The initiator's `idle` example connects CONTROLLERS controllers (an admin queue and
-# one 128-deep I/O queue each, the Linux host's queue size) and holds them; the target's
-# resident (VmRSS) and pinned (VmLck) memory and its arena's use (`rdmablk-ctl status`) are read
+# one 128-deep I/O queue each, the Linux host's queue size; a 1 MiB buffer pool each, not the
+# initiator's 16 MiB, or the host fills the VM's memory near 330 controllers; KATO_MS, if set,
+# their keep-alive timeout) and holds them; the target's resident (VmRSS) and pinned (VmLck) memory and its arena's use (`rdmablk-ctl status`) are read
 # before and with them all connected. A target that refuses some (a full arena: the CM reject
 # the host reports) is reported with how many it took. Then a new host's controller connects and
 # reads block 0 ("a new host still served"). Prints "rdmablk-rdma: ..." lines and PASS, or FAIL
@@ -23,6 +24,7 @@ TGT=${TARGET_BIN:-$HERE/build/release/rdmablk-target}
 CTL=${CTL_BIN:-$HERE/build/release/rdmablk-ctl}
 IDLE=${IDLE_BIN:-$HERE/build/release/examples/idle}
 N=${CONTROLLERS:-200}
+KATO=${KATO_MS:+&kato_ms=$KATO_MS}
 IP=${RXE_VM_IP:-10.0.2.15}
 NQN=nqn.2026-12.io.rdmablk:idle-rdma
 PORT=4420
@@ -80,7 +82,7 @@ echo "rdmablk-rdma: before: VmRSS $rss0 KiB, VmLck $lck0 KiB"
 arena | sed 's/^/rdmablk-rdma:   /'
 
 hold=$((120 + N))
-"$IDLE" "rdma://$IP:$PORT/$NQN?io_queues=1&queue_size=128" "$hold" "$N" >"$W/host.out" 2>&1 &
+"$IDLE" "rdma://$IP:$PORT/$NQN?io_queues=1&queue_size=128&buffer_pool_bytes=1048576$KATO" "$hold" "$N" >"$W/host.out" 2>&1 &
 HPID=$!
 for _ in $(seq 1 $((10 * hold))); do
   grep -q '^connected' "$W/host.out" && break
@@ -122,7 +124,7 @@ if [ "$took" = "$N" ]; then
   echo "rdmablk-rdma: the kernel (rxe queues and CQs of both sides): +$kernel KiB," \
     "$((kernel / N)) KiB per controller; the host process $host KiB"
   # A new host while they are all connected.
-  if "$IDLE" "rdma://$IP:$PORT/$NQN?io_queues=1&queue_size=128" 1 1 >"$W/new.out" 2>&1 &&
+  if "$IDLE" "rdma://$IP:$PORT/$NQN?io_queues=1&queue_size=128&buffer_pool_bytes=1048576$KATO" 1 1 >"$W/new.out" 2>&1 &&
     grep -q PASS "$W/new.out"; then
     echo "rdmablk-rdma: a new host's controller connected and read block 0"
   else
