@@ -5,7 +5,8 @@
 # invites). The initiator's `idle` example connects CONTROLLERS controllers (an admin queue and
 # one 128-deep I/O queue each, the Linux host's queue size; a 1 MiB buffer pool each, not the
 # initiator's 16 MiB, or the host fills the VM's memory near 330 controllers; KATO_MS, if set,
-# their keep-alive timeout) and holds them; the target's resident (VmRSS) and pinned (VmLck) memory and its arena's use (`rdmablk-ctl status`) are read
+# their keep-alive timeout) and holds them; the target's resident (VmRSS) and pinned (VmLck)
+# memory and its arena's use (`rdmablk-ctl status`) are read
 # before and with them all connected. A target that refuses some (a full arena: the CM reject
 # the host reports) is reported with how many it took. Then a new host's controller connects and
 # reads block 0 ("a new host still served"). Prints "rdmablk-rdma: ..." lines and PASS, or FAIL
