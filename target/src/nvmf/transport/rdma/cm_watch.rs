@@ -92,6 +92,16 @@ mod tests {
         }
     }
 
+    fn qp_init<'a>(pd: &'a fabric::Pd, cq: &'a fabric::Cq) -> QpInit<'a> {
+        QpInit {
+            pd,
+            send_cq: cq,
+            recv_cq: cq,
+            caps: QpCaps::default(),
+            srq: None,
+        }
+    }
+
     #[test]
     fn a_peers_disconnect_makes_its_queue_ready_and_reading_it_clears_it() {
         let dev = Device::open(ProviderKind::Soft, None).unwrap();
@@ -104,27 +114,14 @@ mod tests {
             let dev = r.device();
             let pd = dev.alloc_pd().unwrap();
             let cq = dev.create_cq(64).unwrap();
-            let init = QpInit {
-                pd: &pd,
-                send_cq: &cq,
-                recv_cq: &cq,
-                caps: QpCaps::default(),
-                srq: None,
-            };
-            r.connect(&init, &ConnParam::default(), WAIT).unwrap()
+            r.connect(&qp_init(&pd, &cq), &ConnParam::default(), WAIT)
+                .unwrap()
         });
         let req = listener
             .get_request(Some(WAIT))
             .unwrap()
             .expect("a request");
-        let init = QpInit {
-            pd: &pd,
-            send_cq: &cq,
-            recv_cq: &cq,
-            caps: QpCaps::default(),
-            srq: None,
-        };
-        let qp = req.create_qp(&init).unwrap();
+        let qp = req.create_qp(&qp_init(&pd, &cq)).unwrap();
         qp.accept(&ConnParam::default()).unwrap();
         let connected = client.join().unwrap();
 
