@@ -30,6 +30,7 @@
 //! teardown; per-I/O processing allocates nothing.
 
 pub mod commands;
+pub mod epoll;
 pub mod queue;
 pub mod request;
 pub mod request_flow;

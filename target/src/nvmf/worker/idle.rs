@@ -3,11 +3,12 @@
 //! own eventfd, the backend's and, with several transports, [`OthersWait`]: an epoll set over
 //! the other groups' wake descriptors.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
 use super::Worker;
 use crate::config;
+use crate::nvmf::epoll::EpollSet;
 use crate::nvmf::transport::PollGroup;
 
 /// How long an idle worker in interrupt mode sleeps on its CQ before looking at connection
@@ -147,7 +148,7 @@ impl Worker {
 /// worker's own descriptor of the moment (its message or backend eventfd): with several
 /// transports, the first group sleeps on its own events plus this set.
 pub(super) struct OthersWait {
-    epoll: OwnedFd,
+    epoll: EpollSet,
     /// The worker's descriptor now in the set.
     extra: Option<RawFd>,
 }
@@ -159,17 +160,11 @@ impl OthersWait {
         if groups.len() < 2 {
             return None;
         }
-        // SAFETY: plain system call; the descriptor is owned from here on.
-        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        if fd < 0 {
+        let Ok(epoll) = EpollSet::new() else {
             tracing::warn!("no epoll set for several transports: idle workers nap instead");
             return None;
-        }
-        let set = OthersWait {
-            // SAFETY: `fd` is a new descriptor nothing else owns.
-            epoll: unsafe { OwnedFd::from_raw_fd(fd) },
-            extra: None,
         };
+        let set = OthersWait { epoll, extra: None };
         for (_, g) in &groups[1..] {
             if !set.ctl(libc::EPOLL_CTL_ADD, g.wake_fd()?) {
                 return None;
@@ -179,12 +174,7 @@ impl OthersWait {
     }
 
     fn ctl(&self, op: i32, fd: RawFd) -> bool {
-        let mut ev = libc::epoll_event {
-            events: libc::EPOLLIN as u32,
-            u64: fd as u64,
-        };
-        // SAFETY: both descriptors are open; `ev` is a valid event.
-        unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), op, fd, &mut ev) == 0 }
+        self.epoll.ctl(op, fd, libc::EPOLLIN as u32, fd as u64)
     }
 
     /// Puts `fd` in the set in place of the worker's previous descriptor; the set's own.
@@ -199,6 +189,6 @@ impl OthersWait {
                 }
             }
         }
-        self.epoll.as_raw_fd()
+        self.epoll.fd()
     }
 }

@@ -4,7 +4,9 @@
 //! thousand idle controllers, two thousand calls every tick kept the worker busy and the
 //! keep-alives late). Level-triggered: a channel whose events are not all read stays ready.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::RawFd;
+
+use crate::nvmf::epoll::EpollSet;
 
 /// Events taken per look; more ready channels are found at the next tick.
 const EVENTS: usize = 64;
@@ -16,20 +18,14 @@ pub const SWEEP_MS: u64 = 1000;
 
 /// An epoll set over the CM channels of a worker's queues, each keyed by its queue's key.
 pub struct CmWatch {
-    epoll: OwnedFd,
+    epoll: EpollSet,
     events: Vec<libc::epoll_event>,
 }
 
 impl CmWatch {
     pub fn new() -> std::io::Result<CmWatch> {
-        // SAFETY: plain system call; the descriptor is owned from here on.
-        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
         Ok(CmWatch {
-            // SAFETY: `fd` is a new descriptor nothing else owns.
-            epoll: unsafe { OwnedFd::from_raw_fd(fd) },
+            epoll: EpollSet::new()?,
             events: vec![libc::epoll_event { events: 0, u64: 0 }; EVENTS],
         })
     }
@@ -37,35 +33,22 @@ impl CmWatch {
     /// Watches channel `fd` of queue `key`; false if epoll refused it (then the caller looks
     /// at that queue every tick).
     pub fn add(&self, fd: RawFd, key: u32) -> bool {
-        self.ctl(libc::EPOLL_CTL_ADD, fd, key)
+        self.epoll.ctl(
+            libc::EPOLL_CTL_ADD,
+            fd,
+            libc::EPOLLIN as u32,
+            u64::from(key),
+        )
     }
 
     /// Stops watching `fd` (before its queue, which owns it, closes it).
     pub fn remove(&self, fd: RawFd) {
-        self.ctl(libc::EPOLL_CTL_DEL, fd, 0);
-    }
-
-    fn ctl(&self, op: i32, fd: RawFd, key: u32) -> bool {
-        let mut ev = libc::epoll_event {
-            events: libc::EPOLLIN as u32,
-            u64: u64::from(key),
-        };
-        // SAFETY: both descriptors are open; `ev` is a valid event for the call.
-        unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), op, fd, &mut ev) == 0 }
+        self.epoll.ctl(libc::EPOLL_CTL_DEL, fd, 0, 0);
     }
 
     /// The keys of queues whose channels have events now (one epoll_wait, no waiting).
     pub fn ready(&mut self) -> impl Iterator<Item = u32> + '_ {
-        // SAFETY: `events` is a live buffer of `len` entries.
-        let n = unsafe {
-            libc::epoll_wait(
-                self.epoll.as_raw_fd(),
-                self.events.as_mut_ptr(),
-                self.events.len() as i32,
-                0,
-            )
-        };
-        let n = usize::try_from(n).unwrap_or(0);
+        let n = self.epoll.wait(&mut self.events, 0);
         self.events[..n].iter().map(|e| e.u64 as u32)
     }
 }

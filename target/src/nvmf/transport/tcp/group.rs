@@ -7,7 +7,7 @@
 
 use std::any::Any;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -26,6 +26,7 @@ use super::{TcpPending, ADMIN_CAPSULE_DATA, MAXH2CDATA};
 use crate::arena::pool::DataBuf;
 use crate::arena::{Parcel, ParcelLayout};
 use crate::backend::Completion;
+use crate::nvmf::epoll::EpollSet;
 use crate::nvmf::queue::{begin_close, Phase, Queue, QueueId};
 use crate::nvmf::request::Tag;
 use crate::nvmf::request_flow::{on_sent, Ctx};
@@ -67,7 +68,7 @@ fn uncount(shared: &Shared, over_limit: bool) {
 
 /// A worker's NVMe/TCP connections.
 pub struct TcpGroup {
-    epoll: OwnedFd,
+    epoll: EpollSet,
     pending: Vec<Option<Pending>>,
     queues: Queues<TcpXport>,
     events: Vec<libc::epoll_event>,
@@ -84,12 +85,6 @@ pub struct TcpGroup {
     /// asking epoll again (one system call fewer per wake-up; the set is level-triggered,
     /// so nothing is lost either way).
     woken: usize,
-}
-
-fn epoll_ctl(epoll: &OwnedFd, op: i32, fd: RawFd, events: u32, token: u64) -> bool {
-    let mut ev = libc::epoll_event { events, u64: token };
-    // SAFETY: both descriptors are open; `ev` is a valid event for the call.
-    unsafe { libc::epoll_ctl(epoll.as_raw_fd(), op, fd, &mut ev) == 0 }
 }
 
 /// The Fabrics Connect a queue's first command must be; otherwise the completion it gets
@@ -112,14 +107,8 @@ const IN_OUT: u32 = (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLOUT) as u32;
 
 impl TcpGroup {
     pub fn new(max_depth: u32) -> std::io::Result<TcpGroup> {
-        // SAFETY: plain system call; the descriptor is owned from here on.
-        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
         Ok(TcpGroup {
-            // SAFETY: `fd` is a new descriptor nothing else owns.
-            epoll: unsafe { OwnedFd::from_raw_fd(fd) },
+            epoll: EpollSet::new()?,
             pending: Vec::new(),
             queues: Queues::default(),
             events: vec![libc::epoll_event { events: 0, u64: 0 }; EVENTS],
@@ -132,16 +121,7 @@ impl TcpGroup {
     }
 
     fn epoll_wait(&mut self, timeout_ms: i32) -> usize {
-        // SAFETY: the buffer holds `events.len()` entries.
-        let n = unsafe {
-            libc::epoll_wait(
-                self.epoll.as_raw_fd(),
-                self.events.as_mut_ptr(),
-                self.events.len() as i32,
-                timeout_ms,
-            )
-        };
-        n.max(0) as usize
+        self.epoll.wait(&mut self.events, timeout_ms)
     }
 
     fn drop_pending(&mut self, i: usize, shared: &Shared, why: &str) {
@@ -305,7 +285,7 @@ impl TcpGroup {
         };
         let key = self.queues.next_key();
         let fd = p.sock.stream.as_raw_fd();
-        if !epoll_ctl(&self.epoll, libc::EPOLL_CTL_MOD, fd, IN, u64::from(key)) {
+        if !self.epoll.ctl(libc::EPOLL_CTL_MOD, fd, IN, u64::from(key)) {
             tracing::warn!(peer = %p.peer, "epoll refused a connection");
             shared.queues_open.fetch_sub(1, Ordering::AcqRel);
             return;
@@ -365,7 +345,7 @@ impl TcpGroup {
         // every pass busy (and an adaptive worker spin) until housekeeping drops the queue.
         if q.is_closing() && q.xport.sock.broken.is_some() {
             let fd = q.xport.sock.stream.as_raw_fd();
-            epoll_ctl(&self.epoll, libc::EPOLL_CTL_DEL, fd, 0, 0);
+            self.epoll.ctl(libc::EPOLL_CTL_DEL, fd, 0, 0);
         }
     }
 
@@ -402,13 +382,10 @@ impl TcpGroup {
             if full != x.epollout {
                 let events = if full { IN_OUT } else { IN };
                 let fd = x.sock.stream.as_raw_fd();
-                if epoll_ctl(
-                    &self.epoll,
-                    libc::EPOLL_CTL_MOD,
-                    fd,
-                    events,
-                    u64::from(q.key),
-                ) {
+                if self
+                    .epoll
+                    .ctl(libc::EPOLL_CTL_MOD, fd, events, u64::from(q.key))
+                {
                     x.epollout = full;
                 }
             }
@@ -471,8 +448,7 @@ impl PollGroup for TcpGroup {
                 self.pending.len() - 1
             }
         };
-        if !epoll_ctl(
-            &self.epoll,
+        if !self.epoll.ctl(
             libc::EPOLL_CTL_ADD,
             sock.stream.as_raw_fd(),
             IN,
@@ -585,22 +561,19 @@ impl PollGroup for TcpGroup {
     }
 
     fn wake_fd(&self) -> Option<RawFd> {
-        Some(self.epoll.as_raw_fd())
+        Some(self.epoll.fd())
     }
 
     fn wait(&mut self, other: Option<RawFd>, timeout: Duration) -> Option<Ready> {
         if other != self.other {
             if let Some(old) = self.other.take() {
-                epoll_ctl(&self.epoll, libc::EPOLL_CTL_DEL, old, 0, OTHER);
+                self.epoll.ctl(libc::EPOLL_CTL_DEL, old, 0, OTHER);
             }
             if let Some(fd) = other {
-                if !epoll_ctl(
-                    &self.epoll,
-                    libc::EPOLL_CTL_ADD,
-                    fd,
-                    libc::EPOLLIN as u32,
-                    OTHER,
-                ) {
+                if !self
+                    .epoll
+                    .ctl(libc::EPOLL_CTL_ADD, fd, libc::EPOLLIN as u32, OTHER)
+                {
                     return None;
                 }
                 self.other = Some(fd);
