@@ -15,7 +15,8 @@
 #
 #   tools/rxe-vm/run-in-vm.sh bash tests/vm/idle-controllers-rdma.sh
 #
-# Env: CONTROLLERS (200: the VM's emulated CPU connects a few a second), TARGET_BIN
+# Env: MONITOR (1: a line of both processes' figures every 5 s), CONTROLLERS (200: the VM's
+# emulated CPU connects a few a second), TARGET_BIN
 # (build/release/rdmablk-target; another build's binary to compare), CTL_BIN
 # (build/release/rdmablk-ctl), IDLE_BIN (build/release/examples/idle), RXE_VM_IP (10.0.2.15).
 set -uo pipefail
@@ -60,7 +61,9 @@ backend = { kind = "null", size = "1GiB" }
 EOF
 
 TPID=
+MPID=
 cleanup() {
+  [ -n "$MPID" ] && kill "$MPID" 2>/dev/null
   [ -n "$HPID" ] && kill "$HPID" 2>/dev/null
   [ -n "$TPID" ] && { kill "$TPID" 2>/dev/null; wait "$TPID" 2>/dev/null; }
   [ -n "${KEEP_LOG:-}" ] && cp "$W/target.log" "$KEEP_LOG"
@@ -85,6 +88,21 @@ arena | sed 's/^/rdmablk-rdma:   /'
 hold=$((120 + N))
 "$IDLE" "rdma://$IP:$PORT/$NQN?io_queues=1&queue_size=128&buffer_pool_bytes=1048576$KATO" "$hold" "$N" >"$W/host.out" 2>&1 &
 HPID=$!
+if [ -n "${MONITOR:-}" ]; then
+  # Every 5 s: both processes' descriptors, mappings, threads and resident memory, and the
+  # VM's available memory (how the host's own buffer pools were found filling the VM).
+  while sleep 5; do
+    line=$(date +%T)
+    for p in "$TPID" "$HPID"; do
+      [ -d "/proc/$p" ] || continue
+      line="$line | $(cat "/proc/$p/comm") fds $(find "/proc/$p/fd" -mindepth 1 | wc -l)"
+      line="$line maps $(wc -l <"/proc/$p/maps") threads $(find "/proc/$p/task" -mindepth 1 -maxdepth 1 | wc -l)"
+      line="$line rss $(kib "$p" VmRSS)"
+    done
+    echo "rdmablk-rdma: monitor $line | MemAvailable $(awk '/MemAvailable/ { print $2 }' /proc/meminfo)"
+  done &
+  MPID=$!
+fi
 for _ in $(seq 1 $((10 * hold))); do
   grep -q '^connected' "$W/host.out" && break
   kill -0 "$HPID" 2>/dev/null || break

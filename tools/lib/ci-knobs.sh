@@ -136,6 +136,7 @@ TARGET_BIN                  allow     tests/vm/idle-controllers-rdma.sh: another
 CTL_BIN                     allow     tests/vm/idle-controllers-rdma.sh: that build's rdmablk-ctl (a benchmark, not a step)
 KEEP_LOG                    allow     tests/vm/idle-controllers-rdma.sh: where to keep the target's log (a benchmark, not a step)
 KATO_MS                     allow     tests/vm/idle-controllers-rdma.sh: the idle host's keep-alive timeout (a benchmark, not a step)
+MONITOR                     allow     tests/vm/idle-controllers-rdma.sh: 1 prints both processes' descriptors, mappings, threads and memory every 5 s (a benchmark, not a step)
 STACKS                      allow     tests/vm/idle-controllers-rdma.sh: 1 also prints the kernel stack of each target thread when a host is refused
 TRTYPE                      refuse    tests/vm/nvme-host.sh: the transport of the steps test-rxe runs over RDMA
 NVMET_TRTYPE                refuse    tests/vm/nvmet-interop.sh: the transport of the nvmet-interop step (RDMA); idle-controllers-nvmet.sh (a benchmark): tcp or rdma
