@@ -15,7 +15,7 @@
 #
 #   tools/rxe-vm/run-in-vm.sh bash tests/vm/idle-controllers-rdma.sh
 #
-# Env: MONITOR (1: a line of both processes' figures every 5 s), CONTROLLERS (200: the VM's
+# Also prints where the resident growth lies, by mapping (smaps). Env: MONITOR (1: a line of both processes' figures every 5 s), CONTROLLERS (200: the VM's
 # emulated CPU connects a few a second), TARGET_BIN
 # (build/release/rdmablk-target; another build's binary to compare), CTL_BIN
 # (build/release/rdmablk-ctl), IDLE_BIN (build/release/examples/idle), RXE_VM_IP (10.0.2.15).
@@ -78,10 +78,16 @@ start_target
 
 kib() { awk -v k="$2:" '$1 == k { print $2 }' "/proc/$1/status"; }
 arena() { "$CTL" --socket "$W/ctl.sock" status 2>/dev/null | grep -iE 'arena|parcel|srq|receive' | head -4; }
+# Resident KiB of the target by mapping (its path, [heap], [stack], or [anon]), sorted by name.
+by_mapping() {
+  awk '/^[0-9a-f]+-[0-9a-f]+ / { name = (NF >= 6 ? $6 : "[anon]") } /^Rss:/ { r[name] += $2 }
+       END { for (n in r) print n, r[n] }' "/proc/$1/smaps" | sort
+}
 used() { awk '/^MemTotal:/ { t = $2 } /^MemAvailable:/ { a = $2 } END { print t - a }' /proc/meminfo; }
 sync; echo 3 >/proc/sys/vm/drop_caches
 used0=$(used)
 rss0=$(kib "$TPID" VmRSS) lck0=$(kib "$TPID" VmLck)
+by_mapping "$TPID" >"$W/maps0"
 echo "rdmablk-rdma: before: VmRSS $rss0 KiB, VmLck $lck0 KiB"
 arena | sed 's/^/rdmablk-rdma:   /'
 
@@ -130,6 +136,7 @@ sync; echo 3 >/proc/sys/vm/drop_caches
 used1=$(used)
 host=$(kib "$HPID" VmRSS 2>/dev/null)
 rss1=$(kib "$TPID" VmRSS) lck1=$(kib "$TPID" VmLck)
+by_mapping "$TPID" >"$W/maps1"
 when="with the controllers"
 [ "$took" = "$N" ] || when="after the refused host left"
 echo "rdmablk-rdma: $when: VmRSS $rss1 KiB, VmLck $lck1 KiB"
@@ -137,6 +144,10 @@ arena | sed 's/^/rdmablk-rdma:   /'
 if [ "$took" = "$N" ]; then
   echo "rdmablk-rdma: $N controllers (admin + one 128-deep I/O queue each):" \
     "resident +$(( (rss1 - rss0) / N )) KiB per controller, pinned +$((lck1 - lck0)) KiB in all"
+  # Where the resident growth lies: per mapping name, what moved by 1 KiB or more per controller
+  # (rxe maps each queue pair's and completion queue's rings from /dev/infiniband/uverbs*).
+  join -a 1 -a 2 -e 0 -o 0,1.2,2.2 "$W/maps0" "$W/maps1" |
+    awk -v n="$N" '{ d = $3 - $2; if (d >= n || -d >= n) printf "rdmablk-rdma:   resident in %s: %+d KiB (%+.1f KiB per controller)\n", $1, d, d / n }'
   # As tests/vm/idle-controllers-nvmet.sh counts nvmet: the VM's memory in use, less the two
   # processes' own resident growth (both sides' rxe queues are the kernel's).
   kernel=$((used1 - used0 - ${host:-0} - (rss1 - rss0)))
