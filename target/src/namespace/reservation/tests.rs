@@ -1,5 +1,5 @@
 use super::*;
-use rdmablk::nvme::reservation::notice;
+use rdmablk::nvme::reservation::{notice, racqa, rrega, rrela};
 
 const A: HostId = [0xA; 16];
 const B: HostId = [0xB; 16];
