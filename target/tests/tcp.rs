@@ -13,9 +13,9 @@ use common::tcp_wire::{rw_cmd, TcpWire};
 use common::{pattern, BLOCK, HOSTNQN, ICD, MAX_IO, OTHER_HOSTNQN};
 use rdmablk::nvme::identify::{cns, sgls, IdentifyController, IDENTIFY_LEN};
 use rdmablk::nvme::transport::tcp::{
-    encode_capsule_cmd, pdu_type, Fes, IcReq, TermReq, CAPSULE_CMD_HLEN, CH_LEN, DATA_HLEN,
+    encode_capsule_cmd, pdu_type, Fes, IcReq, R2t, TermReq, CAPSULE_CMD_HLEN, CH_LEN, DATA_HLEN,
 };
-use rdmablk::nvme::{Cqe, Sgl, Sqe, Status, TransportSgl, CQE_LEN};
+use rdmablk::nvme::{Cqe, InCapsuleSgl, Sgl, Sqe, Status, TransportSgl, CQE_LEN};
 use rdmablk_target::Target;
 
 fn every_size(addr: SocketAddr, hdgst: bool, ddgst: bool) {
@@ -382,6 +382,84 @@ fn a_host_sitting_on_buffers_cannot_starve_another() {
     drop((heavy, heavy_admin, light, light_admin));
     wait_held(&t, 0);
     t.shutdown();
+}
+
+/// In-capsule writes that wait for a data-pool buffer keep their data: it is copied out of
+/// the connection's receive buffer into the command's receive slot as its capsule arrives, so
+/// the H2CData that passes through the receive buffer meanwhile (seven times its size) does
+/// not reach their blocks (a change that read it from the receive buffer later would fail).
+#[test]
+fn in_capsule_writes_that_wait_for_a_buffer_land_whole() {
+    // A pool of 1 MiB: eight 128 KiB buffers.
+    let (t, addr) = start_with_arena("", 32, "4MiB\"\ndata_bytes = \"1MiB");
+    let (admin, cntlid) = TcpWire::admin(addr, false, false);
+    let mut q = TcpWire::io_queue(addr, false, 1, cntlid, 32);
+    let big = pattern(99, MAX_IO as usize);
+    // Seven R2Ts take seven buffers (the host's share); the eighth command waits, and so does
+    // everything the host sends after it.
+    for cid in 1..=8u16 {
+        let mut w = rw_cmd(
+            true,
+            u64::from(cid - 1) * u64::from(MAX_IO / BLOCK),
+            MAX_IO / BLOCK,
+        );
+        w.cid = cid;
+        w.set_sgl(&Sgl::Transport(TransportSgl { len: MAX_IO }));
+        q.send_capsule(&w, &[]);
+    }
+    let mut r2ts = Vec::new();
+    for _ in 0..7 {
+        let (l, h, _) = q.recv().expect("an R2T");
+        assert_eq!(l.pdu_type, pdu_type::R2T);
+        r2ts.push(R2t::decode(h[..DATA_HLEN].try_into().unwrap()));
+    }
+    // Four in-capsule writes in one send: they arrive together and all wait.
+    let lba = |i: usize| 4096 + 8 * i as u64;
+    let small: Vec<Vec<u8>> = (0..4).map(|i| pattern(1000 + i as u64, 4096)).collect();
+    let mut bytes = Vec::new();
+    for (i, data) in small.iter().enumerate() {
+        let mut w = rw_cmd(true, lba(i), 4096 / BLOCK);
+        w.cid = 100 + i as u16;
+        w.set_sgl(&Sgl::InCapsule(InCapsuleSgl {
+            offset: 0,
+            len: 4096,
+        }));
+        bytes.extend(q.capsule_pdu(&w, data));
+    }
+    q.send(&bytes).unwrap();
+    wait_pool_by_host(&t, |h| h.len() == 1 && h[0]["waiting"] == 5);
+    // The seven commands' data, then the eighth's when its R2T comes; every write succeeds.
+    let mut answered = 0;
+    for r in &r2ts {
+        send_h2c(&q, r, &big);
+    }
+    while answered < 12 {
+        let (l, h, _) = q.recv().expect("a PDU");
+        match l.pdu_type {
+            pdu_type::R2T => send_h2c(&q, &R2t::decode(h[..DATA_HLEN].try_into().unwrap()), &big),
+            pdu_type::CAPSULE_RESP => {
+                let c = Cqe::decode(h[CH_LEN..CH_LEN + CQE_LEN].try_into().unwrap());
+                assert!(c.status.is_success(), "write {}: {}", c.cid, c.status);
+                answered += 1;
+            }
+            t => panic!("unexpected PDU type {t}"),
+        }
+    }
+    for (i, data) in small.iter().enumerate() {
+        let (c, back) = q.exec(rw_cmd(false, lba(i), 4096 / BLOCK), &[], 4096, false);
+        assert!(c.status.is_success(), "read: {}", c.status);
+        assert!(&back == data, "in-capsule write {i} read back differs");
+    }
+    drop((q, admin));
+    wait_held(&t, 0);
+    t.shutdown();
+}
+
+/// Answers R2T `r` with `data` in two H2CData PDUs.
+fn send_h2c(q: &TcpWire, r: &R2t, data: &[u8]) {
+    let half = data.len() / 2;
+    q.h2c(r.cccid, r.ttag, 0, &data[..half], false);
+    q.h2c(r.cccid, r.ttag, half as u32, &data[half..], true);
 }
 
 /// `rdmablk-ctl status`'s `data_pool.by_host` once `done` says it is what the test waits for

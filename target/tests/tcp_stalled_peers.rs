@@ -18,8 +18,10 @@ use common::tcp_target::{start, start_with, wait_held};
 use common::tcp_wire::{rw_cmd, wait_closed, TcpWire};
 use common::{pattern, BLOCK, ICD, MAX_IO};
 use rdmablk::nvme::admin::keep_alive_sqe;
-use rdmablk::nvme::transport::tcp::{encode_capsule_cmd, IcReq, CAPSULE_CMD_HLEN, IC_LEN};
-use rdmablk::nvme::{Sgl, Sqe, Status, TransportSgl};
+use rdmablk::nvme::transport::tcp::{
+    encode_capsule_cmd, pdu_type, IcReq, CAPSULE_CMD_HLEN, CH_LEN, IC_LEN,
+};
+use rdmablk::nvme::{Cqe, InCapsuleSgl, Sgl, Sqe, Status, TransportSgl, CQE_LEN};
 
 const SILENT_PEERS: usize = 50;
 
@@ -231,6 +233,54 @@ fn a_host_that_stops_reading_is_cut_off_at_the_response_timeout() {
     s.wait_closed();
     verified_io(&mut q, 99, 0, 256);
     drop((q, a, sa));
+    wait_held(&t, 0);
+    t.shutdown();
+}
+
+/// In-capsule writes that arrive while every request context of their queue is taken (the
+/// queue's reads wait for a host that does not read) wait for one, their data copied out of
+/// the connection's receive buffer first: once the host reads again they run and land whole,
+/// though 16 MiB more passed through that buffer meanwhile (the reads' data the other way, and
+/// the writes' own capsules).
+#[test]
+fn in_capsule_writes_that_wait_for_a_request_context_land_whole() {
+    let (t, addr) = start_with("response_timeout_ms = 600000", u32::from(STALLED_DEPTH));
+    let (a, cntlid) = TcpWire::admin_kato(addr, false, false, 0);
+    let mut s = stalled_reader(addr, cntlid, STALLED_DEPTH);
+    // As many in-capsule writes as the queue is deep: the reads before them hold contexts
+    // until their data leaves, which it cannot all do, so some (most) of the writes wait.
+    let small: Vec<Vec<u8>> = (0..STALLED_DEPTH)
+        .map(|i| pattern(500 + u64::from(i), ICD as usize))
+        .collect();
+    let lba = |i: u16| u64::from(i) * u64::from(ICD / BLOCK) * 3;
+    for (i, data) in small.iter().enumerate() {
+        let i = i as u16;
+        let mut w = rw_cmd(true, lba(i), ICD / BLOCK);
+        w.cid = 3000 + i;
+        w.set_sgl(&Sgl::InCapsule(InCapsuleSgl {
+            offset: 0,
+            len: ICD,
+        }));
+        s.send_capsule(&w, data);
+    }
+    // The host reads again: everything comes, the writes' responses after the reads'.
+    let mut written = 0;
+    while written < STALLED_DEPTH {
+        let (l, h, _) = s.recv().expect("a PDU");
+        if l.pdu_type == pdu_type::CAPSULE_RESP {
+            let c = Cqe::decode(h[CH_LEN..CH_LEN + CQE_LEN].try_into().unwrap());
+            assert!(c.status.is_success(), "command {}: {}", c.cid, c.status);
+            if c.cid >= 3000 {
+                written += 1;
+            }
+        }
+    }
+    for (i, data) in small.iter().enumerate() {
+        let (c, back) = s.exec(rw_cmd(false, lba(i as u16), ICD / BLOCK), &[], ICD, false);
+        assert!(c.status.is_success(), "read: {}", c.status);
+        assert!(&back == data, "in-capsule write {i} read back differs");
+    }
+    drop((s, a));
     wait_held(&t, 0);
     t.shutdown();
 }
