@@ -11,8 +11,9 @@
 //! straight into the command's buffer ("placed"): the kernel's copy is the only one, as in
 //! the Linux host.
 //!
-//! Everything a batch of submissions queues leaves with the next poll in as few `write`s as
-//! the socket takes.
+//! Sending: everything a batch of submissions queues leaves with the next poll in as few
+//! writes as the socket takes ([`SendQueue`]): in-capsule data and H2CData of
+//! [`BORROW_FROM`] bytes or more are written from the command's buffer, not copied.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpStream};
@@ -31,6 +32,7 @@ use rdmablk::nvme::transport::tcp::{
 };
 use rdmablk::nvme::{Cqe, InCapsuleSgl, Sgl, SglNeed, Sqe, Status, TransportSgl};
 
+use super::tcp_send::{SendQueue, BORROW_FROM};
 use super::tcp_tls::{Stream, TlsOffer};
 use super::{Dir, Event, Fabric, QueueParams, QueueTransport, Transport, TransportOps};
 use crate::buf::BufPool;
@@ -81,8 +83,7 @@ pub(crate) struct TcpLink {
     rx: Vec<u8>,
     rx_start: usize,
     rx_end: usize,
-    tx: Vec<u8>,
-    tx_off: usize,
+    tx: SendQueue,
     /// Commands whose capsule was queued since the last poll.
     sent: Vec<u16>,
     /// The C2HData being placed; once its data is in, its digest is the next thing on the
@@ -230,8 +231,7 @@ impl TcpLink {
             rx: vec![0u8; RX_BYTES],
             rx_start: 0,
             rx_end: 0,
-            tx: Vec::with_capacity(64 * 1024),
-            tx_off: 0,
+            tx: SendQueue::new(n),
             sent: Vec::with_capacity(n),
             placing: None,
             read_max: RX_BYTES,
@@ -241,19 +241,28 @@ impl TcpLink {
         })
     }
 
-    /// Appends a PDU: `head` (the header), its digest, padding to `pdo`, `data` and its
-    /// digest.
-    fn queue_pdu(&mut self, head: &[u8], pdo: usize, data: &[u8]) {
-        self.tx.extend_from_slice(head);
+    /// Appends a PDU of command `cid`: `head` (the header), its digest, padding to `pdo`,
+    /// `data` (from the command's buffer) and its digest.
+    ///
+    /// # Safety
+    /// `data` stays readable and unchanged until the command completes or the connection
+    /// fails (as [`SendQueue::push_borrowed`] asks).
+    unsafe fn queue_pdu(&mut self, cid: u16, head: &[u8], pdo: usize, data: &[u8]) {
+        self.tx.push_own(head);
         if self.neg.hdgst {
-            self.tx.extend_from_slice(&digest(head).to_le_bytes());
+            self.tx.push_own(&digest(head).to_le_bytes());
         }
         if !data.is_empty() {
             let pad = pdo.saturating_sub(head.len() + if self.neg.hdgst { DIGEST_LEN } else { 0 });
-            self.tx.resize(self.tx.len() + pad, 0);
-            self.tx.extend_from_slice(data);
+            self.tx.push_zeros(pad);
+            if data.len() < BORROW_FROM {
+                self.tx.push_own(data);
+            } else {
+                // SAFETY: this function's contract.
+                unsafe { self.tx.push_borrowed(cid, data) };
+            }
             if self.neg.ddgst {
-                self.tx.extend_from_slice(&digest(data).to_le_bytes());
+                self.tx.push_own(&digest(data).to_le_bytes());
             }
         }
     }
@@ -264,18 +273,15 @@ impl TcpLink {
                 self.fail_with(format!("send: {e}"));
             }
         }
-        while self.tx_off < self.tx.len() && self.broken.is_none() {
-            match self.stream.write(&self.tx[self.tx_off..]) {
-                Ok(0) => self.fail_with("the target closed the connection".into()),
-                Ok(n) => self.tx_off += n,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => self.fail_with(format!("send: {e}")),
-            }
+        if self.broken.is_some() {
+            return;
         }
-        if self.tx_off == self.tx.len() {
-            self.tx.clear();
-            self.tx_off = 0;
+        match self.tx.flush(&mut self.stream) {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::WriteZero => {
+                self.fail_with("the target closed the connection".into())
+            }
+            Err(e) => self.fail_with(format!("send: {e}")),
         }
     }
 
@@ -309,8 +315,10 @@ impl TcpLink {
 
     fn fail_with(&mut self, why: String) {
         self.broken.get_or_insert(why);
-        // Nothing more goes into a command's buffer on a broken connection.
+        // Nothing more goes into a command's buffer on a broken connection, and nothing more
+        // is read from one: the queue gives the buffers back.
         self.placing = None;
+        self.tx.clear();
     }
 
     /// Reads what the socket has, parses it, and places large C2HData straight into their
@@ -513,11 +521,13 @@ impl TcpLink {
             let f = if last { flags::DATA_LAST } else { 0 };
             let l = h.encode(pdu_type::H2C_DATA, f, &self.neg, &mut b);
             // SAFETY: `addr` is the command's buffer, kept by its queue until the command
-            // completes; the range is within it (`rx_check` checked the R2T).
-            let data = unsafe {
-                std::slice::from_raw_parts((addr as *const u8).add(off as usize), len as usize)
-            };
-            self.queue_pdu(&b, l.pdo, data);
+            // completes (`poll` releases it from `tx` before its response is reported); the
+            // range is within it (`rx_check` checked the R2T).
+            unsafe {
+                let data =
+                    std::slice::from_raw_parts((addr as *const u8).add(off as usize), len as usize);
+                self.queue_pdu(r.cccid, &b, l.pdo, data);
+            }
             off += len;
         }
     }
@@ -539,7 +549,7 @@ impl QueueTransport for TcpLink {
             Dir::None => Sgl::Transport(TransportSgl { len: 0 }),
             Dir::ToCtrl(s) if s.len <= limit => {
                 // SAFETY: the caller keeps the buffer alive and untouched while the command
-                // is in flight; it is copied into the capsule right here.
+                // is in flight (until its response, which `poll` releases it from `tx` for).
                 in_capsule =
                     unsafe { std::slice::from_raw_parts(s.addr as *const u8, s.len as usize) };
                 self.stats.add_in_capsule(s.len);
@@ -565,7 +575,8 @@ impl QueueTransport for TcpLink {
         self.buf_addr[cid] = addr;
         let mut h = [0u8; CAPSULE_CMD_HLEN];
         let l = encode_capsule_cmd(&sqe, in_capsule.len(), &self.neg, &mut h);
-        self.queue_pdu(&h, l.pdo, in_capsule);
+        // SAFETY: `in_capsule` is the command's buffer, as above.
+        unsafe { self.queue_pdu(sqe.cid, &h, l.pdo, in_capsule) };
         self.sent.push(sqe.cid);
         Ok(())
     }
@@ -575,8 +586,16 @@ impl QueueTransport for TcpLink {
         for cid in self.sent.drain(..) {
             events.push(Event::Sent(cid));
         }
+        let answered = events.len();
         if let Err(why) = self.receive(events) {
             self.fail_with(why);
+        }
+        // A command answered gives its buffer back: nothing of it may stay queued (a
+        // target answers only once it has the data, unless it misbehaves).
+        for ev in &events[answered..] {
+            if let Event::Response(cqe) = ev {
+                self.tx.release(cqe.cid);
+            }
         }
         self.flush();
         match &self.broken {
@@ -602,7 +621,7 @@ impl QueueTransport for TcpLink {
             return; // TLS holds what the socket will not signal
         }
         let mut events = libc::POLLIN;
-        if self.tx_off < self.tx.len() || self.stream.has_pending_output() {
+        if !self.tx.is_empty() || self.stream.has_pending_output() {
             events |= libc::POLLOUT;
         }
         let mut pfd = libc::pollfd {

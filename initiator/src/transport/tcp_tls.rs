@@ -165,6 +165,12 @@ impl Stream {
         }
     }
 
+    /// Whether OpenSSL encrypts in user space: what is written is copied into its records
+    /// (no socket write is made from the caller's memory).
+    pub fn encrypts_in_user_space(&self) -> bool {
+        matches!(self, Stream::Tls(..))
+    }
+
     /// Ciphertext not yet taken by the socket.
     pub fn has_pending_output(&self) -> bool {
         match self {

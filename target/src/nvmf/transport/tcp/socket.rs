@@ -10,6 +10,7 @@ use std::os::fd::AsRawFd;
 
 use rdmablk::nvme::tls::ktls::{self, Established};
 use rdmablk::nvme::transport::tcp::ack;
+use rdmablk::nvme::transport::tcp::send::send_iovecs;
 
 mod tls;
 
@@ -229,30 +230,17 @@ impl Socket {
                     skip = 0;
                 }
             }
-            // SAFETY: a zeroed msghdr is valid; it names our iovecs, which point at PDU headers
-            // we own and at arena data slots that stay mapped and unchanged while queued.
-            let n = unsafe {
-                let mut msg: libc::msghdr = std::mem::zeroed();
-                msg.msg_iov = self.iov.as_mut_ptr();
-                msg.msg_iovlen = self.iov.len() as _;
-                libc::sendmsg(
-                    self.stream.as_raw_fd(),
-                    &msg,
-                    libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-                )
-            };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                match e.kind() {
-                    io::ErrorKind::WouldBlock => return true,
-                    io::ErrorKind::Interrupted => continue,
-                    _ => {
-                        self.broken.get_or_insert_with(|| format!("send: {e}"));
-                        return false;
-                    }
+            // SAFETY: the iovecs point at PDU headers we own and at arena data slots that stay
+            // mapped and unchanged while queued.
+            let mut n = match unsafe { send_iovecs(self.stream.as_raw_fd(), &self.iov) } {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    self.broken.get_or_insert_with(|| format!("send: {e}"));
+                    return false;
                 }
-            }
-            let mut n = n as usize;
+            };
             self.sent_bytes += n as u64;
             while n > 0 {
                 let Some(front) = self.tx.front() else {
