@@ -30,7 +30,6 @@ use crate::stats::Stats;
 pub(crate) mod loopback;
 pub(crate) mod rdma;
 pub(crate) mod tcp;
-pub(crate) mod tcp_send;
 pub(crate) mod tcp_tls;
 
 /// Every transport this initiator speaks, one line each. A URL scheme that no row claims is

@@ -18,7 +18,7 @@ use std::os::fd::AsRawFd;
 
 use rdmablk::nvme::transport::tcp::send::send_iovecs;
 
-use super::tcp_tls::Stream;
+use crate::transport::tcp_tls::Stream;
 
 /// Pieces written per `sendmsg` at most (a PDU takes one to three: its header with the
 /// previous PDU's data digest, its data, ...).
@@ -304,7 +304,9 @@ mod tests {
     }
 
     fn pattern(seed: usize, len: usize) -> Vec<u8> {
-        (0..len).map(|i| (i * 31 + seed * 7 + i / 251) as u8).collect()
+        (0..len)
+            .map(|i| (i * 31 + seed * 7 + i / 251) as u8)
+            .collect()
     }
 
     /// More pieces than one `sendmsg` takes, of every kind and size, cut by a full socket
@@ -313,7 +315,11 @@ mod tests {
     fn pieces_cut_anywhere_by_a_full_socket_arrive_whole_and_in_order() {
         let (mut tx, mut rx) = small_pair();
         let sizes = [1usize, 1023, 1024, 4096, 5000, 65536, 131_075, 7, 300];
-        let bufs: Vec<Vec<u8>> = sizes.iter().enumerate().map(|(i, &n)| pattern(i, n)).collect();
+        let bufs: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| pattern(i, n))
+            .collect();
         let mut q = SendQueue::new(8);
         let mut want = Vec::new();
         for k in 0..100usize {
@@ -334,7 +340,10 @@ mod tests {
         }
         assert!(q.pieces.len() > IOV_BATCH, "more than one sendmsg's worth");
         let got = drain(&mut q, &mut tx, &mut rx, want.len());
-        assert!(got.bytes == want, "the bytes that arrived differ from those queued");
+        assert!(
+            got.bytes == want,
+            "the bytes that arrived differ from those queued"
+        );
         assert!(q.is_empty() && q.bytes.is_empty());
         assert!(q.borrowed.iter().all(|&n| n == 0), "{:?}", q.borrowed);
         assert!(
@@ -375,7 +384,10 @@ mod tests {
         q.release(u16::MAX); // an ID from the peer: nothing queued, no panic
         a.fill(0xEE); // the buffer given back and reused
         let got = drain(&mut q, &mut tx, &mut rx, want.len());
-        assert!(got.bytes == want, "the bytes that arrived differ from those queued");
+        assert!(
+            got.bytes == want,
+            "the bytes that arrived differ from those queued"
+        );
         assert_eq!(q.borrowed, [0, 0, 0, 0]);
         // A failed connection: everything queued is dropped.
         // SAFETY: `b` outlives the queue.

@@ -1,0 +1,249 @@
+//! Receiving on a queue's connection: the socket is read into the receive buffer and each
+//! PDU is checked there ([`HostRx`]); large C2HData is placed straight into the command's
+//! buffer (see [`super`]).
+
+use std::io::{ErrorKind, Read};
+
+use rdmablk::nvme::transport::tcp::ack;
+use rdmablk::nvme::transport::tcp::host_rx::{check_data_digest, HostPdu, Next, Placement};
+use rdmablk::nvme::transport::tcp::DIGEST_LEN;
+use rdmablk::nvme::{Cqe, Status};
+
+use super::TcpLink;
+use crate::transport::Event;
+
+/// Receive buffer bytes (grows to the largest PDU seen, within [`super::MAX_C2H_DATA`]).
+pub(super) const RX_BYTES: usize = 256 * 1024;
+/// C2HData of at least this many bytes is placed straight into the command's buffer when it
+/// has not all arrived (below it, one more `read` would cost more than the copy it saves).
+pub(super) const PLACE_FROM: usize = 16 * 1024;
+/// While the target sends large C2HData, the socket is read this much at a time into the
+/// receive buffer (a PDU's header, and whatever small PDUs come between), so that little of
+/// the next PDU's data lands there before its header says where it goes.
+const PLACE_READ: usize = 4096;
+
+/// A C2HData PDU being received straight into its command's buffer.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Placing {
+    cid: u16,
+    /// The whole PDU's data in the command's buffer (for its digest).
+    start: u64,
+    len: usize,
+    /// Bytes of it still to come from the socket.
+    left: usize,
+    /// Its data digest follows the data.
+    digest: bool,
+    success: bool,
+}
+
+impl TcpLink {
+    /// Reads into `rx`, at most `read_max` bytes; whether the socket has nothing more now
+    /// (or the connection broke), rather than the read stopping at its limit.
+    fn fill(&mut self) -> bool {
+        if self.rx_start > 0 {
+            self.rx.copy_within(self.rx_start..self.rx_end, 0);
+            self.rx_end -= self.rx_start;
+            self.rx_start = 0;
+        }
+        let end = (self.rx_end + self.read_max).min(self.rx.len());
+        while self.rx_end < end && self.broken.is_none() {
+            let asked = end - self.rx_end;
+            match self.stream.read(&mut self.rx[self.rx_end..end]) {
+                Ok(0) => self.fail_with("the target closed the connection".into()),
+                Ok(n) => {
+                    self.rx_end += n;
+                    self.rx_bytes += n as u64;
+                    if n < asked {
+                        return true; // drained: no second call just to hear EAGAIN
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return true,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => self.fail_with(format!("receive: {e}")),
+            }
+        }
+        self.broken.is_some()
+    }
+
+    /// Reads what the socket has, parses it, and places large C2HData straight into their
+    /// buffers; Err: a protocol error (the queue fails). Bulk data read, or a PDU left
+    /// begun, is acknowledged at once (`tcp::ack`: a target with a small send buffer waits
+    /// for our ACK before it sends more).
+    pub(super) fn receive(&mut self, events: &mut Vec<Event>) -> std::result::Result<(), String> {
+        let before = self.rx_bytes;
+        let r = self.receive_pdus(events);
+        let mid_pdu = self.rx_start < self.rx_end || self.placing.is_some();
+        if self.broken.is_none() && ack::wants_ack(self.rx_bytes - before, mid_pdu) {
+            self.stream.ack_now();
+        }
+        r
+    }
+
+    fn receive_pdus(&mut self, events: &mut Vec<Event>) -> std::result::Result<(), String> {
+        loop {
+            if self.broken.is_some() {
+                return Ok(()); // nothing more goes into a command's buffer
+            }
+            if self.placing.is_some_and(|p| p.left > 0) && !self.place_more(events)? {
+                return Ok(()); // the socket is drained (or broken)
+            }
+            let drained = self.fill();
+            if !self.parse(events)? && drained {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Reads the rest of the placed C2HData's data from the socket into its buffer; true
+    /// once all of it is in (its digest, if any, is then parsed from the receive buffer).
+    fn place_more(&mut self, events: &mut Vec<Event>) -> std::result::Result<bool, String> {
+        let Some(p) = self.placing.as_mut() else {
+            return Ok(true);
+        };
+        while p.left > 0 {
+            let at = p.start + (p.len - p.left) as u64;
+            // SAFETY: the buffer is the command's, which its queue keeps (and nothing else
+            // touches) until the command completes, and that cannot happen before its data
+            // is in; `rx_check` checked that the PDU's data lies within it.
+            let dst = unsafe { std::slice::from_raw_parts_mut(at as *mut u8, p.left) };
+            match self.stream.read(dst) {
+                Ok(0) => {
+                    self.fail_with("the target closed the connection".into());
+                    return Ok(false);
+                }
+                Ok(n) => {
+                    p.left -= n;
+                    self.rx_bytes += n as u64;
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.fail_with(format!("receive: {e}"));
+                    return Ok(false);
+                }
+            }
+        }
+        if !p.digest {
+            let p = self.placing.take().expect("placing");
+            self.placed(p, events);
+        }
+        Ok(true)
+    }
+
+    /// The placed C2HData `p` is all in (and its digest checked): its command's read is
+    /// done when it carried SUCCESS.
+    fn placed(&mut self, p: Placing, events: &mut Vec<Event>) {
+        self.stats.add_placed(p.len);
+        if p.success {
+            events.push(Event::Response(Cqe::error(
+                p.cid,
+                self.qid,
+                0xFFFF,
+                Status::SUCCESS,
+            )));
+        }
+    }
+
+    /// Copies what of placed C2HData `p` arrived with its header into the command's buffer
+    /// (the rest will be read straight into it).
+    fn first_of_placed(buf_addr: &[u64], p: &Placement<'_>) -> Placing {
+        let start = buf_addr[usize::from(p.cid)] + u64::from(p.offset);
+        // SAFETY: as in `parse`: the command's buffer, `offset + len` within it.
+        unsafe { std::ptr::copy_nonoverlapping(p.data.as_ptr(), start as *mut u8, p.data.len()) };
+        Placing {
+            cid: p.cid,
+            start,
+            len: p.len as usize,
+            left: p.len as usize - p.data.len(),
+            digest: p.digest,
+            success: p.success,
+        }
+    }
+
+    /// Goes on with `placing` (all in and no digest: done).
+    fn start_placing(&mut self, placing: Placing, events: &mut Vec<Event>) {
+        if placing.left == 0 && !placing.digest {
+            self.placed(placing, events);
+        } else {
+            self.placing = Some(placing);
+        }
+    }
+
+    /// The digest of the placed C2HData, at the front of the receive buffer: whether it was
+    /// there (then the placement is over).
+    fn placed_digest(&mut self, events: &mut Vec<Event>) -> std::result::Result<bool, String> {
+        let Some(p) = self.placing.filter(|p| p.left == 0) else {
+            return Ok(true);
+        };
+        let rx = &self.rx[self.rx_start..self.rx_end];
+        let Some(trailer) = rx.first_chunk::<DIGEST_LEN>() else {
+            return Ok(false);
+        };
+        // SAFETY: as in `place_more`; all of the data is in.
+        let data = unsafe { std::slice::from_raw_parts(p.start as *const u8, p.len) };
+        check_data_digest(data, trailer).map_err(|e| e.to_string())?;
+        self.rx_start += DIGEST_LEN;
+        self.placing = None;
+        self.placed(p, events);
+        Ok(true)
+    }
+
+    /// Handles the whole PDUs received; true if it stopped at a C2HData to place (read
+    /// more into its buffer, then parse again); Err: a protocol error (the queue fails).
+    fn parse(&mut self, events: &mut Vec<Event>) -> std::result::Result<bool, String> {
+        if !self.placed_digest(events)? {
+            return Ok(false);
+        }
+        loop {
+            let rx = &self.rx[self.rx_start..self.rx_end];
+            let (pdu, len) = match self.rx_check.next(rx).map_err(|e| e.to_string())? {
+                Next::NeedMore { pdu_len } => {
+                    if pdu_len > self.rx.len() {
+                        self.rx.resize(pdu_len, 0);
+                    }
+                    return Ok(false);
+                }
+                Next::Place(p) => {
+                    self.read_max = PLACE_READ;
+                    let placing = Self::first_of_placed(&self.buf_addr, &p);
+                    self.rx_start += p.consumed;
+                    self.start_placing(placing, events);
+                    return Ok(true);
+                }
+                Next::Pdu { pdu, len } => (pdu, len),
+            };
+            self.rx_start += len;
+            match pdu {
+                HostPdu::Response(cqe) => events.push(Event::Response(cqe)),
+                HostPdu::C2hData {
+                    cid,
+                    offset,
+                    data,
+                    success,
+                } => {
+                    self.read_max = if data.len() < PLACE_FROM {
+                        RX_BYTES
+                    } else {
+                        PLACE_READ
+                    };
+                    let dst = self.buf_addr[usize::from(cid)] as *mut u8;
+                    // SAFETY: the buffer at `dst` is the command's, which its queue keeps (and
+                    // nothing else touches) until the command completes; `rx_check` checked
+                    // that `offset + data.len()` lies within the length the command gave it.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            data.as_ptr(),
+                            dst.add(offset as usize),
+                            data.len(),
+                        )
+                    };
+                    if success {
+                        let cqe = Cqe::error(cid, self.qid, 0xFFFF, Status::SUCCESS);
+                        events.push(Event::Response(cqe));
+                    }
+                }
+                HostPdu::R2t(r) => self.send_h2c(r, self.buf_addr[usize::from(r.cccid)]),
+            }
+        }
+    }
+}
