@@ -119,7 +119,7 @@ impl SendQueue {
     /// Command `cid` (an ID from the peer: any value) is answered: what of its buffer is still
     /// queued is copied, so the buffer can go back to its owner.
     pub fn release(&mut self, cid: u16) {
-        if self.borrowed.get(usize::from(cid)).is_none_or(|&n| n == 0) {
+        if self.borrowed.get(usize::from(cid)).copied().unwrap_or(0) == 0 {
             return;
         }
         for i in 0..self.pieces.len() {
