@@ -85,17 +85,6 @@ fn a_host_writes_and_reads_every_size_without_and_with_digests() {
     t.shutdown();
 }
 
-/// Reads until the target's C2HTermReq; returns its FES and FEI, and checks the connection
-/// closes after it.
-fn term_req(h: &mut TcpWire) -> (Option<Fes>, u32) {
-    let (l, header, _) = h.recv().expect("a C2HTermReq");
-    assert_eq!(l.pdu_type, pdu_type::C2H_TERM_REQ);
-    let r = TermReq::decode(header[..DATA_HLEN].try_into().unwrap());
-    let mut b = [0u8; 1];
-    assert_eq!(h.s.read(&mut b).unwrap_or(0), 0, "closed after the TermReq");
-    r
-}
-
 #[test]
 fn malformed_pdus_get_a_term_req_and_the_connection_closes() {
     let (t, addr) = start();
@@ -105,12 +94,12 @@ fn malformed_pdus_get_a_term_req_and_the_connection_closes() {
     encode_capsule_cmd(&Sqe::default(), 0, &h.neg, &mut bad);
     bad[2] = 24;
     h.send(&bad).unwrap();
-    assert_eq!(term_req(&mut h), (Some(Fes::InvalidHeaderField), 2));
+    assert_eq!(h.term_req(), (Some(Fes::InvalidHeaderField), 2));
 
     // H2CData for an R2T that was never sent, on a connected queue.
     let (mut a, _) = TcpWire::admin(addr, false, false);
     a.h2c(1, 3, 0, &[0u8; 512], true);
-    assert_eq!(term_req(&mut a).0, Some(Fes::DataTransferOutOfRange));
+    assert_eq!(a.term_req().0, Some(Fes::DataTransferOutOfRange));
 
     // A second ICReq.
     let mut h = TcpWire::connect(addr, false, false);
@@ -122,7 +111,7 @@ fn malformed_pdus_get_a_term_req_and_the_connection_closes() {
         maxr2t: 0,
     };
     h.send(&req.encode()).unwrap();
-    assert_eq!(term_req(&mut h).0, Some(Fes::PduSequenceError));
+    assert_eq!(h.term_req().0, Some(Fes::PduSequenceError));
 
     // A header digest that does not match.
     let (mut a, _) = TcpWire::admin(addr, true, false);
@@ -130,7 +119,7 @@ fn malformed_pdus_get_a_term_req_and_the_connection_closes() {
     encode_capsule_cmd(&Sqe::default(), 0, &a.neg, &mut h);
     a.send(&h).unwrap();
     a.send(&0xDEAD_BEEFu32.to_le_bytes()).unwrap();
-    assert_eq!(term_req(&mut a).0, Some(Fes::HeaderDigestError));
+    assert_eq!(a.term_req().0, Some(Fes::HeaderDigestError));
 
     // The target is fine: a new host does I/O.
     let (_a, cntlid) = TcpWire::admin(addr, false, false);

@@ -763,6 +763,7 @@ impl From<TermError> for TermReq {
 
 pub mod ack;
 pub mod host_rx;
+pub mod place;
 pub mod send;
 
 #[cfg(test)]

@@ -203,6 +203,13 @@ fn limits_out_of_range_are_refused() {
     assert!(has_problem(&text, "target.worker_threads"));
     let text = with("[target]\nkeep_alive_granularity_ms = 150", "");
     assert!(has_problem(&text, "target.keep_alive_granularity_ms"));
+    for bad in ["tcp_place_from = 512", "tcp_place_from = 131073"] {
+        let text = with(&format!("[target]\n{bad}"), "");
+        assert!(has_problem(&text, "target.tcp_place_from"), "{bad}");
+    }
+    for good in ["tcp_place_from = 0", "tcp_place_from = 16384"] {
+        Config::from_str(&with(&format!("[target]\n{good}"), "")).unwrap();
+    }
     let text = with("[target]\npoll_spin_us = 10001", "");
     assert!(has_problem(&text, "target.poll_spin_us"));
     let text = with(

@@ -20,8 +20,9 @@ use rdmablk::nvme::fabrics::CNTLID_DYNAMIC;
 use rdmablk::nvme::opcodes::io;
 use rdmablk::nvme::properties::{self, PropertySize};
 use rdmablk::nvme::transport::tcp::{
-    digest, encode_capsule_cmd, flags, pdu_type, CommonHeader, DataHeader, Direction, IcReq,
-    IcResp, Negotiated, PduLayout, R2t, CAPSULE_CMD_HLEN, CH_LEN, DATA_HLEN, DIGEST_LEN, IC_LEN,
+    digest, encode_capsule_cmd, flags, pdu_type, CommonHeader, DataHeader, Direction, Fes, IcReq,
+    IcResp, Negotiated, PduLayout, R2t, TermReq, CAPSULE_CMD_HLEN, CH_LEN, DATA_HLEN, DIGEST_LEN,
+    IC_LEN,
 };
 use rdmablk::nvme::{
     Connect, ConnectData, Cqe, InCapsuleSgl, Nqn, PropertyGet, PropertySet, ReadWrite, Sgl, Sqe,
@@ -281,6 +282,21 @@ impl TcpWire {
         (&self.s).read_exact(&mut pdu[CH_LEN..])?;
         let (header, data) = split(&l, &pdu);
         Ok((l, header.to_vec(), data.to_vec()))
+    }
+
+    /// Reads until the target's C2HTermReq; returns its FES and FEI, and checks the
+    /// connection closes after it.
+    pub fn term_req(&mut self) -> (Option<Fes>, u32) {
+        let (l, header, _) = self.recv().expect("a C2HTermReq");
+        assert_eq!(l.pdu_type, pdu_type::C2H_TERM_REQ);
+        let r = TermReq::decode(header[..DATA_HLEN].try_into().expect("24 bytes"));
+        let mut b = [0u8; 1];
+        assert_eq!(
+            (&self.s).read(&mut b).unwrap_or(0),
+            0,
+            "closed after the TermReq"
+        );
+        r
     }
 
     /// Reads one PDU, which must be a CapsuleResp; its completion.

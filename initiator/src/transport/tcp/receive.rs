@@ -6,6 +6,7 @@ use std::io::{ErrorKind, Read};
 
 use rdmablk::nvme::transport::tcp::ack;
 use rdmablk::nvme::transport::tcp::host_rx::{check_data_digest, HostPdu, Next, Placement};
+use rdmablk::nvme::transport::tcp::place::{self, PLACE_READ};
 use rdmablk::nvme::transport::tcp::DIGEST_LEN;
 use rdmablk::nvme::{Cqe, Status};
 
@@ -17,22 +18,13 @@ pub(super) const RX_BYTES: usize = 256 * 1024;
 /// C2HData of at least this many bytes is placed straight into the command's buffer when it
 /// has not all arrived (below it, one more `read` would cost more than the copy it saves).
 pub(super) const PLACE_FROM: usize = 16 * 1024;
-/// While the target sends large C2HData, the socket is read this much at a time into the
-/// receive buffer (a PDU's header, and whatever small PDUs come between), so that little of
-/// the next PDU's data lands there before its header says where it goes.
-const PLACE_READ: usize = 4096;
 
 /// A C2HData PDU being received straight into its command's buffer.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Placing {
     cid: u16,
-    /// The whole PDU's data in the command's buffer (for its digest).
-    start: u64,
-    len: usize,
-    /// Bytes of it still to come from the socket.
-    left: usize,
-    /// Its data digest follows the data.
-    digest: bool,
+    /// The PDU's data in the command's buffer.
+    data: place::Placing,
     success: bool,
 }
 
@@ -84,7 +76,7 @@ impl TcpLink {
             if self.broken.is_some() {
                 return Ok(()); // nothing more goes into a command's buffer
             }
-            if self.placing.is_some_and(|p| p.left > 0) && !self.place_more(events)? {
+            if self.placing.is_some_and(|p| p.data.left() > 0) && !self.place_more(events)? {
                 return Ok(()); // the socket is drained (or broken)
             }
             let drained = self.fill();
@@ -100,19 +92,19 @@ impl TcpLink {
         let Some(p) = self.placing.as_mut() else {
             return Ok(true);
         };
-        while p.left > 0 {
-            let at = p.start + (p.len - p.left) as u64;
+        while p.data.left() > 0 {
+            let (at, left) = p.data.rest();
             // SAFETY: the buffer is the command's, which its queue keeps (and nothing else
             // touches) until the command completes, and that cannot happen before its data
             // is in; `rx_check` checked that the PDU's data lies within it.
-            let dst = unsafe { std::slice::from_raw_parts_mut(at as *mut u8, p.left) };
+            let dst = unsafe { std::slice::from_raw_parts_mut(at, left) };
             match self.stream.read(dst) {
                 Ok(0) => {
                     self.fail_with("the target closed the connection".into());
                     return Ok(false);
                 }
                 Ok(n) => {
-                    p.left -= n;
+                    p.data.got(n);
                     self.rx_bytes += n as u64;
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
@@ -123,7 +115,7 @@ impl TcpLink {
                 }
             }
         }
-        if !p.digest {
+        if !p.data.digest {
             let p = self.placing.take().expect("placing");
             self.placed(p, events);
         }
@@ -133,7 +125,7 @@ impl TcpLink {
     /// The placed C2HData `p` is all in (and its digest checked): its command's read is
     /// done when it carried SUCCESS.
     fn placed(&mut self, p: Placing, events: &mut Vec<Event>) {
-        self.stats.add_placed(p.len);
+        self.stats.add_placed(p.data.len());
         if p.success {
             events.push(Event::Response(Cqe::error(
                 p.cid,
@@ -148,21 +140,19 @@ impl TcpLink {
     /// (the rest will be read straight into it).
     fn first_of_placed(buf_addr: &[u64], p: &Placement<'_>) -> Placing {
         let start = buf_addr[usize::from(p.cid)] + u64::from(p.offset);
-        // SAFETY: as in `parse`: the command's buffer, `offset + len` within it.
-        unsafe { std::ptr::copy_nonoverlapping(p.data.as_ptr(), start as *mut u8, p.data.len()) };
         Placing {
             cid: p.cid,
-            start,
-            len: p.len as usize,
-            left: p.len as usize - p.data.len(),
-            digest: p.digest,
+            // SAFETY: as in `parse`: the command's buffer, `offset + len` within it.
+            data: unsafe {
+                place::Placing::begin(start as *mut u8, p.len as usize, p.data, p.digest)
+            },
             success: p.success,
         }
     }
 
     /// Goes on with `placing` (all in and no digest: done).
     fn start_placing(&mut self, placing: Placing, events: &mut Vec<Event>) {
-        if placing.left == 0 && !placing.digest {
+        if placing.data.left() == 0 && !placing.data.digest {
             self.placed(placing, events);
         } else {
             self.placing = Some(placing);
@@ -172,7 +162,7 @@ impl TcpLink {
     /// The digest of the placed C2HData, at the front of the receive buffer: whether it was
     /// there (then the placement is over).
     fn placed_digest(&mut self, events: &mut Vec<Event>) -> std::result::Result<bool, String> {
-        let Some(p) = self.placing.filter(|p| p.left == 0) else {
+        let Some(p) = self.placing.filter(|p| p.data.left() == 0) else {
             return Ok(true);
         };
         let rx = &self.rx[self.rx_start..self.rx_end];
@@ -180,8 +170,7 @@ impl TcpLink {
             return Ok(false);
         };
         // SAFETY: as in `place_more`; all of the data is in.
-        let data = unsafe { std::slice::from_raw_parts(p.start as *const u8, p.len) };
-        check_data_digest(data, trailer).map_err(|e| e.to_string())?;
+        check_data_digest(unsafe { p.data.data() }, trailer).map_err(|e| e.to_string())?;
         self.rx_start += DIGEST_LEN;
         self.placing = None;
         self.placed(p, events);

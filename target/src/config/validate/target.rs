@@ -77,6 +77,19 @@ pub(super) fn check_target(cfg: &Config, c: &mut Checker) {
             ),
         );
     }
+    if t.tcp_place_from != 0
+        && !(MIN_TCP_PLACE_FROM..=MAX_TCP_PLACE_FROM).contains(&t.tcp_place_from)
+    {
+        c.fail(
+            "target.tcp_place_from",
+            format!(
+                "{} is out of range (set 0 to never place H2CData, or \
+                 {MIN_TCP_PLACE_FROM}..={MAX_TCP_PLACE_FROM} bytes: below a few KiB the extra \
+                 read costs more than the copy it saves; an H2CData PDU is at most 128 KiB)",
+                t.tcp_place_from
+            ),
+        );
+    }
     if t.response_timeout_ms > MAX_CONNECT_TIMEOUT_MS {
         c.fail(
             "target.response_timeout_ms",
@@ -88,6 +101,11 @@ pub(super) fn check_target(cfg: &Config, c: &mut Checker) {
         );
     }
 }
+
+/// Smallest non-zero `target.tcp_place_from` (bytes).
+const MIN_TCP_PLACE_FROM: u32 = 1024;
+/// Largest `target.tcp_place_from`: the target's MAXH2CDATA (no H2CData is longer).
+const MAX_TCP_PLACE_FROM: u32 = crate::nvmf::transport::tcp::MAXH2CDATA;
 
 /// Longest `target.poll_spin_us` (10 ms).
 const MAX_POLL_SPIN_US: u32 = 10_000;

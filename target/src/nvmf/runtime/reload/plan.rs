@@ -30,6 +30,10 @@ pub(super) fn restart_only_changes(old: &Config, new: &Config) -> Vec<String> {
         ("target.poll_mode", a.poll_mode == b.poll_mode),
         ("target.poll_spin_us", a.poll_spin_us == b.poll_spin_us),
         (
+            "target.tcp_place_from",
+            a.tcp_place_from == b.tcp_place_from,
+        ),
+        (
             "target.keep_alive_granularity_ms",
             a.keep_alive_granularity_ms == b.keep_alive_granularity_ms,
         ),

@@ -18,6 +18,7 @@ use rdmablk::nvme::transport::tcp::{
 };
 use rdmablk::nvme::{Cqe, Sgl, SglLimits, Sqe, Status};
 
+use super::receive::Placed;
 use super::socket::{Socket, TxPdu, TX_HEADER_BYTES};
 use super::ADMIN_CAPSULE_DATA;
 use crate::nvmf::commands::data_phase::{check_sgl, Next, SglFit};
@@ -45,6 +46,9 @@ pub struct TcpXport {
     pub damaged: Box<[bool]>,
     /// Per request slot: H2C data bytes received for its R2T, or [`NO_R2T`].
     pub h2c_got: Box<[u32]>,
+    /// The H2CData being read straight into its command's data slot (`receive.rs`); once its
+    /// data is in, its digest (if any) is the next thing on the stream.
+    pub placing: Option<Placed>,
     /// Request slots whose last PDU was written: the core hears of them at the next poll.
     pub sent: Vec<u32>,
     /// Bytes sent unchanged with output waiting: the host stopped reading.
@@ -61,6 +65,7 @@ impl TcpXport {
             free_recv: (0..depth).rev().collect(),
             damaged: vec![false; depth as usize].into_boxed_slice(),
             h2c_got: vec![NO_R2T; depth as usize].into_boxed_slice(),
+            placing: None,
             sent: Vec::with_capacity(depth as usize),
             send_watch: SendWatch::default(),
             epollout: false,

@@ -4,11 +4,19 @@
 //! against the R2T it answers and its data copied into the command's data slot; the host's
 //! TermReq closes the queue. A protocol error is a C2HTermReq naming the field, then close.
 //!
-//! (Reading large H2CData from the socket straight into the data slot, which saves that copy,
-//! was tried and measured: on loopback it halved the IOPS of 128 KiB writes at QD8, because a
-//! receiver that drains the socket as the data comes sleeps between segments and the sender
-//! pays a wake-up per segment; `docs/tcp.md`.)
+//! **Placement** (`target.tcp_place_from` > 0, not under TLS in user space): an H2CData PDU
+//! of at least that much data whose header has come and whose data has not all come is
+//! checked from its header, what came of its data is copied into the command's data slot,
+//! and the rest is read from the socket straight into the slot ([`Placed`]); its data digest
+//! is then checked over the slot. Meanwhile the socket is read into the receive buffer
+//! only [`PLACE_READ`](rdmablk::nvme::transport::tcp::place::PLACE_READ) bytes at a time, so
+//! little of the next PDU's data lands there before its header says where it goes. (Tried
+//! first on 2026-11-28 with workers that slept when idle: a receiver that drains the socket as
+//! the data comes slept between segments and the sender paid a wake-up per segment, halving
+//! 128 KiB writes at QD8; an adaptive worker spins `poll_spin_us` after each read instead;
+//! `docs/tcp.md`.)
 
+use rdmablk::nvme::transport::tcp::place::Placing;
 use rdmablk::nvme::transport::tcp::{
     ack, ch_offset, digest, flags, pdu_type, CommonHeader, DataHeader, Direction, Fes, Negotiated,
     PduLayout, TermError, TermReq, CH_LEN, DATA_HLEN, DIGEST_LEN, TERM_REQ_MAX_DATA,
@@ -28,16 +36,19 @@ use crate::nvmf::Shared;
 /// whole PDU in it; a protocol error ends the queue (C2HTermReq, then close).
 pub fn receive(q: &mut TcpQueue, ctx: &mut Ctx<'_>) {
     let before = q.xport.sock.received_bytes;
-    q.xport.sock.fill();
+    let place_from = if q.xport.sock.can_place() {
+        ctx.shared.fixed.target.tcp_place_from as usize
+    } else {
+        0
+    };
     while !q.is_closing() {
-        let step = next_pdu(q).and_then(|l| match l {
-            Some(l) => on_pdu(q, &l, ctx).map(|()| true),
-            None => Ok(false),
-        });
-        match step {
-            Ok(true) => {}
-            // TLS may hold what did not fit in the buffer (the socket will not say so).
-            Ok(false) if q.xport.sock.tls_backlog() && q.xport.sock.fill() => {}
+        if q.xport.placing.is_some_and(|p| p.data.left() > 0) && !place_more(q) {
+            break; // the socket is drained (or broken) with data still to come
+        }
+        q.xport.sock.fill();
+        match pdus(q, place_from, ctx) {
+            Ok(true) => {}                         // a placement began: read its data
+            Ok(false) if q.xport.sock.capped => {} // a small read stopped short of the end
             Ok(false) => break,
             Err(e) => return fatal(q, e, ctx.shared),
         }
@@ -45,8 +56,112 @@ pub fn receive(q: &mut TcpQueue, ctx: &mut Ctx<'_>) {
     // Bulk data came (a host streaming H2CData, or a PDU begun and not whole): acknowledge it
     // now, or a host with a small send buffer waits for our delayed ACK (`tcp::ack`).
     let got = q.xport.sock.received_bytes - before;
-    if ack::wants_ack(got, !q.xport.sock.received().is_empty()) {
+    let mid_pdu = !q.xport.sock.received().is_empty() || q.xport.placing.is_some();
+    if ack::wants_ack(got, mid_pdu) {
         q.xport.sock.ack_now();
+    }
+}
+
+/// Acts on the whole PDUs in the receive buffer (first the digest of placed data, if it is
+/// due); true if it stopped at an H2CData to place whose data is still to come.
+fn pdus(q: &mut TcpQueue, place_from: usize, ctx: &mut Ctx<'_>) -> Result<bool, TermError> {
+    if !placed_end(q, ctx)? {
+        return Ok(false);
+    }
+    while !q.is_closing() {
+        match next_pdu(q, place_from)? {
+            Some((l, whole)) => {
+                if on_pdu(q, &l, whole, place_from, ctx)? {
+                    return Ok(true);
+                }
+            }
+            // TLS may hold what did not fit in the buffer (the socket will not say so).
+            None if q.xport.sock.tls_backlog() && q.xport.sock.fill() => {}
+            None => break,
+        }
+    }
+    Ok(false)
+}
+
+/// An H2CData PDU whose data is being read straight into its command's data slot.
+#[derive(Clone, Copy, Debug)]
+pub struct Placed {
+    h2c: H2c,
+    pub data: Placing,
+}
+
+/// Reads what the socket has of the placed H2CData's data into its slot; true once all of it
+/// is in.
+fn place_more(q: &mut TcpQueue) -> bool {
+    let Some(mut p) = q.xport.placing else {
+        return true;
+    };
+    debug_assert_eq!(
+        q.reqs[p.h2c.slot as usize].state,
+        ReqState::AwaitingData,
+        "placing into a command not in its data phase"
+    );
+    // SAFETY: the region is the command's data slot (`begin_placing` checked the PDU's data
+    // lies in it); the command waits for this data (AwaitingData), so nothing else reads or
+    // writes the slot until `h2c_end`, and a queue that closes reads its socket no more.
+    let got = unsafe { q.xport.sock.read_into(p.data.rest()) };
+    p.data.got(got);
+    q.xport.placing = Some(p);
+    p.data.left() == 0
+}
+
+/// Begins placing H2CData `p` (laid out as `l`; its header, and some of its data, at the head
+/// of the receive buffer): copies the data that came into the slot and consumes it. True:
+/// the rest is to be read.
+fn begin_placing(q: &mut TcpQueue, l: &PduLayout, p: H2c) -> Result<bool, TermError> {
+    let region = p.data.region();
+    if p.off
+        .checked_add(p.len)
+        .map_or(true, |end| end > region.len)
+    {
+        return Err(outside_slot());
+    }
+    let buf = q.xport.sock.received();
+    let first = &buf[l.pdo..];
+    // SAFETY: `off + len` lies in the command's data slot (checked above), which waits for
+    // this data: nothing else touches it until `h2c_end`; it is arena memory, not `rx`.
+    let data = unsafe { Placing::begin(region.as_ptr().add(p.off), p.len, first, l.ddgst > 0) };
+    let n = buf.len();
+    q.xport.sock.consume(n);
+    q.xport.placing = Some(Placed { h2c: p, data });
+    Ok(true)
+}
+
+/// The placed H2CData, once all its data is in: its data digest (if the connection has
+/// them) checked from the head of the receive buffer, then the command goes on as for any
+/// H2CData (`h2c_end`). True if no placement waits any more.
+fn placed_end(q: &mut TcpQueue, ctx: &mut Ctx<'_>) -> Result<bool, TermError> {
+    let Some(p) = q.xport.placing else {
+        return Ok(true);
+    };
+    if p.data.left() > 0 {
+        return Ok(false);
+    }
+    let data_ok = if p.data.digest {
+        let Some(&trailer) = q.xport.sock.received().first_chunk::<DIGEST_LEN>() else {
+            return Ok(false);
+        };
+        q.xport.sock.consume(DIGEST_LEN);
+        // SAFETY: as in `place_more`; all of the data is in.
+        unsafe { p.data.digest_matches(&trailer) }
+    } else {
+        true
+    };
+    q.xport.placing = None;
+    h2c_end(q, &p.h2c, data_ok, ctx)?;
+    Ok(true)
+}
+
+fn outside_slot() -> TermError {
+    TermError {
+        fes: Fes::DataTransferOutOfRange,
+        fei: 12,
+        what: "H2CData outside the data slot",
     }
 }
 
@@ -64,8 +179,9 @@ fn fatal(q: &mut TcpQueue, e: TermError, shared: &Shared) {
 }
 
 /// The next whole PDU in the receive buffer, checked up to its data's digest: its layout, or
-/// None if it has not all arrived.
-fn next_pdu(q: &mut TcpQueue) -> Result<Option<PduLayout>, TermError> {
+/// None if it has not all arrived. An H2CData of at least `place_from` bytes (0: none) whose
+/// header is in and data is not comes as `(layout, false)`: to place.
+fn next_pdu(q: &mut TcpQueue, place_from: usize) -> Result<Option<(PduLayout, bool)>, TermError> {
     let buf = q.xport.sock.received();
     if buf.len() < CH_LEN {
         return Ok(None);
@@ -80,11 +196,16 @@ fn next_pdu(q: &mut TcpQueue) -> Result<Option<PduLayout>, TermError> {
         _ => MAXH2CDATA,
     };
     let layout = PduLayout::check(&ch, Direction::HostToController, Some(host), max)?;
-    if buf.len() < layout.plen {
+    let whole = buf.len() >= layout.plen;
+    let to_place = place_from > 0
+        && layout.pdu_type == pdu_type::H2C_DATA
+        && layout.data_len >= place_from
+        && (layout.pdo..layout.pdo + layout.data_len).contains(&buf.len());
+    if !whole && !to_place {
         return Ok(None);
     }
     check_header_digest(buf, &layout)?;
-    Ok(Some(layout))
+    Ok(Some((layout, whole)))
 }
 
 /// The header digest of the whole PDU at the head of `buf` (laid out as `layout`), if the
@@ -104,8 +225,20 @@ pub(super) fn check_header_digest(buf: &[u8], layout: &PduLayout) -> Result<(), 
     Ok(())
 }
 
-/// Acts on the whole PDU at the head of the receive buffer, and consumes it.
-fn on_pdu(q: &mut TcpQueue, l: &PduLayout, ctx: &mut Ctx<'_>) -> Result<(), TermError> {
+/// Acts on the PDU at the head of the receive buffer, and consumes it: a whole one, or
+/// (`!whole`) an H2CData to place. True: a placement began (its data is to be read).
+fn on_pdu(
+    q: &mut TcpQueue,
+    l: &PduLayout,
+    whole: bool,
+    place_from: usize,
+    ctx: &mut Ctx<'_>,
+) -> Result<bool, TermError> {
+    if !whole {
+        let p = h2c_accept(q, l)?;
+        q.xport.sock.read_small(true);
+        return begin_placing(q, l, p);
+    }
     let data_ok = {
         let buf = q.xport.sock.received();
         l.ddgst == 0 || {
@@ -154,8 +287,11 @@ fn on_pdu(q: &mut TcpQueue, l: &PduLayout, ctx: &mut Ctx<'_>) -> Result<(), Term
                 q.xport.damaged[recv as usize] = true;
             }
             q.xport.sock.consume(l.plen);
+            if l.data_len > 0 {
+                q.xport.sock.read_small(false); // small writes: read all there is
+            }
             on_capsule(q, recv, len as u32, ctx);
-            Ok(())
+            Ok(false)
         }
         pdu_type::H2C_DATA => {
             let p = h2c_accept(q, l)?;
@@ -163,15 +299,14 @@ fn on_pdu(q: &mut TcpQueue, l: &PduLayout, ctx: &mut Ctx<'_>) -> Result<(), Term
                 let buf = q.xport.sock.received();
                 let data = &buf[l.pdo..l.pdo + l.data_len];
                 if q.write_data(p.data, p.off, data).is_err() {
-                    return Err(TermError {
-                        fes: Fes::DataTransferOutOfRange,
-                        fei: 12,
-                        what: "H2CData outside the data slot",
-                    });
+                    return Err(outside_slot());
                 }
             }
             q.xport.sock.consume(l.plen);
-            h2c_end(q, &p, data_ok, ctx)
+            q.xport
+                .sock
+                .read_small(place_from > 0 && l.data_len >= place_from);
+            h2c_end(q, &p, data_ok, ctx).map(|()| false)
         }
         pdu_type::H2C_TERM_REQ => {
             let buf = q.xport.sock.received();
@@ -180,7 +315,7 @@ fn on_pdu(q: &mut TcpQueue, l: &PduLayout, ctx: &mut Ctx<'_>) -> Result<(), Term
             let len = l.plen;
             q.xport.sock.consume(len);
             begin_close(q, "the host sent a TermReq", ctx.shared);
-            Ok(())
+            Ok(false)
         }
         _ => Err(TermError {
             fes: Fes::InvalidHeaderField,
@@ -243,6 +378,7 @@ fn h2c_accept(q: &TcpQueue, l: &PduLayout) -> Result<H2c, TermError> {
 }
 
 /// An H2CData PDU checked against its R2T: whose data it is and where it goes.
+#[derive(Clone, Copy, Debug)]
 struct H2c {
     /// The request slot of the command (its R2T's transfer tag).
     slot: u32,

@@ -10,6 +10,7 @@ use std::os::fd::AsRawFd;
 
 use rdmablk::nvme::tls::ktls::{self, Established};
 use rdmablk::nvme::transport::tcp::ack;
+use rdmablk::nvme::transport::tcp::place::PLACE_READ;
 use rdmablk::nvme::transport::tcp::send::send_iovecs;
 
 mod tls;
@@ -52,6 +53,11 @@ pub struct Socket {
     /// `rx[start..end]` is received and not consumed.
     start: usize,
     end: usize,
+    /// The most one [`Socket::fill`] reads: all of `rx`, or [`PLACE_READ`] while large
+    /// H2CData comes to be placed (`receive.rs`).
+    read_max: usize,
+    /// The last [`Socket::fill`] stopped at `read_max` with the socket not drained.
+    pub capped: bool,
     tx: VecDeque<TxPdu>,
     /// Bytes of `tx.front()` already written.
     tx_off: usize,
@@ -79,6 +85,8 @@ impl Socket {
             rx: vec![0u8; RX_BYTES].into_boxed_slice(),
             start: 0,
             end: 0,
+            read_max: RX_BYTES,
+            capped: false,
             tx: VecDeque::with_capacity(tx_capacity),
             tx_off: 0,
             sent_bytes: 0,
@@ -97,22 +105,24 @@ impl Socket {
             self.end -= self.start;
             self.start = 0;
         }
+        self.capped = false;
         if self.tls_user() {
             return self.fill_tls();
         }
         let mut any = false;
-        while self.end < self.rx.len() {
+        let limit = self.rx.len().min(self.end + self.read_max);
+        while self.end < limit {
             // SAFETY: the destination is the free tail of our own buffer.
             let n = unsafe {
                 libc::recv(
                     self.stream.as_raw_fd(),
                     self.rx[self.end..].as_mut_ptr().cast(),
-                    self.rx.len() - self.end,
+                    limit - self.end,
                     libc::MSG_DONTWAIT,
                 )
             };
             if n > 0 {
-                let asked = self.rx.len() - self.end;
+                let asked = limit - self.end;
                 self.end += n as usize;
                 self.received_bytes += n as u64;
                 any = true;
@@ -122,38 +132,94 @@ impl Socket {
                     // the group again.
                     break;
                 }
+                self.capped = self.end == limit && limit < self.rx.len();
                 continue;
             }
-            if n == 0 {
-                self.broken
-                    .get_or_insert_with(|| "the host closed the connection".into());
+            if !self.recv_failed(n) {
                 break;
-            }
-            let e = io::Error::last_os_error();
-            match e.kind() {
-                io::ErrorKind::WouldBlock => break,
-                io::ErrorKind::Interrupted => continue,
-                _ => {
-                    // Under kTLS, a record that is not data (an alert, a KeyUpdate) or one
-                    // that does not decrypt: named, and the connection ends. A ticket too:
-                    // only servers send them.
-                    let why = match self
-                        .tls
-                        .as_ref()
-                        .and_then(|_| ktls::receive_error(&self.stream, &e))
-                    {
-                        Some(ktls::ReceiveError::Ends(why)) => why,
-                        Some(ktls::ReceiveError::Ticket) => {
-                            "the host sent a NewSessionTicket (only a server sends them)".into()
-                        }
-                        None => format!("receive: {e}"),
-                    };
-                    self.broken.get_or_insert(why);
-                    break;
-                }
             }
         }
         any
+    }
+
+    /// A `recv` that returned `n` <= 0: whether to call it again (interrupted). End of file
+    /// or an error marks the socket broken.
+    fn recv_failed(&mut self, n: isize) -> bool {
+        if n == 0 {
+            self.broken
+                .get_or_insert_with(|| "the host closed the connection".into());
+            return false;
+        }
+        let e = io::Error::last_os_error();
+        match e.kind() {
+            io::ErrorKind::WouldBlock => false,
+            io::ErrorKind::Interrupted => true,
+            _ => {
+                // Under kTLS, a record that is not data (an alert, a KeyUpdate) or one that
+                // does not decrypt: named, and the connection ends. A ticket too: only
+                // servers send them.
+                let why = match self
+                    .tls
+                    .as_ref()
+                    .and_then(|_| ktls::receive_error(&self.stream, &e))
+                {
+                    Some(ktls::ReceiveError::Ends(why)) => why,
+                    Some(ktls::ReceiveError::Ticket) => {
+                        "the host sent a NewSessionTicket (only a server sends them)".into()
+                    }
+                    None => format!("receive: {e}"),
+                };
+                self.broken.get_or_insert(why);
+                false
+            }
+        }
+    }
+
+    /// Reads what the socket has straight into `dst`, up to all of it (placed H2CData:
+    /// `receive.rs`); bytes read. Fewer than asked: the socket is drained, or broken.
+    /// Never under TLS in user space ([`Socket::can_place`]); under kTLS the kernel
+    /// decrypts into `dst`.
+    ///
+    /// # Safety
+    /// `dst.0..dst.0 + dst.1` is writable memory nothing else touches during the call.
+    pub unsafe fn read_into(&mut self, dst: (*mut u8, usize)) -> usize {
+        debug_assert!(self.can_place(), "placed read under TLS in user space");
+        let (at, len) = dst;
+        let mut got = 0;
+        while got < len && self.broken.is_none() {
+            let asked = len - got;
+            // SAFETY: within `dst` (the caller's promise).
+            let n = unsafe {
+                libc::recv(
+                    self.stream.as_raw_fd(),
+                    at.add(got).cast(),
+                    asked,
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if n > 0 {
+                got += n as usize;
+                self.received_bytes += n as u64;
+                if (n as usize) < asked {
+                    break; // drained (a short read), as in `fill`
+                }
+            } else if !self.recv_failed(n) {
+                break;
+            }
+        }
+        got
+    }
+
+    /// Whether received data may be read straight to where it goes ([`Socket::read_into`]):
+    /// not under TLS in user space, where OpenSSL decrypts into the receive buffer.
+    pub fn can_place(&self) -> bool {
+        !self.tls_user()
+    }
+
+    /// Reads at most [`PLACE_READ`] bytes a [`Socket::fill`] (`true`: large H2CData comes to
+    /// be placed, its headers are read in small bites) or as much as fits (`false`).
+    pub fn read_small(&mut self, small: bool) {
+        self.read_max = if small { PLACE_READ } else { RX_BYTES };
     }
 
     /// Acknowledges what the socket received now (`rdmablk::nvme::transport::tcp::ack`).
