@@ -38,7 +38,8 @@ pub const HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:5a5a5a5a-5a5a-5a5a-5a
 
 /// A target for the harness: 64 KiB of ram namespace in 512-byte blocks; a data pool of 16
 /// pages (64 KiB), so that commands wait for buffers too; I/O of 32 KiB at most, 4 KiB of it
-/// in the capsule.
+/// in the capsule; H2CData of 8 KiB or more placed when its data comes in pieces
+/// (`receive.rs`), smaller PDUs copied.
 pub const CONFIG: &str = r#"
 [[listener]]
 transport = "tcp"
@@ -48,6 +49,7 @@ port = 4420
 [target]
 worker_threads = 1
 io_statistics = false
+tcp_place_from = 8192
 
 [control]
 socket = ""
