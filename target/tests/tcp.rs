@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::io::Read;
 use std::net::SocketAddr;
 
 use common::tcp_target::{start, start_with_arena, start_with_limits, wait_held};
@@ -13,7 +12,7 @@ use common::tcp_wire::{rw_cmd, TcpWire};
 use common::{pattern, BLOCK, HOSTNQN, ICD, MAX_IO, OTHER_HOSTNQN};
 use rdmablk::nvme::identify::{cns, sgls, IdentifyController, IDENTIFY_LEN};
 use rdmablk::nvme::transport::tcp::{
-    encode_capsule_cmd, pdu_type, Fes, IcReq, R2t, TermReq, CAPSULE_CMD_HLEN, CH_LEN, DATA_HLEN,
+    encode_capsule_cmd, pdu_type, Fes, IcReq, R2t, CAPSULE_CMD_HLEN, CH_LEN, DATA_HLEN,
 };
 use rdmablk::nvme::{Cqe, InCapsuleSgl, Sgl, Sqe, Status, TransportSgl, CQE_LEN};
 use rdmablk_target::Target;

@@ -41,11 +41,19 @@ pub fn receive(q: &mut TcpQueue, ctx: &mut Ctx<'_>) {
     } else {
         0
     };
+    let mut read = true;
     while !q.is_closing() {
-        if q.xport.placing.is_some_and(|p| p.data.left() > 0) && !place_more(q) {
-            break; // the socket is drained (or broken) with data still to come
+        if q.xport.placing.is_some_and(|p| p.data.left() > 0) {
+            if !read || !place_more(q) {
+                break; // the socket is drained (or broken) with data still to come
+            }
+            // The placed read brought what followed into the buffer too.
+            read = !q.xport.sock.drained;
         }
-        q.xport.sock.fill();
+        if read {
+            q.xport.sock.fill();
+            read = !q.xport.sock.drained;
+        }
         match pdus(q, place_from, ctx) {
             Ok(true) => {}                         // a placement began: read its data
             Ok(false) if q.xport.sock.capped => {} // a small read stopped short of the end

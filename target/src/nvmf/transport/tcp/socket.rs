@@ -58,6 +58,10 @@ pub struct Socket {
     read_max: usize,
     /// The last [`Socket::fill`] stopped at `read_max` with the socket not drained.
     pub capped: bool,
+    /// The last read ([`Socket::fill`] or [`Socket::read_into`]) found the socket drained
+    /// (a short read, nothing, or an error): another before epoll says so again would most
+    /// likely find nothing.
+    pub drained: bool,
     tx: VecDeque<TxPdu>,
     /// Bytes of `tx.front()` already written.
     tx_off: usize,
@@ -87,6 +91,7 @@ impl Socket {
             end: 0,
             read_max: RX_BYTES,
             capped: false,
+            drained: false,
             tx: VecDeque::with_capacity(tx_capacity),
             tx_off: 0,
             sent_bytes: 0,
@@ -100,12 +105,9 @@ impl Socket {
 
     /// Reads what the socket has, as far as the buffer has room. True if anything came.
     pub fn fill(&mut self) -> bool {
-        if self.start > 0 && (self.end == self.rx.len() || self.start == self.end) {
-            self.rx.copy_within(self.start..self.end, 0);
-            self.end -= self.start;
-            self.start = 0;
-        }
+        self.compact();
         self.capped = false;
+        self.drained = false;
         if self.tls_user() {
             return self.fill_tls();
         }
@@ -130,16 +132,28 @@ impl Socket {
                     // The socket is drained (a short read): no second call just to hear
                     // EAGAIN; the epoll set is level-triggered, so whatever comes next wakes
                     // the group again.
+                    self.drained = true;
                     break;
                 }
                 self.capped = self.end == limit && limit < self.rx.len();
                 continue;
             }
             if !self.recv_failed(n) {
+                self.drained = true;
                 break;
             }
         }
         any
+    }
+
+    /// Moves what is not consumed to the front of the buffer when the buffer's end is reached
+    /// or nothing is left.
+    fn compact(&mut self) {
+        if self.start > 0 && (self.end == self.rx.len() || self.start == self.end) {
+            self.rx.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
     }
 
     /// A `recv` that returned `n` <= 0: whether to call it again (interrupted). End of file
@@ -175,35 +189,57 @@ impl Socket {
         }
     }
 
-    /// Reads what the socket has straight into `dst`, up to all of it (placed H2CData:
-    /// `receive.rs`); bytes read. Fewer than asked: the socket is drained, or broken.
-    /// Never under TLS in user space ([`Socket::can_place`]); under kTLS the kernel
-    /// decrypts into `dst`.
+    /// Reads what the socket has straight into `dst`, up to all of it, and in the same
+    /// `recvmsg` what follows into the receive buffer (as [`Socket::fill`] would: up to its
+    /// read size, so the next PDU's header comes with the end of this data); the bytes that
+    /// went into `dst` (placed H2CData: `receive.rs`). Fewer than asked: the socket is
+    /// drained ([`Socket::drained`]), or broken. Never under TLS in user space
+    /// ([`Socket::can_place`]); under kTLS the kernel decrypts into `dst`.
     ///
     /// # Safety
-    /// `dst.0..dst.0 + dst.1` is writable memory nothing else touches during the call.
+    /// `dst.0..dst.0 + dst.1` is writable memory nothing else touches during the call, not
+    /// in the receive buffer.
     pub unsafe fn read_into(&mut self, dst: (*mut u8, usize)) -> usize {
         debug_assert!(self.can_place(), "placed read under TLS in user space");
+        self.compact();
+        self.capped = false;
+        self.drained = false;
         let (at, len) = dst;
         let mut got = 0;
         while got < len && self.broken.is_none() {
-            let asked = len - got;
-            // SAFETY: within `dst` (the caller's promise).
+            let tail = self.rx.len().min(self.end + self.read_max) - self.end;
+            let mut iov = [
+                libc::iovec {
+                    // SAFETY: within `dst` (the caller's promise).
+                    iov_base: unsafe { at.add(got) }.cast(),
+                    iov_len: len - got,
+                },
+                libc::iovec {
+                    iov_base: self.rx[self.end..].as_mut_ptr().cast(),
+                    iov_len: tail,
+                },
+            ];
+            let asked = len - got + tail;
+            // SAFETY: a zeroed msghdr is valid; its iovecs name the rest of `dst` and the free
+            // tail of our own buffer.
             let n = unsafe {
-                libc::recv(
-                    self.stream.as_raw_fd(),
-                    at.add(got).cast(),
-                    asked,
-                    libc::MSG_DONTWAIT,
-                )
+                let mut msg: libc::msghdr = std::mem::zeroed();
+                msg.msg_iov = iov.as_mut_ptr();
+                msg.msg_iovlen = if tail > 0 { 2 } else { 1 };
+                libc::recvmsg(self.stream.as_raw_fd(), &mut msg, libc::MSG_DONTWAIT)
             };
             if n > 0 {
-                got += n as usize;
+                let n = n as usize;
                 self.received_bytes += n as u64;
-                if (n as usize) < asked {
-                    break; // drained (a short read), as in `fill`
+                let placed = n.min(len - got);
+                got += placed;
+                self.end += n - placed;
+                if n < asked {
+                    self.drained = true; // a short read, as in `fill`
+                    break;
                 }
             } else if !self.recv_failed(n) {
+                self.drained = true;
                 break;
             }
         }
