@@ -32,8 +32,9 @@ use crate::nvmf::request::ReqState;
 use crate::nvmf::request_flow::{execute, on_capsule, Ctx};
 use crate::nvmf::Shared;
 
-/// Reads what queue `q`'s socket has (as much as the receive buffer takes) and acts on every
-/// whole PDU in it; a protocol error ends the queue (C2HTermReq, then close).
+/// Reads what queue `q`'s socket has (as much as the receive buffer takes, and placed data
+/// straight into its slot) and acts on every whole PDU in it; a protocol error ends the queue
+/// (C2HTermReq, then close).
 pub fn receive(q: &mut TcpQueue, ctx: &mut Ctx<'_>) {
     let before = q.xport.sock.received_bytes;
     let place_from = if q.xport.sock.can_place() {
