@@ -62,7 +62,8 @@ pub struct TargetConfig {
     /// NVMe/TCP: H2CData of at least this many bytes whose data has not all arrived with its
     /// header is read from the socket straight into the command's data slot ("placed"),
     /// instead of into the connection's receive buffer and then copied; 0 never places.
-    /// Not under TLS in user space (OpenSSL decrypts into the receive buffer).
+    /// Default 16 KiB (measured: `docs/benchmarks.md`). Not under TLS in user space (OpenSSL
+    /// decrypts into the receive buffer).
     pub tcp_place_from: u32,
 }
 
@@ -81,7 +82,7 @@ impl Default for TargetConfig {
             io_statistics: true,
             state_dir: None,
             tls_record_layer: TlsRecordLayer::Auto,
-            tcp_place_from: 0,
+            tcp_place_from: 16 * 1024,
         }
     }
 }

@@ -4,9 +4,10 @@
 //! against the R2T it answers and its data copied into the command's data slot; the host's
 //! TermReq closes the queue. A protocol error is a C2HTermReq naming the field, then close.
 //!
-//! **Placement** (`target.tcp_place_from` > 0, not under TLS in user space): an H2CData PDU
-//! of at least that much data whose header has come and whose data has not all come is
-//! checked from its header, what came of its data is copied into the command's data slot,
+//! **Placement** (`target.tcp_place_from` > 0, 16 KiB by default; not under TLS in user
+//! space): an H2CData PDU of at least that much data whose header has come
+//! and whose data has not all come is checked from its header, what came of its data is
+//! copied into the command's data slot,
 //! and the rest is read from the socket straight into the slot ([`Placed`]); its data digest
 //! is then checked over the slot. Meanwhile the socket is read into the receive buffer
 //! only [`PLACE_READ`](rdmablk::nvme::transport::tcp::place::PLACE_READ) bytes at a time, so
