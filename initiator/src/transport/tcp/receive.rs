@@ -64,7 +64,7 @@ impl TcpLink {
     pub(super) fn receive(&mut self, events: &mut Vec<Event>) -> std::result::Result<(), String> {
         let before = self.rx_bytes;
         let r = self.receive_pdus(events);
-        let mid_pdu = self.rx_start < self.rx_end || self.placing.is_some();
+        let mid_pdu = !self.held && (self.rx_start < self.rx_end || self.placing.is_some());
         if self.broken.is_none() && ack::wants_ack(self.rx_bytes - before, mid_pdu) {
             self.stream.ack_now();
         }
@@ -72,6 +72,14 @@ impl TcpLink {
     }
 
     fn receive_pdus(&mut self, events: &mut Vec<Event>) -> std::result::Result<(), String> {
+        // What the last poll left for this one first: no read before it (nor a move of it
+        // within `rx`).
+        if std::mem::take(&mut self.held) && self.broken.is_none() {
+            self.parse(events)?;
+            if self.held {
+                return Ok(());
+            }
+        }
         loop {
             if self.broken.is_some() {
                 return Ok(()); // nothing more goes into a command's buffer
@@ -80,7 +88,8 @@ impl TcpLink {
                 return Ok(()); // the socket is drained (or broken)
             }
             let drained = self.fill();
-            if !self.parse(events)? && drained {
+            let placing = self.parse(events)?;
+            if self.held || (!placing && drained) {
                 return Ok(());
             }
         }
@@ -177,13 +186,18 @@ impl TcpLink {
         Ok(true)
     }
 
-    /// Handles the whole PDUs received; true if it stopped at a C2HData to place (read
-    /// more into its buffer, then parse again); Err: a protocol error (the queue fails).
+    /// Handles the whole PDUs received, until `events` holds `events_max` (then `held`);
+    /// true if it stopped at a C2HData to place (read more into its buffer, then parse
+    /// again); Err: a protocol error (the queue fails).
     fn parse(&mut self, events: &mut Vec<Event>) -> std::result::Result<bool, String> {
         if !self.placed_digest(events)? {
             return Ok(false);
         }
         loop {
+            if events.len() >= self.events_max && self.rx_start < self.rx_end {
+                self.held = true;
+                return Ok(false);
+            }
             let rx = &self.rx[self.rx_start..self.rx_end];
             let (pdu, len) = match self.rx_check.next(rx).map_err(|e| e.to_string())? {
                 Next::NeedMore { pdu_len } => {
@@ -234,5 +248,119 @@ impl TcpLink {
                 HostPdu::R2t(r) => self.send_h2c(r, self.buf_addr[usize::from(r.cccid)]),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::net::{SocketAddr, TcpListener};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use rdmablk::nvme::transport::tcp::{
+        encode_capsule_resp, CommonHeader, IcResp, CAPSULE_RESP_HLEN, CH_LEN, IC_LEN,
+    };
+    use rdmablk::nvme::{Cqe, Sqe, Status};
+
+    use super::super::{responses_per_poll, TcpLink};
+    use crate::stats::Stats;
+    use crate::transport::{Dir, Event, QueueParams, QueueTransport};
+
+    const ENTRIES: u16 = 32;
+
+    /// A target that answers the ICReq, reads `ENTRIES` commands and answers them all in one
+    /// write.
+    fn answer_all_at_once(l: TcpListener) {
+        let (mut s, _) = l.accept().expect("the host connects");
+        let mut icreq = [0u8; IC_LEN];
+        s.read_exact(&mut icreq).expect("ICReq");
+        let resp = IcResp {
+            pfv: 0,
+            cpda: 0,
+            hdgst: false,
+            ddgst: false,
+            maxh2cdata: 128 * 1024,
+        };
+        s.write_all(&resp.encode()).unwrap();
+        let mut out = Vec::new();
+        for _ in 0..ENTRIES {
+            let mut ch = [0u8; CH_LEN];
+            s.read_exact(&mut ch).expect("a capsule");
+            let mut rest = vec![0u8; CommonHeader::decode(&ch).plen as usize - CH_LEN];
+            s.read_exact(&mut rest).expect("the rest of the capsule");
+            let cid = u16::from_le_bytes([rest[2], rest[3]]); // CDW0 bytes 2-3
+            let mut b = [0u8; CAPSULE_RESP_HLEN];
+            encode_capsule_resp(&Cqe::error(cid, 1, 1, Status::SUCCESS), false, &mut b);
+            out.extend_from_slice(&b);
+        }
+        s.write_all(&out).unwrap();
+        let _ = s.read(&mut [0u8; 1]); // until the host hangs up
+    }
+
+    fn responses(events: &[Event]) -> usize {
+        events
+            .iter()
+            .filter(|e| matches!(e, Event::Response(_)))
+            .count()
+    }
+
+    #[test]
+    fn a_poll_hands_back_half_the_queue_and_keeps_the_rest_for_the_next() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr: SocketAddr = l.local_addr().unwrap();
+        let target = std::thread::spawn(move || answer_all_at_once(l));
+        let p = QueueParams {
+            addr,
+            qid: 1,
+            entries: ENTRIES,
+            in_capsule_bytes: 0,
+            max_transfer_bytes: 4096,
+            connect_timeout: Duration::from_secs(10),
+        };
+        let mut link =
+            TcpLink::connect(&p, false, false, None, Arc::new(Stats::default())).expect("connects");
+        for cid in 0..ENTRIES {
+            let sqe = Sqe {
+                cid,
+                nsid: 1,
+                ..Sqe::default()
+            };
+            link.send(sqe, Dir::None).expect("queued");
+        }
+        let limit = responses_per_poll(usize::from(ENTRIES));
+        assert_eq!(limit, 16);
+        let mut events = Vec::new();
+        let mut polls = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut got = 0;
+        while got < usize::from(ENTRIES) {
+            assert!(
+                Instant::now() < deadline,
+                "{got} responses, polls {polls:?}"
+            );
+            events.clear();
+            link.poll(&mut events).expect("the link works");
+            let n = responses(&events);
+            if n == 0 {
+                link.wait(Duration::from_millis(100), false);
+                continue;
+            }
+            polls.push(n);
+            got += n;
+            if got < usize::from(ENTRIES) {
+                // The rest is in hand: waiting for more must not sleep (30 s is a hang).
+                let t = Instant::now();
+                link.wait(Duration::from_secs(30), false);
+                assert!(
+                    t.elapsed() < Duration::from_secs(10),
+                    "wait slept on held responses"
+                );
+            }
+        }
+        // All 32 came in one segment, so each poll that saw them gave back exactly its limit.
+        assert_eq!(polls, vec![limit; usize::from(ENTRIES) / limit]);
+        link.disconnect();
+        target.join().unwrap();
     }
 }
