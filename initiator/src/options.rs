@@ -12,6 +12,13 @@ use rdmablk::nvme::Nqn;
 use crate::error::{Error, Result};
 use crate::transport::tcp_tls::TlsKey;
 
+/// [`ConnectOptions::poll_spin_us`] by default: long enough for the next 128 KiB of a
+/// transfer or the answer to a write's data on a real CPU (100 us lost 0.94x of 128K
+/// writes' IOPS to wake-ups, 200 us none; `docs/benchmarks.md`, 2026-12-07).
+pub const DEFAULT_POLL_SPIN_US: u32 = 200;
+/// The most [`ConnectOptions::poll_spin_us`] takes.
+pub const MAX_POLL_SPIN_US: u32 = 1_000_000;
+
 /// Options of a controller connection. `Default` is what a Linux host would use, with push
 /// writes asked for (standard targets ignore the request).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,6 +37,11 @@ pub struct ConnectOptions {
     /// A command without a response after this long fails its queue (and triggers a
     /// reconnect). Default 30 s.
     pub io_timeout_ms: u32,
+    /// An I/O queue waiting for completions polls this long after its last progress (a
+    /// completion, or data moving) before it sleeps: spinning catches what is on its way
+    /// without a wake-up, at the price of CPU while I/O is in flight. Default 200 us; 0:
+    /// only a few dozen polls (~30 us on a real CPU).
+    pub poll_spin_us: u32,
     /// Timeout of each connect step (address resolution, CM connect, controller ready).
     pub connect_timeout_ms: u32,
     /// Ask the target for push writes (rdmablk extension). Default true.
@@ -95,6 +107,7 @@ impl Default for ConnectOptions {
             queue_size: 128,
             kato_ms: 5_000,
             io_timeout_ms: 30_000,
+            poll_spin_us: DEFAULT_POLL_SPIN_US,
             connect_timeout_ms: 5_000,
             push_writes: true,
             max_io_bytes: 128 << 10,
@@ -120,6 +133,10 @@ impl Default for ConnectOptions {
 impl ConnectOptions {
     pub fn io_timeout(&self) -> Duration {
         Duration::from_millis(u64::from(self.io_timeout_ms))
+    }
+
+    pub fn poll_spin(&self) -> Duration {
+        Duration::from_micros(u64::from(self.poll_spin_us))
     }
 
     pub fn connect_timeout(&self) -> Duration {
@@ -174,6 +191,16 @@ impl ConnectOptions {
         if self.io_timeout_ms < 10 || self.connect_timeout_ms < 10 {
             return bad("io_timeout_ms", "timeouts below 10 ms".into());
         }
+        if self.poll_spin_us > MAX_POLL_SPIN_US {
+            return bad(
+                "poll_spin_us",
+                format!(
+                    "{} is above {MAX_POLL_SPIN_US} (1 s): a queue would poll that long before \
+                     it sleeps",
+                    self.poll_spin_us
+                ),
+            );
+        }
         Ok(())
     }
 
@@ -207,6 +234,7 @@ impl ConnectOptions {
             "queue_size" => self.queue_size = num("queue_size", value)?,
             "kato_ms" => self.kato_ms = num("kato_ms", value)?,
             "io_timeout_ms" => self.io_timeout_ms = num("io_timeout_ms", value)?,
+            "poll_spin_us" => self.poll_spin_us = num("poll_spin_us", value)?,
             "connect_timeout_ms" => self.connect_timeout_ms = num("connect_timeout_ms", value)?,
             "push" | "push_writes" => self.push_writes = flag("push_writes", value)?,
             "max_io_bytes" => self.max_io_bytes = num("max_io_bytes", value)?,
@@ -342,6 +370,21 @@ mod tests {
         o.io_queues = 1;
         o.buffer_pool_bytes = 4096;
         assert!(o.validate().is_err());
+    }
+
+    #[test]
+    fn poll_spin_us_is_set_by_name_and_checked() {
+        let mut o = ConnectOptions::default();
+        assert_eq!(o.poll_spin(), Duration::from_micros(200));
+        o.set("poll_spin_us", "0").unwrap();
+        assert_eq!(o.poll_spin(), Duration::ZERO);
+        o.validate().unwrap();
+        o.set("poll_spin_us", "1000000").unwrap();
+        o.validate().unwrap();
+        o.set("poll_spin_us", "1000001").unwrap();
+        let e = o.validate().unwrap_err().to_string();
+        assert!(e.contains("poll_spin_us"), "{e}");
+        assert!(o.set("poll_spin_us", "-1").is_err());
     }
 
     #[test]

@@ -79,6 +79,8 @@ pub(crate) struct Queue {
     /// Posted requests that are large reads.
     large_posted: usize,
     cmd_timeout: Duration,
+    /// How long [`Queue::wait`] polls after the last progress before it sleeps.
+    poll_spin: Duration,
     failed: Option<String>,
     next_housekeeping: Instant,
     /// What the transport reported in a poll (capacity kept).
@@ -135,6 +137,7 @@ impl Queue {
             posted: 0,
             large_posted: 0,
             cmd_timeout,
+            poll_spin: Duration::from_micros(u64::from(crate::options::DEFAULT_POLL_SPIN_US)),
             failed: None,
             next_housekeeping: Instant::now(),
             events: Vec::with_capacity(2 * n + 8),
@@ -169,6 +172,12 @@ impl Queue {
     /// `io_timeout_ms` once its Connect is done; its Connect had `connect_timeout_ms`).
     pub fn set_cmd_timeout(&mut self, timeout: Duration) {
         self.cmd_timeout = timeout;
+    }
+
+    /// How long [`Queue::wait`] polls after the last progress before it sleeps (the
+    /// `poll_spin_us` option; 0: only its 64 polls).
+    pub fn set_poll_spin(&mut self, spin: Duration) {
+        self.poll_spin = spin;
     }
 
     /// Makes the queue fail at its next housekeeping once `abort` is set.
@@ -400,24 +409,35 @@ impl Queue {
     }
 
     /// Waits until at least one request finishes, the queue fails, or `timeout` passes.
+    ///
+    /// It polls, without sleeping, for at least 64 polls and [`Queue::set_poll_spin`] since
+    /// the last progress (the wait's start, or a poll that moved data without finishing
+    /// anything: a large transfer under way), then sleeps on the transport. The 64 polls,
+    /// each with its clock read, last long enough on an emulated CPU (where a wake-up costs
+    /// far more) to catch a response on its way: cheaper spins were tried, and a QD1 reader
+    /// over rxe in the TCG VM then slept for most responses (0.6x the IOPS). The time is for
+    /// real CPUs, where 64 polls pass in ~30 us: a host that slept after them lost 0.8x of
+    /// its 128K IOPS to wake-ups (2026-12-07, `docs/benchmarks.md`).
     pub fn wait(&mut self, out: &mut Vec<Done>, timeout: Duration) -> usize {
-        let deadline = Instant::now() + timeout;
+        let mut now = Instant::now();
+        let deadline = now + timeout;
+        let mut spin_until = now + self.poll_spin;
         let mut spins = 0;
         loop {
             let n = self.poll(out);
             if n > 0 || self.posted == 0 {
                 return n;
             }
-            // The 64 spins, each with its clock reads, last long enough (a few microseconds
-            // here, far longer on an emulated CPU, where a wake-up costs as much more) to
-            // catch a response on its way without sleeping. Cheaper spins were tried: a QD1
-            // reader over rxe in the TCG VM then slept for most responses (0.6x the IOPS).
-            let now = Instant::now();
+            now = Instant::now();
             if now >= deadline {
                 return 0;
             }
+            if self.link.moved() {
+                spins = 0;
+                spin_until = now + self.poll_spin;
+            }
             spins += 1;
-            if spins < 64 {
+            if spins < 64 || now < spin_until {
                 std::hint::spin_loop();
                 continue;
             }
@@ -428,6 +448,11 @@ impl Queue {
             let n = self.poll(out);
             if n > 0 {
                 return n;
+            }
+            if self.link.moved() {
+                spins = 0;
+                spin_until = now + self.poll_spin;
+                continue;
             }
             let slice = (deadline - now).min(HOUSEKEEPING);
             self.link.wait(slice, self.large_posted > 0);

@@ -140,6 +140,7 @@ impl Setup<'_> {
             self.fabrics_connect(&mut q, qid, queue_size - 1, cntlid, 0)?;
             q.set_in_capsule_bytes(in_capsule_bytes);
             q.set_cmd_timeout(o.io_timeout());
+            q.set_poll_spin(o.poll_spin());
             io.push(q);
         }
         let ana = if id.cmic & cmic::ANA != 0 {

@@ -253,6 +253,13 @@ pub(crate) trait QueueTransport: Send {
     /// the transport failed (the events before it stand).
     fn poll(&mut self, events: &mut Vec<Event>) -> Result<(), String>;
 
+    /// Whether the last poll moved data (read or wrote bytes) even though nothing may have
+    /// completed: a transfer under way, which [`crate::queue::Queue::wait`] spins for rather
+    /// than sleeping.
+    fn moved(&self) -> bool {
+        false
+    }
+
     /// Every few milliseconds while the queue is used: the connection's own events (the
     /// target disconnected). Err(why): it failed.
     fn check(&mut self) -> Result<(), String>;

@@ -84,6 +84,8 @@ pub(crate) struct TcpLink {
     /// The last poll stopped at its limit with PDUs left in `rx`: the next one parses them
     /// before it reads the socket, and `wait` does not sleep.
     held: bool,
+    /// The last poll read or wrote bytes (whether or not anything completed).
+    moved: bool,
 }
 
 /// The most responses one poll of a queue of `entries` hands back: half the queue (at least
@@ -240,6 +242,7 @@ impl TcpLink {
             responses_per_poll: responses_per_poll(n),
             events_max: usize::MAX,
             held: false,
+            moved: false,
         })
     }
 
@@ -374,6 +377,7 @@ impl QueueTransport for TcpLink {
     }
 
     fn poll(&mut self, events: &mut Vec<Event>) -> std::result::Result<(), String> {
+        let moved_before = self.rx_bytes + self.tx.sent_bytes;
         self.flush();
         for cid in self.sent.drain(..) {
             events.push(Event::Sent(cid));
@@ -391,10 +395,15 @@ impl QueueTransport for TcpLink {
             }
         }
         self.flush();
+        self.moved = self.rx_bytes + self.tx.sent_bytes != moved_before;
         match &self.broken {
             Some(why) => Err(why.clone()),
             None => Ok(()),
         }
+    }
+
+    fn moved(&self) -> bool {
+        self.moved
     }
 
     fn check(&mut self) -> std::result::Result<(), String> {

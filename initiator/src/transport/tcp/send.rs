@@ -58,6 +58,8 @@ pub struct SendQueue {
     borrowed: Vec<u32>,
     /// TLS in user space: the plaintext being handed to OpenSSL.
     plain: Vec<u8>,
+    /// Bytes the socket took so far.
+    pub sent_bytes: u64,
 }
 
 impl SendQueue {
@@ -69,6 +71,7 @@ impl SendQueue {
             front_off: 0,
             borrowed: vec![0; entries],
             plain: Vec::new(),
+            sent_bytes: 0,
         }
     }
 
@@ -160,7 +163,10 @@ impl SendQueue {
             };
             match wrote {
                 Ok(0) => return Err(ErrorKind::WriteZero.into()),
-                Ok(n) => self.consume(n),
+                Ok(n) => {
+                    self.sent_bytes += n as u64;
+                    self.consume(n)
+                }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
