@@ -28,7 +28,7 @@ fn start() -> (Target, SocketAddr) {
     start_with(&format!("tcp_place_from = {PLACE_FROM}"), 32)
 }
 
-/// What the target has placed so far, summed over its workers, as a scrape reads it.
+/// NVMe/TCP H2CData placed by the target (or a difference of two readings).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Placed {
     /// H2CData bytes read from the socket straight into data buffers.
@@ -47,6 +47,8 @@ impl std::ops::Sub for Placed {
     }
 }
 
+/// What target `t` has placed so far, summed over its workers, as a scrape reads it
+/// (`metrics::render`: the text `GET /metrics` serves).
 fn placed(t: &Target) -> Placed {
     let text = rdmablk_target::metrics::render(&t.handle());
     let sum = |family: &str| -> u64 {
