@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
@@ -14,7 +15,7 @@ use prometheus_client::registry::Registry;
 use rdmablk::nvme::{CommandKind, Status};
 
 use super::counters::{BUCKETS_US, NB, OP_NAMES};
-use super::{namespace_io, pool_by_host, HostPool, PoolCounters};
+use super::{namespace_io, pool_by_host, HostPool, PlacedCounters, PoolCounters, WorkerCounters};
 use crate::nvmf::transport::{CompletionQueues, ReceiveBuffers};
 use crate::nvmf::TargetHandle;
 
@@ -291,42 +292,49 @@ impl Collector for TargetCollector {
             "Completion-queue entries a worker's RDMA queues have reserved, over its CQs",
             &cq_gauge(|c| c.reserved as i64),
         )?;
-        let per_worker = |f: fn(&PoolCounters) -> &AtomicU64| -> Vec<(Labels, i64)> {
-            workers
-                .iter()
-                .enumerate()
-                .map(|(i, w)| {
-                    let v = f(&w.pool).load(Ordering::Relaxed) as i64;
-                    (vec![("worker", i.to_string())], v)
-                })
-                .collect()
+        let pool = |f: fn(&PoolCounters) -> &AtomicU64| -> Vec<(Labels, i64)> {
+            per_worker(workers, |w| f(&w.pool).load(Ordering::Relaxed) as i64)
         };
         gauge_family(
             &mut enc,
             "rdmablk_data_pool_bytes",
             "Bytes of each worker's data pool (arena.data_bytes split between workers)",
-            &per_worker(|p| &p.bytes),
+            &pool(|p| &p.bytes),
         )?;
         gauge_family(
             &mut enc,
             "rdmablk_data_pool_bytes_in_use",
             "Bytes of each worker's data pool held by commands in flight",
-            &per_worker(|p| &p.bytes_in_use),
+            &pool(|p| &p.bytes_in_use),
         )?;
         gauge_family(
             &mut enc,
             "rdmablk_data_pool_waiting",
             "Commands waiting for a data buffer now, by worker",
-            &per_worker(|p| &p.waiting),
+            &pool(|p| &p.waiting),
         )?;
         counter_family(
             &mut enc,
             "rdmablk_data_pool_waits",
             "Commands that had to wait for a data buffer, by worker",
-            &per_worker(|p| &p.waits)
-                .into_iter()
-                .map(|(l, v)| (l, v as u64))
-                .collect::<Vec<_>>(),
+            &per_worker(workers, |w| w.pool.waits.load(Ordering::Relaxed)),
+        )?;
+        let placed = |f: fn(&PlacedCounters) -> &AtomicU64| -> Vec<(Labels, u64)> {
+            per_worker(workers, |w| f(&w.tcp_placed).load(Ordering::Relaxed))
+        };
+        counter_family(
+            &mut enc,
+            "rdmablk_tcp_placed_bytes",
+            "NVMe/TCP H2CData bytes read from the socket straight into the command's data \
+             buffer (target.tcp_place_from), by worker",
+            &placed(|p| &p.bytes),
+        )?;
+        counter_family(
+            &mut enc,
+            "rdmablk_tcp_placed_pdus",
+            "NVMe/TCP H2CData PDUs whose data was read straight into the command's data \
+             buffer, by worker",
+            &placed(|p| &p.pdus),
         )?;
         // By host: who holds the buffers and whose commands wait (hosts with neither now and
         // no wait ever are left out; `hostnqn=""`: queues not yet named by a Connect, or whose controller is gone while they drain).
@@ -373,11 +381,7 @@ impl Collector for TargetCollector {
                 ],
             )?;
         }
-        let busy: Vec<(Labels, f64)> = workers
-            .iter()
-            .enumerate()
-            .map(|(i, w)| (vec![("worker", i.to_string())], w.busy_seconds()))
-            .collect();
+        let busy = per_worker(workers, WorkerCounters::busy_seconds);
         {
             let mut m = enc.encode_descriptor(
                 "rdmablk_worker_busy_seconds",
@@ -428,6 +432,18 @@ impl Collector for TargetCollector {
         )?;
         Ok(())
     }
+}
+
+/// One series per worker, labelled with its index: `f` of its counters.
+fn per_worker<V>(
+    workers: &[Arc<WorkerCounters>],
+    f: impl Fn(&WorkerCounters) -> V,
+) -> Vec<(Labels, V)> {
+    workers
+        .iter()
+        .enumerate()
+        .map(|(i, w)| (vec![("worker", i.to_string())], f(w)))
+        .collect()
 }
 
 fn counter_family(

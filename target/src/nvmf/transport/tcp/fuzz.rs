@@ -196,6 +196,7 @@ impl FuzzWorker {
             shared: &shared,
             group: 0,
             counters: &[],
+            worker: &shared.counters_by_worker[0],
             nsq: &mut self.nsq,
             backlog: &mut self.backlog,
             pool: &mut self.pool,

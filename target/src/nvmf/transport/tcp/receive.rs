@@ -28,6 +28,7 @@ use super::group::term_req;
 use super::queue::{TcpQueue, NO_R2T};
 use super::{ADMIN_CAPSULE_DATA, MAXH2CDATA};
 use crate::arena::pool::DataBuf;
+use crate::metrics::PlacedCounters;
 use crate::nvmf::queue::begin_close;
 use crate::nvmf::request::ReqState;
 use crate::nvmf::request_flow::{execute, on_capsule, Ctx};
@@ -46,7 +47,7 @@ pub fn receive(q: &mut TcpQueue, ctx: &mut Ctx<'_>) {
     let mut read = true;
     while !q.is_closing() {
         if q.xport.placing.is_some_and(|p| p.data.left() > 0) {
-            if !read || !place_more(q) {
+            if !read || !place_more(q, &ctx.worker.tcp_placed) {
                 break; // the socket is drained (or broken) with data still to come
             }
             // The placed read brought what followed into the buffer too.
@@ -100,9 +101,9 @@ pub struct Placed {
     pub data: Placing,
 }
 
-/// Reads what the socket has of the placed H2CData's data into its slot; true once all of it
-/// is in.
-fn place_more(q: &mut TcpQueue) -> bool {
+/// Reads what the socket has of the placed H2CData's data into its slot (counted in
+/// `placed`); true once all of it is in.
+fn place_more(q: &mut TcpQueue, placed: &PlacedCounters) -> bool {
     let Some(mut p) = q.xport.placing else {
         return true;
     };
@@ -115,6 +116,7 @@ fn place_more(q: &mut TcpQueue) -> bool {
     // lies in it); the command waits for this data (AwaitingData), so nothing else reads or
     // writes the slot until `h2c_end`, and a queue that closes reads its socket no more.
     let got = unsafe { q.xport.sock.read_into(p.data.rest()) };
+    placed.read_into(got);
     p.data.got(got);
     q.xport.placing = Some(p);
     p.data.left() == 0
@@ -163,6 +165,7 @@ fn placed_end(q: &mut TcpQueue, ctx: &mut Ctx<'_>) -> Result<bool, TermError> {
         true
     };
     q.xport.placing = None;
+    ctx.worker.tcp_placed.pdu_done();
     h2c_end(q, &p.h2c, data_ok, ctx)?;
     Ok(true)
 }
