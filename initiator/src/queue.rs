@@ -416,8 +416,8 @@ impl Queue {
     /// each with its clock read, last long enough on an emulated CPU (where a wake-up costs
     /// far more) to catch a response on its way: cheaper spins were tried, and a QD1 reader
     /// over rxe in the TCG VM then slept for most responses (0.6x the IOPS). The time is for
-    /// real CPUs, where 64 polls pass in ~30 us: a host that slept after them lost 0.8x of
-    /// its 128K IOPS to wake-ups (2026-12-07, `docs/benchmarks.md`).
+    /// real CPUs, where 64 polls pass in ~30 us: a host that slept after them did 0.75-0.85x
+    /// the 128K IOPS, losing the rest to wake-ups (2026-12-07, `docs/benchmarks.md`).
     pub fn wait(&mut self, out: &mut Vec<Done>, timeout: Duration) -> usize {
         let mut now = Instant::now();
         let deadline = now + timeout;
