@@ -180,7 +180,9 @@ impl IoQueue {
         self.lanes.submit(op, offset, len, buf, tag)
     }
 
-    /// Moves finished requests into `out` without blocking; returns how many.
+    /// Moves finished requests into `out` without blocking; returns how many. A poll may
+    /// hand back part of what has arrived (over NVMe/TCP at most half of what is in flight,
+    /// so that what the caller submits next leaves sooner); the next call takes the rest.
     pub fn poll(&mut self, out: &mut Vec<Completion>) -> Result<usize> {
         self.lanes.poll(out)
     }

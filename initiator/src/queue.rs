@@ -23,6 +23,9 @@ use crate::stats::Stats;
 pub(crate) use crate::transport::{Dir, Seg};
 use crate::transport::{Event, Fabric, QueueParams, QueueTransport};
 
+#[cfg(test)]
+mod wait_tests;
+
 /// How often a busy queue looks at connection events and command deadlines.
 const HOUSEKEEPING: Duration = Duration::from_millis(10);
 
@@ -451,7 +454,7 @@ impl Queue {
             }
             if self.link.moved() {
                 spins = 0;
-                spin_until = now + self.poll_spin;
+                spin_until = Instant::now() + self.poll_spin;
                 continue;
             }
             let slice = (deadline - now).min(HOUSEKEEPING);

@@ -88,6 +88,7 @@ impl Setup<'_> {
             o.connect_timeout(),
             self.stats.clone(),
         )?;
+        admin.set_poll_spin(o.poll_spin());
         let cntlid = self.fabrics_connect(
             &mut admin,
             0,

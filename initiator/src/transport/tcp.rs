@@ -77,9 +77,9 @@ pub(crate) struct TcpLink {
     rx_bytes: u64,
     broken: Option<String>,
     stats: Arc<Stats>,
-    /// The most responses one poll hands back ([`responses_per_poll`]).
-    responses_per_poll: usize,
-    /// This poll's limit on `events.len()`.
+    /// Commands whose response has not come yet (capsules sent less responses received).
+    outstanding: usize,
+    /// This poll's limit on `events.len()` ([`responses_per_poll`]).
     events_max: usize,
     /// The last poll stopped at its limit with PDUs left in `rx`: the next one parses them
     /// before it reads the socket, and `wait` does not sleep.
@@ -88,16 +88,16 @@ pub(crate) struct TcpLink {
     moved: bool,
 }
 
-/// The most responses one poll of a queue of `entries` hands back: half the queue (at least
-/// 4). The rest wait in the receive buffer for the next poll, which takes them without a
-/// read. The application submits again between polls, so new commands leave while the
+/// The most responses one poll hands back with `outstanding` commands awaiting theirs: half of
+/// them (at least 4). The rest wait in the receive buffer for the next poll, which takes them
+/// without a read. The application submits again between polls, so new commands leave while the
 /// target's answers are still being handled: host and target overlap instead of taking turns
 /// with the whole queue's worth (2026-12-07, rdmablk-perf against rdmablk-target, one core
 /// each: the 4K 70/30 mix at QD32 went from 0.59x to about 1.0x of `spdk_nvme_perf`'s IOPS;
-/// half the queue beat a quarter at 4K randread QD32 by 1.13x at 0.88x the host's CPU per
-/// I/O, `docs/benchmarks.md`).
-fn responses_per_poll(entries: usize) -> usize {
-    (entries / 2).max(4)
+/// half the queue beat a quarter at 4K randread QD32 by 1.13x at 0.88x the host's CPU per I/O,
+/// `docs/benchmarks.md`).
+fn responses_per_poll(outstanding: usize) -> usize {
+    (outstanding / 2).max(4)
 }
 
 fn transport_err(qid: u16, what: String) -> Error {
@@ -239,7 +239,7 @@ impl TcpLink {
             rx_bytes: 0,
             broken: None,
             stats,
-            responses_per_poll: responses_per_poll(n),
+            outstanding: 0,
             events_max: usize::MAX,
             held: false,
             moved: false,
@@ -301,6 +301,9 @@ impl TcpLink {
     /// Sends the data an R2T asks for (checked against the command's length) from the
     /// command's buffer at `addr`, in H2CData PDUs of at most MAXH2CDATA.
     fn send_h2c(&mut self, r: R2t, addr: u64) {
+        if self.broken.is_some() {
+            return; // nothing more is sent (an R2T parsed from what came before the break)
+        }
         let mut off = r.r2to;
         let end = r.r2to + r.r2tl;
         while off < end {
@@ -373,6 +376,7 @@ impl QueueTransport for TcpLink {
         // SAFETY: `in_capsule` is the command's buffer, as above.
         unsafe { self.queue_pdu(sqe.cid, &h, l.pdo, in_capsule) };
         self.sent.push(sqe.cid);
+        self.outstanding += 1;
         Ok(())
     }
 
@@ -383,7 +387,7 @@ impl QueueTransport for TcpLink {
             events.push(Event::Sent(cid));
         }
         let answered = events.len();
-        self.events_max = answered + self.responses_per_poll;
+        self.events_max = answered + responses_per_poll(self.outstanding);
         if let Err(why) = self.receive(events) {
             self.fail_with(why);
         }
@@ -392,6 +396,7 @@ impl QueueTransport for TcpLink {
         for ev in &events[answered..] {
             if let Event::Response(cqe) = ev {
                 self.tx.release(cqe.cid);
+                self.outstanding = self.outstanding.saturating_sub(1);
             }
         }
         self.flush();

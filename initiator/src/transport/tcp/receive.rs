@@ -64,7 +64,7 @@ impl TcpLink {
     pub(super) fn receive(&mut self, events: &mut Vec<Event>) -> std::result::Result<(), String> {
         let before = self.rx_bytes;
         let r = self.receive_pdus(events);
-        let mid_pdu = !self.held && (self.rx_start < self.rx_end || self.placing.is_some());
+        let mid_pdu = self.rx_start < self.rx_end || self.placing.is_some();
         if self.broken.is_none() && ack::wants_ack(self.rx_bytes - before, mid_pdu) {
             self.stream.ack_now();
         }
@@ -73,8 +73,12 @@ impl TcpLink {
 
     fn receive_pdus(&mut self, events: &mut Vec<Event>) -> std::result::Result<(), String> {
         // What the last poll left for this one first: no read before it (nor a move of it
-        // within `rx`).
-        if std::mem::take(&mut self.held) && self.broken.is_none() {
+        // within `rx`). A connection that broke since hands back all it has: those commands
+        // are done.
+        if std::mem::take(&mut self.held) {
+            if self.broken.is_some() {
+                self.events_max = usize::MAX;
+            }
             self.parse(events)?;
             if self.held {
                 return Ok(());
@@ -206,6 +210,7 @@ impl TcpLink {
                     }
                     return Ok(false);
                 }
+                Next::Place(_) if self.broken.is_some() => return Ok(false),
                 Next::Place(p) => {
                     self.read_max = PLACE_READ;
                     let placing = Self::first_of_placed(&self.buf_addr, &p);
@@ -298,15 +303,18 @@ mod tests {
         let _ = s.read(&mut [0u8; 1]); // until the host hangs up
     }
 
-    fn responses(events: &[Event]) -> usize {
+    fn responses(events: &[Event]) -> Vec<u16> {
         events
             .iter()
-            .filter(|e| matches!(e, Event::Response(_)))
-            .count()
+            .filter_map(|e| match e {
+                Event::Response(cqe) => Some(cqe.cid),
+                Event::Sent(_) => None,
+            })
+            .collect()
     }
 
     #[test]
-    fn a_poll_hands_back_half_the_queue_and_keeps_the_rest_for_the_next() {
+    fn a_poll_hands_back_half_of_what_is_outstanding_and_keeps_the_rest_for_the_next() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr: SocketAddr = l.local_addr().unwrap();
         let target = std::thread::spawn(move || answer_all_at_once(l));
@@ -328,27 +336,27 @@ mod tests {
             };
             link.send(sqe, Dir::None).expect("queued");
         }
-        let limit = responses_per_poll(usize::from(ENTRIES));
-        assert_eq!(limit, 16);
+        assert_eq!(responses_per_poll(usize::from(ENTRIES)), 16);
         let mut events = Vec::new();
         let mut polls = Vec::new();
+        let mut cids = Vec::new();
         let deadline = Instant::now() + Duration::from_secs(30);
-        let mut got = 0;
-        while got < usize::from(ENTRIES) {
+        while cids.len() < usize::from(ENTRIES) {
             assert!(
                 Instant::now() < deadline,
-                "{got} responses, polls {polls:?}"
+                "{} responses, polls {polls:?}",
+                cids.len()
             );
             events.clear();
             link.poll(&mut events).expect("the link works");
-            let n = responses(&events);
-            if n == 0 {
+            let got = responses(&events);
+            if got.is_empty() {
                 link.wait(Duration::from_millis(100), false);
                 continue;
             }
-            polls.push(n);
-            got += n;
-            if got < usize::from(ENTRIES) {
+            polls.push(got.len());
+            cids.extend(got);
+            if cids.len() < usize::from(ENTRIES) {
                 // The rest is in hand: waiting for more must not sleep (30 s is a hang).
                 let t = Instant::now();
                 link.wait(Duration::from_secs(30), false);
@@ -358,8 +366,10 @@ mod tests {
                 );
             }
         }
-        // All 32 came in one segment, so each poll that saw them gave back exactly its limit.
-        assert_eq!(polls, vec![limit; usize::from(ENTRIES) / limit]);
+        // All 32 came in one segment: each poll that saw them gave back exactly its limit
+        // (half of what was outstanding then), every response once and in order.
+        assert_eq!(polls, vec![16, 8, 4, 4]);
+        assert_eq!(cids, (0..ENTRIES).collect::<Vec<_>>());
         link.disconnect();
         target.join().unwrap();
     }
