@@ -4,15 +4,15 @@
 //! `[metrics] address = "127.0.0.1:9464"` serves `GET /metrics` (Prometheus text format, via
 //! `prometheus-client`). The metric families are listed in `docs/operations.md`.
 //!
-//! The counters are `counters.rs` (per worker and namespace, target-wide), `pool.rs` (the
-//! data pools, by worker and by host) and `tcp.rs` (NVMe/TCP data placed, by worker);
-//! `collector.rs` encodes the families at each scrape; `server.rs` is the endpoint.
+//! The counters are `counters.rs` (per worker and namespace, target-wide) and `pool.rs` (the
+//! data pools, by worker and by host); a transport's own (RDMA's shared receive queues, NVMe/TCP's
+//! placed data) come from the transport (`nvmf::transport::Transport`); `collector.rs` encodes
+//! the families at each scrape; `server.rs` is the endpoint.
 
 mod collector;
 mod counters;
 mod pool;
 mod server;
-mod tcp;
 
 pub use collector::render;
 pub use counters::{
@@ -21,4 +21,3 @@ pub use counters::{
 };
 pub use pool::{pool_by_host, HostPool, PoolCounters};
 pub use server::{MetricsError, MetricsServer};
-pub use tcp::PlacedCounters;

@@ -15,8 +15,8 @@ use prometheus_client::registry::Registry;
 use rdmablk::nvme::{CommandKind, Status};
 
 use super::counters::{BUCKETS_US, NB, OP_NAMES};
-use super::{namespace_io, pool_by_host, HostPool, PlacedCounters, PoolCounters, WorkerCounters};
-use crate::nvmf::transport::{CompletionQueues, ReceiveBuffers};
+use super::{namespace_io, pool_by_host, HostPool, PoolCounters, WorkerCounters};
+use crate::nvmf::transport::{CompletionQueues, DataPlaced, ReceiveBuffers};
 use crate::nvmf::TargetHandle;
 
 /// Encodes the target's metrics at each scrape.
@@ -319,22 +319,25 @@ impl Collector for TargetCollector {
             "Commands that had to wait for a data buffer, by worker",
             &per_worker(workers, |w| w.pool.waits.load(Ordering::Relaxed)),
         )?;
-        let placed = |f: fn(&PlacedCounters) -> &AtomicU64| -> Vec<(Labels, u64)> {
-            per_worker(workers, |w| f(&w.tcp_placed).load(Ordering::Relaxed))
+        let dp = s.data_placed();
+        let placed = |f: fn(&DataPlaced) -> u64| -> Vec<(Labels, u64)> {
+            dp.iter()
+                .map(|d| (vec![("worker", d.worker.to_string())], f(d)))
+                .collect()
         };
         counter_family(
             &mut enc,
             "rdmablk_tcp_placed_bytes",
             "NVMe/TCP H2CData bytes read from the socket straight into the command's data \
              buffer (target.tcp_place_from), by worker",
-            &placed(|p| &p.bytes),
+            &placed(|p| p.bytes),
         )?;
         counter_family(
             &mut enc,
             "rdmablk_tcp_placed_pdus",
             "NVMe/TCP H2CData PDUs whose data was read straight into the command's data \
              buffer, by worker",
-            &placed(|p| &p.pdus),
+            &placed(|p| p.pdus),
         )?;
         // By host: who holds the buffers and whose commands wait (hosts with neither now and
         // no wait ever are left out; `hostnqn=""`: queues not yet named by a Connect, or whose controller is gone while they drain).

@@ -10,7 +10,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use rdmablk::nvme::Status;
 
-use super::{PlacedCounters, PoolCounters};
+use super::PoolCounters;
 use crate::nvmf::TargetHandle;
 
 /// The I/O operations counted.
@@ -105,8 +105,6 @@ pub struct WorkerCounters {
     slots: ArcSwap<Vec<Option<Arc<NsCounters>>>>,
     /// The worker's data pool ([`crate::arena::pool`]), published each housekeeping tick.
     pub pool: PoolCounters,
-    /// NVMe/TCP H2CData placed straight into data slots, counted as it is read.
-    pub tcp_placed: PlacedCounters,
 }
 
 impl Default for WorkerCounters {
@@ -116,7 +114,6 @@ impl Default for WorkerCounters {
             idle_ns: AtomicU64::new(0),
             slots: ArcSwap::default(),
             pool: PoolCounters::default(),
-            tcp_placed: PlacedCounters::default(),
         }
     }
 }

@@ -20,7 +20,7 @@ use super::worker::ns_queues::NsQueues;
 use super::worker::pass_stats::PassStats;
 use super::Shared;
 use crate::arena::pool::{order_for, DataBuf, DataPool, Waiter};
-use crate::metrics::{NsCounters, OpKind, WorkerCounters};
+use crate::metrics::{NsCounters, OpKind};
 use crate::namespace::qos::Cost;
 
 /// What request handlers need besides their queue.
@@ -30,8 +30,6 @@ pub struct Ctx<'a> {
     pub group: u8,
     /// This worker's metrics counters, by namespace slot.
     pub counters: &'a [Option<Arc<NsCounters>>],
-    /// This worker's counters that are not per namespace (a transport's).
-    pub worker: &'a WorkerCounters,
     pub nsq: &'a mut NsQueues,
     pub backlog: &'a mut VecDeque<u64>,
     /// This worker's data buffers.

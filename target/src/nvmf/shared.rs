@@ -105,6 +105,14 @@ impl Shared {
             .collect()
     }
 
+    /// Every transport's data placed straight into command buffers, by worker.
+    pub fn data_placed(&self) -> Vec<transport::DataPlaced> {
+        self.transports
+            .iter()
+            .flat_map(|t| t.data_placed())
+            .collect()
+    }
+
     /// Every transport's completion queues, by worker.
     pub fn completion_queues(&self) -> Vec<transport::CompletionQueues> {
         self.transports

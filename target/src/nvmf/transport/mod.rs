@@ -356,6 +356,24 @@ pub trait Transport: Send + Sync + std::fmt::Debug {
     fn completion_queues(&self) -> Vec<CompletionQueues> {
         Vec::new()
     }
+
+    /// Per worker, the data it read from the wire straight into command buffers rather than
+    /// through a receive buffer (NVMe/TCP's placed H2CData); empty for a transport without
+    /// (the default).
+    fn data_placed(&self) -> Vec<DataPlaced> {
+        Vec::new()
+    }
+}
+
+/// A worker's data placed straight into command buffers (NVMe/TCP: H2CData of
+/// `target.tcp_place_from` or more), for metrics and tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DataPlaced {
+    pub worker: usize,
+    /// Bytes read straight into a data buffer.
+    pub bytes: u64,
+    /// Data PDUs whose data was placed (counted once all of it is in).
+    pub pdus: u64,
 }
 
 /// A worker's completion queues (NVMe/RDMA: more are made where the device's are small), for

@@ -203,7 +203,6 @@ impl Worker {
             shared: &self.shared,
             group: g as u8,
             counters: &self.ns_counters,
-            worker: &self.shared.counters_by_worker[self.index],
             nsq: &mut self.nsq,
             backlog: &mut self.backlog,
             pool: &mut self.pool,

@@ -141,7 +141,8 @@ impl FuzzWorker {
             .expect("the harness's queue");
         let pool = DataPool::new(&shared.arena, shared.fixed.data_pool_bytes_per_worker())
             .expect("the data pool");
-        let group = TcpGroup::new(shared.fixed.limits.max_queue_depth).expect("an epoll set");
+        let group = TcpGroup::new(shared.fixed.limits.max_queue_depth, Default::default())
+            .expect("an epoll set");
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("a loopback listener");
         // The port the connections come through, as a Connect looks it up; drained at once,
         // so its thread ends and the harness's own listener is the only way in.
@@ -196,7 +197,6 @@ impl FuzzWorker {
             shared: &shared,
             group: 0,
             counters: &[],
-            worker: &shared.counters_by_worker[0],
             nsq: &mut self.nsq,
             backlog: &mut self.backlog,
             pool: &mut self.pool,

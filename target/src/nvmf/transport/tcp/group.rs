@@ -7,10 +7,12 @@
 
 use std::any::Any;
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdmablk::nvme::transport::tcp::{pdu_type, TermError, TermReq, DATA_HLEN, TERM_REQ_MAX_DATA};
 
+use super::placed::PlacedCounters;
 use super::queue::{TcpQueue, TcpXport};
 use super::receive::receive;
 use super::socket::{Socket, TxPdu, TX_HEADER_BYTES};
@@ -55,13 +57,15 @@ pub struct TcpGroup {
     /// asking epoll again (one system call fewer per wake-up; the set is level-triggered,
     /// so nothing is lost either way).
     woken: usize,
+    /// This worker's placement counters (`receive.rs`).
+    placed: Arc<PlacedCounters>,
 }
 
 const IN: u32 = (libc::EPOLLIN | libc::EPOLLRDHUP) as u32;
 const IN_OUT: u32 = (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLOUT) as u32;
 
 impl TcpGroup {
-    pub fn new(max_depth: u32) -> std::io::Result<TcpGroup> {
+    pub fn new(max_depth: u32, placed: Arc<PlacedCounters>) -> std::io::Result<TcpGroup> {
         Ok(TcpGroup {
             epoll: EpollSet::new()?,
             pending: Vec::new(),
@@ -72,6 +76,7 @@ impl TcpGroup {
             tx_capacity: 3 * max_depth as usize + 8,
             empty: true,
             woken: 0,
+            placed,
         })
     }
 
@@ -85,7 +90,7 @@ impl TcpGroup {
             return;
         };
         if !q.is_closing() {
-            receive(q, ctx);
+            receive(q, &self.placed, ctx);
             close_if_broken(q, ctx.shared);
         }
         // A closed connection (shut down, its output discarded) has nothing more to read or

@@ -12,11 +12,13 @@
 //!   H2CData, the host's TermReq).
 //! - [`queue`]: the per-queue state and its [`super::QueueTransport`] implementation.
 //! - [`socket`]: a socket's receive buffer and its queue of PDUs to send.
+//! - [`placed`]: a worker's counts of H2CData placed straight into data slots (metrics).
 //! - [`fuzz`]: the fuzz target `tcp_queue`'s entry point: a poll group the harness drives.
 
 #[doc(hidden)]
 pub mod fuzz;
 pub mod group;
+pub mod placed;
 pub mod queue;
 pub mod receive;
 pub mod socket;
@@ -25,17 +27,20 @@ pub mod tls;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use rdmablk::nvme::discovery::trtype;
 
 use super::handoff::Handoff;
-use super::{check_no_provider, DiscoveryFields, PollGroup, Transport, TransportKind, Variant};
+use super::{
+    check_no_provider, DataPlaced, DiscoveryFields, PollGroup, Transport, TransportKind, Variant,
+};
 use crate::arena::Arena;
 use crate::config::{self, Config, ListenerConfig};
 use crate::nvmf::{Shared, TargetError};
+use placed::PlacedCounters;
 
 /// In-capsule data bytes admin and fabrics commands may carry (the Linux host's
 /// NVME_TCP_ADMIN_CCSZ; it sends the Connect data in the capsule on every queue).
@@ -73,6 +78,8 @@ pub struct TcpPending {
 pub struct TcpTransport {
     /// The deepest queue a host may connect (sizes each connection's queue of PDUs to send).
     pub max_queue_depth: u32,
+    /// Each worker's placement counters, by worker (its poll group writes them).
+    placed: Mutex<Vec<(usize, Arc<PlacedCounters>)>>,
 }
 
 /// NVMe/TCP in the transport table ([`super::TRANSPORTS`]).
@@ -103,6 +110,7 @@ impl TransportKind for Tcp {
     fn open(&self, cfg: &Config, arena: Arena) -> Result<(Arc<dyn Transport>, Arena), TargetError> {
         let tcp = TcpTransport {
             max_queue_depth: cfg.limits.max_queue_depth,
+            placed: Mutex::default(),
         };
         Ok((Arc::new(tcp), arena))
     }
@@ -147,12 +155,22 @@ impl Transport for TcpTransport {
     }
 
     fn poll_group(&self, worker: usize) -> Result<Box<dyn PollGroup>, TargetError> {
-        match group::TcpGroup::new(self.max_queue_depth) {
-            Ok(g) => Ok(Box::new(g)),
+        let placed = Arc::new(PlacedCounters::default());
+        match group::TcpGroup::new(self.max_queue_depth, Arc::clone(&placed)) {
+            Ok(g) => {
+                let mut all = self.placed.lock().unwrap_or_else(|e| e.into_inner());
+                all.push((worker, placed));
+                Ok(Box::new(g))
+            }
             Err(e) => Err(TargetError::Transport(
                 format!("worker {worker}: no epoll set for NVMe/TCP: {e}").into(),
             )),
         }
+    }
+
+    fn data_placed(&self) -> Vec<DataPlaced> {
+        let all = self.placed.lock().unwrap_or_else(|e| e.into_inner());
+        all.iter().map(|(worker, p)| p.snapshot(*worker)).collect()
     }
 }
 

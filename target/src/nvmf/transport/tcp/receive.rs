@@ -25,19 +25,19 @@ use rdmablk::nvme::transport::tcp::{
 use rdmablk::nvme::{Sqe, Status, SQE_LEN};
 
 use super::group::term_req;
+use super::placed::PlacedCounters;
 use super::queue::{TcpQueue, NO_R2T};
 use super::{ADMIN_CAPSULE_DATA, MAXH2CDATA};
 use crate::arena::pool::DataBuf;
-use crate::metrics::PlacedCounters;
 use crate::nvmf::queue::begin_close;
 use crate::nvmf::request::ReqState;
 use crate::nvmf::request_flow::{execute, on_capsule, Ctx};
 use crate::nvmf::Shared;
 
 /// Reads what queue `q`'s socket has (as much as the receive buffer takes, and placed data
-/// straight into its slot) and acts on every whole PDU in it; a protocol error ends the queue
-/// (C2HTermReq, then close).
-pub fn receive(q: &mut TcpQueue, ctx: &mut Ctx<'_>) {
+/// straight into its slot, counted in its worker's `placed`) and acts on every whole PDU in
+/// it; a protocol error ends the queue (C2HTermReq, then close).
+pub fn receive(q: &mut TcpQueue, placed: &PlacedCounters, ctx: &mut Ctx<'_>) {
     let before = q.xport.sock.received_bytes;
     let place_from = if q.xport.sock.can_place() {
         ctx.shared.fixed.target.tcp_place_from as usize
@@ -47,7 +47,7 @@ pub fn receive(q: &mut TcpQueue, ctx: &mut Ctx<'_>) {
     let mut read = true;
     while !q.is_closing() {
         if q.xport.placing.is_some_and(|p| p.data.left() > 0) {
-            if !read || !place_more(q, &ctx.worker.tcp_placed) {
+            if !read || !place_more(q, placed) {
                 break; // the socket is drained (or broken) with data still to come
             }
             // The placed read brought what followed into the buffer too.
@@ -57,7 +57,7 @@ pub fn receive(q: &mut TcpQueue, ctx: &mut Ctx<'_>) {
             q.xport.sock.fill();
             read = !q.xport.sock.drained;
         }
-        match pdus(q, place_from, ctx) {
+        match pdus(q, place_from, placed, ctx) {
             Ok(true) => {}                         // a placement began: read its data
             Ok(false) if q.xport.sock.capped => {} // a small read stopped short of the end
             Ok(false) => break,
@@ -75,8 +75,13 @@ pub fn receive(q: &mut TcpQueue, ctx: &mut Ctx<'_>) {
 
 /// Acts on the whole PDUs in the receive buffer (first the digest of placed data, if it is
 /// due); true if it stopped at an H2CData to place whose data is still to come.
-fn pdus(q: &mut TcpQueue, place_from: usize, ctx: &mut Ctx<'_>) -> Result<bool, TermError> {
-    if !placed_end(q, ctx)? {
+fn pdus(
+    q: &mut TcpQueue,
+    place_from: usize,
+    placed: &PlacedCounters,
+    ctx: &mut Ctx<'_>,
+) -> Result<bool, TermError> {
+    if !placed_end(q, placed, ctx)? {
         return Ok(false);
     }
     while !q.is_closing() {
@@ -147,7 +152,11 @@ fn begin_placing(q: &mut TcpQueue, l: &PduLayout, p: H2c) -> Result<bool, TermEr
 /// The placed H2CData, once all its data is in: its data digest (if the connection has
 /// them) checked from the head of the receive buffer, then the command goes on as for any
 /// H2CData (`h2c_end`). True if no placement waits any more.
-fn placed_end(q: &mut TcpQueue, ctx: &mut Ctx<'_>) -> Result<bool, TermError> {
+fn placed_end(
+    q: &mut TcpQueue,
+    placed: &PlacedCounters,
+    ctx: &mut Ctx<'_>,
+) -> Result<bool, TermError> {
     let Some(p) = q.xport.placing else {
         return Ok(true);
     };
@@ -165,7 +174,7 @@ fn placed_end(q: &mut TcpQueue, ctx: &mut Ctx<'_>) -> Result<bool, TermError> {
         true
     };
     q.xport.placing = None;
-    ctx.worker.tcp_placed.pdu_done();
+    placed.pdu_done();
     h2c_end(q, &p.h2c, data_ok, ctx)?;
     Ok(true)
 }

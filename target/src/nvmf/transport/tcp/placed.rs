@@ -1,9 +1,11 @@
 //! A worker's NVMe/TCP placement ([`PlacedCounters`]): how much H2CData its queues read from
 //! the socket straight into the commands' data slots (`target.tcp_place_from`) rather than
-//! copying it through the receive buffer. Counted per I/O by the worker (one writer, relaxed
-//! atomics), read by the scraper.
+//! copying it through the receive buffer. Counted per I/O by the worker's poll group (one
+//! writer, relaxed atomics), read by the scraper through [`super::super::Transport::data_placed`].
 
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::super::DataPlaced;
 
 /// What a worker's NVMe/TCP queues placed. Written by that worker only.
 #[derive(Debug, Default)]
@@ -25,5 +27,14 @@ impl PlacedCounters {
     /// A placed H2CData PDU's data is all in its slot.
     pub fn pdu_done(&self) {
         self.pdus.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// What worker `worker` placed so far.
+    pub fn snapshot(&self, worker: usize) -> DataPlaced {
+        DataPlaced {
+            worker,
+            bytes: self.bytes.load(Ordering::Relaxed),
+            pdus: self.pdus.load(Ordering::Relaxed),
+        }
     }
 }
