@@ -48,6 +48,11 @@ fn start() -> Tls {
 
 /// A target whose SUB256 entry for HOST has `key256` (`tls_psk = ..` or `tls_psk_file = ..`).
 fn start_with(key256: &str) -> Tls {
+    start_custom(key256, "")
+}
+
+/// [`start_with`] with `extra_target` lines in the target's `[target]` table.
+fn start_custom(key256: &str, extra_target: &str) -> Tls {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()
@@ -76,6 +81,7 @@ tls = "allowed"
 worker_threads = 1
 poll_mode = "interrupt"
 connect_timeout_ms = 1500
+{extra_target}
 
 [control]
 socket = ""
@@ -172,6 +178,26 @@ fn verified_io_under_both_suites_and_both_identity_versions() {
     let q = format!("?psk_file={}&data_digest=1", file.display());
     let ctrl = Controller::connect_with(&url(t.required, SUB256, &q), opts()).unwrap();
     verified_sizes(&ctrl, 99);
+}
+
+/// A host's share of a worker's pass cut to a page (`tcp_pass_bytes_per_host = 4096`) under
+/// TLS, with the target's records in OpenSSL's layer and in the kernel's where it has kTLS
+/// (a connection's reads cut short every visit, its records read across many passes): every
+/// size reads back.
+#[test]
+fn a_page_a_pass_under_tls_loses_nothing() {
+    let k = key(PskHash::Sha256, 1);
+    for layer in ["user", "auto"] {
+        let t = start_custom(
+            &format!(r#"tls_psk = "{k}""#),
+            &format!("tcp_pass_bytes_per_host = 4096\ntls_record_layer = \"{layer}\""),
+        );
+        let q = format!("?psk={k}&data_digest=1");
+        let ctrl = Controller::connect_with(&url(t.required, SUB256, &q), opts())
+            .unwrap_or_else(|e| panic!("record layer {layer}: {e}"));
+        verified_sizes(&ctrl, 31);
+        drop(ctrl);
+    }
 }
 
 #[test]

@@ -7,7 +7,8 @@
 //! also reads the target's placement counters (`rdmablk_tcp_placed_bytes_total`,
 //! `rdmablk_tcp_placed_pdus_total`, as a scrape renders them) to prove the data was placed and
 //! not copied through the receive buffer; with `tcp_place_from = 0` the same writes place
-//! nothing.
+//! nothing; with a host's share of a pass cut to a page (`tcp_pass_bytes_per_host`), read
+//! across many passes, the same writes lose nothing.
 
 mod common;
 
@@ -250,6 +251,27 @@ fn placed_h2c_data_of_every_shape_reads_back() {
         let before = placed(&t);
         let seed = u64::from(hdgst) * 10 + u64::from(ddgst);
         let placeable = write_every_shape(&mut q, seed, &what);
+        assert_placed_some(&t, before, placeable, &what);
+        drop((q, a));
+    }
+    wait_held(&t, 0);
+    t.shutdown();
+}
+
+/// A host's share of a worker's pass cut to a page (`target.tcp_pass_bytes_per_host = 4096`):
+/// every visit to the socket stops after its first read, so PDUs, placed data and digests
+/// are read across many passes; the same writes all read back, and data is still placed.
+#[test]
+fn a_page_a_pass_loses_nothing() {
+    let (t, addr) = start_with(
+        &format!("tcp_place_from = {PLACE_FROM}\ntcp_pass_bytes_per_host = 4096"),
+        32,
+    );
+    for (hdgst, ddgst) in [(false, false), (true, true)] {
+        let (a, mut q) = queues(addr, hdgst, ddgst);
+        let what = format!("a page a pass, digests {hdgst}/{ddgst}");
+        let before = placed(&t);
+        let placeable = write_every_shape(&mut q, 40 + u64::from(hdgst), &what);
         assert_placed_some(&t, before, placeable, &what);
         drop((q, a));
     }

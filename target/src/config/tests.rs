@@ -210,6 +210,23 @@ fn limits_out_of_range_are_refused() {
     for good in ["tcp_place_from = 0", "tcp_place_from = 16384"] {
         Config::from_str(&with(&format!("[target]\n{good}"), "")).unwrap();
     }
+    for bad in [
+        "tcp_pass_bytes_per_host = 4095",
+        "tcp_pass_bytes_per_host = 67108865",
+    ] {
+        let text = with(&format!("[target]\n{bad}"), "");
+        assert!(
+            has_problem(&text, "target.tcp_pass_bytes_per_host"),
+            "{bad}"
+        );
+    }
+    for good in [
+        "tcp_pass_bytes_per_host = 0",
+        "tcp_pass_bytes_per_host = 4096",
+        "tcp_pass_bytes_per_host = 67108864",
+    ] {
+        Config::from_str(&with(&format!("[target]\n{good}"), "")).unwrap();
+    }
     let text = with("[target]\npoll_spin_us = 10001", "");
     assert!(has_problem(&text, "target.poll_spin_us"));
     let text = with(

@@ -90,6 +90,19 @@ pub(super) fn check_target(cfg: &Config, c: &mut Checker) {
             ),
         );
     }
+    if t.tcp_pass_bytes_per_host != 0
+        && !(MIN_TCP_PASS_BYTES..=MAX_TCP_PASS_BYTES).contains(&t.tcp_pass_bytes_per_host)
+    {
+        c.fail(
+            "target.tcp_pass_bytes_per_host",
+            format!(
+                "{} is out of range (set 0 for no limit, or {MIN_TCP_PASS_BYTES}..={MAX_TCP_PASS_BYTES} \
+                 bytes: a host's share of a worker's pass; 131072, the default, is one 128 KiB \
+                 H2CData)",
+                t.tcp_pass_bytes_per_host
+            ),
+        );
+    }
     if t.response_timeout_ms > MAX_CONNECT_TIMEOUT_MS {
         c.fail(
             "target.response_timeout_ms",
@@ -106,6 +119,11 @@ pub(super) fn check_target(cfg: &Config, c: &mut Checker) {
 const MIN_TCP_PLACE_FROM: u32 = 1024;
 /// Largest `target.tcp_place_from`: the target's MAXH2CDATA (no H2CData is longer).
 const MAX_TCP_PLACE_FROM: u32 = crate::nvmf::transport::tcp::MAXH2CDATA;
+
+/// Smallest non-zero `target.tcp_pass_bytes_per_host`: a page.
+const MIN_TCP_PASS_BYTES: u32 = 4096;
+/// Largest `target.tcp_pass_bytes_per_host` (64 MiB: several socket buffers' worth).
+const MAX_TCP_PASS_BYTES: u32 = 64 << 20;
 
 /// Longest `target.poll_spin_us` (10 ms).
 const MAX_POLL_SPIN_US: u32 = 10_000;

@@ -34,6 +34,10 @@ pub(super) fn restart_only_changes(old: &Config, new: &Config) -> Vec<String> {
             a.tcp_place_from == b.tcp_place_from,
         ),
         (
+            "target.tcp_pass_bytes_per_host",
+            a.tcp_pass_bytes_per_host == b.tcp_pass_bytes_per_host,
+        ),
+        (
             "target.keep_alive_granularity_ms",
             a.keep_alive_granularity_ms == b.keep_alive_granularity_ms,
         ),

@@ -28,8 +28,10 @@ use crate::nvmf::worker::queues::Queues;
 use crate::nvmf::Shared;
 
 mod connect;
+mod pass_share;
 
 use connect::{uncount, Pending};
+use pass_share::PassShare;
 
 /// Epoll token of the worker's other descriptor.
 const OTHER: u64 = u64::MAX;
@@ -59,6 +61,8 @@ pub struct TcpGroup {
     woken: usize,
     /// This worker's placement counters (`receive.rs`).
     placed: Arc<PlacedCounters>,
+    /// What each host has read this pass (`target.tcp_pass_bytes_per_host`).
+    share: PassShare,
 }
 
 const IN: u32 = (libc::EPOLLIN | libc::EPOLLRDHUP) as u32;
@@ -77,6 +81,7 @@ impl TcpGroup {
             empty: true,
             woken: 0,
             placed,
+            share: PassShare::default(),
         })
     }
 
@@ -84,13 +89,25 @@ impl TcpGroup {
         self.epoll.wait(&mut self.events, timeout_ms)
     }
 
-    /// What queue `key`'s socket brought.
-    fn on_queue(&mut self, key: u32, ctx: &mut Ctx<'_>) {
+    /// What queue `key`'s socket brought, as far as its host's share of the pass goes
+    /// (`group/pass_share.rs`; 0: no limit).
+    fn on_queue(&mut self, key: u32, ctx: &mut Ctx<'_>, per_host: u64) {
         let Some(q) = self.queues.get(key) else {
             return;
         };
         if !q.is_closing() {
-            receive(q, &self.placed, ctx);
+            let left = if q.xport.sock.kernel_holds_unread() {
+                self.share.left(q.host, per_host)
+            } else {
+                u64::MAX
+            };
+            if left == 0 {
+                return; // its host has had its share: the next pass hears of it again
+            }
+            let before = q.xport.sock.received_bytes;
+            receive(q, &self.placed, ctx, left);
+            self.share
+                .spend(q.host, q.xport.sock.received_bytes - before);
             close_if_broken(q, ctx.shared);
         }
         // A closed connection (shut down, its output discarded) has nothing more to read or
@@ -246,8 +263,10 @@ impl PollGroup for TcpGroup {
             0 => self.epoll_wait(0),
             n => n,
         };
-        for e in 0..n {
-            let token = self.events[e].u64;
+        let per_host = u64::from(ctx.shared.fixed.target.tcp_pass_bytes_per_host);
+        let start = self.share.begin(n);
+        for i in 0..n {
+            let token = self.events[(start + i) % n].u64;
             if token == OTHER {
                 continue;
             }
@@ -255,7 +274,7 @@ impl PollGroup for TcpGroup {
             if token & PENDING != 0 {
                 self.on_pending((token & !PENDING) as usize, ctx);
             } else {
-                self.on_queue(token as u32, ctx);
+                self.on_queue(token as u32, ctx, per_host);
             }
         }
         any

@@ -36,8 +36,11 @@ use crate::nvmf::Shared;
 
 /// Reads what queue `q`'s socket has (as much as the receive buffer takes, and placed data
 /// straight into its slot, counted in its worker's `placed`) and acts on every whole PDU in
-/// it; a protocol error ends the queue (C2HTermReq, then close).
-pub fn receive(q: &mut TcpQueue, placed: &PlacedCounters, ctx: &mut Ctx<'_>) {
+/// it; a protocol error ends the queue (C2HTermReq, then close). Once `limit` bytes came it
+/// reads no more (its host's share of the pass, `group/pass_share.rs`): what is left stays
+/// in the kernel's socket, which the next pass hears of again; every whole PDU read is acted
+/// on all the same, and a placement begun goes on at the next visit.
+pub fn receive(q: &mut TcpQueue, placed: &PlacedCounters, ctx: &mut Ctx<'_>, limit: u64) {
     let before = q.xport.sock.received_bytes;
     let place_from = if q.xport.sock.can_place() {
         ctx.shared.fixed.target.tcp_place_from as usize
@@ -46,6 +49,9 @@ pub fn receive(q: &mut TcpQueue, placed: &PlacedCounters, ctx: &mut Ctx<'_>) {
     };
     let mut read = true;
     while !q.is_closing() {
+        if read && q.xport.sock.received_bytes - before >= limit {
+            break; // the host's share of the pass is read; the socket has more
+        }
         if q.xport.placing.is_some_and(|p| p.data.left() > 0) {
             if !read || !place_more(q, placed) {
                 break; // the socket is drained (or broken) with data still to come

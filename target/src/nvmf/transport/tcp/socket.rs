@@ -252,6 +252,13 @@ impl Socket {
         !self.tls_user()
     }
 
+    /// Whether all it has not read yet is the kernel's, so a level-triggered epoll set
+    /// reports it until it is read (not under TLS in user space: OpenSSL may hold records it
+    /// has read and not yet handed over).
+    pub fn kernel_holds_unread(&self) -> bool {
+        !self.tls_user()
+    }
+
     /// Reads at most [`PLACE_READ`] bytes a [`Socket::fill`] (`true`: large H2CData comes to
     /// be placed, its headers are read in small bites) or as much as fits (`false`).
     pub fn read_small(&mut self, small: bool) {

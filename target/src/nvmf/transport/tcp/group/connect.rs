@@ -246,7 +246,7 @@ impl TcpGroup {
             window_bytes = q.parcel.len(), "queue connected (NVMe/TCP)");
         shared.log_arena("queue connected");
         self.queues.put(q);
-        self.on_queue(key, ctx);
+        self.on_queue(key, ctx, 0);
     }
 
     /// Answers pending connection `i`'s Connect with `cqe` (a failure), and closes it once the
