@@ -49,7 +49,7 @@ impl std::ops::Sub for Placed {
 }
 
 /// What target `t` has placed so far, summed over its workers, as a scrape reads it
-/// (`metrics::render`: the text `GET /metrics` serves).
+/// (`metrics::render`: the text `GET /metrics` serves), and as `rdmablk-ctl status` shows it.
 fn placed(t: &Target) -> Placed {
     let text = rdmablk_target::metrics::render(&t.handle());
     let sum = |family: &str| -> u64 {
@@ -64,10 +64,22 @@ fn placed(t: &Target) -> Placed {
         assert!(!series.is_empty(), "no {family} in the scrape:\n{text}");
         series.iter().sum()
     };
-    Placed {
+    let scraped = Placed {
         bytes: sum("rdmablk_tcp_placed_bytes_total"),
         pdus: sum("rdmablk_tcp_placed_pdus_total"),
-    }
+    };
+    // `rdmablk-ctl status` shows the same sums (read between commands: nothing moves).
+    let st = t.handle().status();
+    let status = Placed {
+        bytes: st["tcp_placed"]["bytes"]
+            .as_u64()
+            .expect("status tcp_placed.bytes"),
+        pdus: st["tcp_placed"]["pdus"]
+            .as_u64()
+            .expect("status tcp_placed.pdus"),
+    };
+    assert_eq!(status, scraped, "status's tcp_placed against the scrape");
+    scraped
 }
 
 /// Asserts that the target placed some of the H2CData sent since it had placed `before`, and
@@ -259,8 +271,9 @@ fn placed_h2c_data_of_every_shape_reads_back() {
 }
 
 /// A host's share of a worker's pass cut to a page (`target.tcp_pass_bytes_per_host = 4096`):
-/// every visit to the socket stops after its first read, so PDUs, placed data and digests
-/// are read across many passes; the same writes all read back, and data is still placed.
+/// a visit to the socket stops after its first read (a 4 KiB bite, or a placed PDU's data),
+/// so PDUs, placed data and digests are read across many passes; the same writes all read
+/// back, and data is still placed.
 #[test]
 fn a_page_a_pass_loses_nothing() {
     let (t, addr) = start_with(

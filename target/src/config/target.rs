@@ -65,8 +65,9 @@ pub struct TargetConfig {
     /// Default 16 KiB (measured: `docs/benchmarks.md`). Not under TLS in user space (OpenSSL
     /// decrypts into the receive buffer).
     pub tcp_place_from: u32,
-    /// NVMe/TCP: the most a worker reads from one host's connections in one pass of its loop
-    /// before it turns to other hosts' (bytes; 0 = no limit): a host streaming into many
+    /// NVMe/TCP: how much a worker reads from one host's connections in one pass of its loop
+    /// before it turns to other hosts' (bytes; 0 = no limit; a visit that began reads on to
+    /// the end of a placed PDU or of one receive-buffer fill): a host streaming into many
     /// deep queues cannot keep another host's commands waiting for the pass to end. Default
     /// 128 KiB (`tools/bench/fairness`, `docs/benchmarks.md`). Not under TLS in user space.
     pub tcp_pass_bytes_per_host: u32,

@@ -94,6 +94,10 @@ impl TargetHandle {
             crate::metrics::PoolCounters::sum(&s.counters_by_worker);
         let heap =
             crate::heap::stats().map(|h| json!({ "bytes_in_use": h.in_use, "bytes_free": h.free }));
+        let (placed_bytes, placed_pdus) = s
+            .data_placed()
+            .iter()
+            .fold((0, 0), |(b, p), d| (b + d.bytes, p + d.pdus));
         json!({
             "listeners": listeners,
             "subsystems": subsystems,
@@ -133,6 +137,10 @@ impl TargetHandle {
                     }))
                     .collect::<Vec<_>>(),
             },
+            // NVMe/TCP H2CData read from the socket straight into command buffers since the
+            // start, summed over the workers (`target.tcp_place_from`; both flat under a load
+            // of large writes: their data is being copied through the receive buffers).
+            "tcp_placed": { "bytes": placed_bytes, "pdus": placed_pdus },
             // The process heap (glibc's mallinfo2; null elsewhere): a leak shows here, not
             // only in RSS, which also holds what the allocator keeps for reuse.
             "heap": heap,

@@ -578,6 +578,12 @@ fn print_human(cmd: &Cmd, r: &Value) {
                     s(&h["waits"])
                 );
             }
+            let pl = &r["tcp_placed"];
+            println!(
+                "TCP PLACED  {} bytes of H2CData in {} PDUs read straight into command buffers",
+                s(&pl["bytes"]),
+                s(&pl["pdus"])
+            );
             let t = &r["tls_connections"];
             println!(
                 "TLS  {} connections with their records in the kernel (kTLS), {} in user space",

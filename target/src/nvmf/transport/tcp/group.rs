@@ -96,7 +96,10 @@ impl TcpGroup {
             return;
         };
         if !q.is_closing() {
-            let left = if q.xport.sock.kernel_holds_unread() {
+            // A connection whose unread data may be OpenSSL's is neither cut short nor
+            // counted: nothing would tell the next pass it has more.
+            let shared = q.xport.sock.kernel_holds_unread();
+            let left = if shared {
                 self.share.left(q.host, per_host)
             } else {
                 u64::MAX
@@ -106,8 +109,10 @@ impl TcpGroup {
             }
             let before = q.xport.sock.received_bytes;
             receive(q, &self.placed, ctx, left);
-            self.share
-                .spend(q.host, q.xport.sock.received_bytes - before);
+            if shared {
+                self.share
+                    .spend(q.host, q.xport.sock.received_bytes - before);
+            }
             close_if_broken(q, ctx.shared);
         }
         // A closed connection (shut down, its output discarded) has nothing more to read or

@@ -48,9 +48,11 @@ pub fn receive(q: &mut TcpQueue, placed: &PlacedCounters, ctx: &mut Ctx<'_>, lim
         0
     };
     let mut read = true;
+    let mut cut = false;
     while !q.is_closing() {
         if read && q.xport.sock.received_bytes - before >= limit {
-            break; // the host's share of the pass is read; the socket has more
+            cut = true; // the host's share of the pass is read; the socket has more
+            break;
         }
         if q.xport.placing.is_some_and(|p| p.data.left() > 0) {
             if !read || !place_more(q, placed) {
@@ -74,7 +76,9 @@ pub fn receive(q: &mut TcpQueue, placed: &PlacedCounters, ctx: &mut Ctx<'_>, lim
     // now, or a host with a small send buffer waits for our delayed ACK (`tcp::ack`).
     let got = q.xport.sock.received_bytes - before;
     let mid_pdu = !q.xport.sock.received().is_empty() || q.xport.placing.is_some();
-    if ack::wants_ack(got, mid_pdu) {
+    // A visit cut short by the host's share acknowledges what it read too: the rest waits
+    // for a later pass, and the host's send buffer should not wait for it.
+    if ack::wants_ack(got, mid_pdu) || (cut && got > 0) {
         q.xport.sock.ack_now();
     }
 }

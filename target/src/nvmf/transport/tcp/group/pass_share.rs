@@ -2,7 +2,8 @@
 //! take (`target.tcp_pass_bytes_per_host`), so a host streaming data into many deep queues
 //! cannot hold the worker in one pass while another host's command waits for the next.
 //!
-//! Before this, a pass read each ready socket until the kernel had nothing more; a host that
+//! Before this, a pass read each ready socket until the kernel had nothing more (with
+//! placement on, the default); a host that
 //! sent as fast as the worker read (32 queues of 128 KiB writes) kept one pass reading for up
 //! to 65 ms, and a light host's 4K reads, their responses sent only at the pass's end, waited
 //! all that while (`tools/bench/fairness`; `docs/benchmarks.md`). Now each host may read
@@ -10,28 +11,45 @@
 //! socket of a host that has had it is not visited. Neither loses anything: what is left is
 //! the kernel's, and the epoll set is level-triggered, so the next pass hears of it again. A
 //! connection whose unread data may lie in user space (TLS in OpenSSL's record layer) is
-//! never cut short: nothing would tell the next pass it has more.
+//! neither cut short nor counted: nothing would tell the next pass it has more.
 //!
-//! The visits of a pass start one ready socket later each pass, so the sockets of a host
-//! that has had its share are not always the same ones.
+//! The visits of a pass start at a pseudo-random one of the ready sockets, so which of a
+//! host's sockets get its share is a fair draw each pass. (Starting one socket later each
+//! pass is not: with more sockets ready than one `epoll_wait` returns, the kernel rotates its
+//! ready list too, and the two rotations in step left half of one host's 128 sockets never
+//! read; `tests::every_socket_of_a_host_with_more_than_a_wait_returns_is_read`.)
 
 /// One pass's reading, per host (a handful of hosts a pass: a linear list, its capacity kept).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct PassShare {
     /// (host key, bytes read this pass).
     read: Vec<(u64, u64)>,
-    turn: usize,
+    /// xorshift64 state for the passes' starts (never 0).
+    draw: u64,
+}
+
+impl Default for PassShare {
+    fn default() -> Self {
+        PassShare {
+            read: Vec::new(),
+            draw: 0x9e37_79b9_7f4a_7c15,
+        }
+    }
 }
 
 impl PassShare {
     /// Begins a pass over `ready` sockets: where its visits start (0..ready).
     pub fn begin(&mut self, ready: usize) -> usize {
         self.read.clear();
-        self.turn = self.turn.wrapping_add(1);
+        let mut x = self.draw;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.draw = x;
         if ready == 0 {
             0
         } else {
-            self.turn % ready
+            (x % ready as u64) as usize
         }
     }
 
@@ -81,10 +99,50 @@ mod tests {
     }
 
     #[test]
-    fn each_pass_starts_one_socket_later() {
+    fn a_pass_starts_anywhere_among_the_ready_sockets() {
         let mut p = PassShare::default();
-        let starts: Vec<usize> = (0..5).map(|_| p.begin(3)).collect();
-        assert_eq!(starts, [1, 2, 0, 1, 2]);
+        let mut seen = [0u32; 7];
+        for _ in 0..7000 {
+            seen[p.begin(7)] += 1;
+        }
+        assert!(
+            seen.iter().all(|&n| n > 700),
+            "starts drawn unevenly: {seen:?}"
+        );
         assert_eq!(p.begin(0), 0, "no socket ready");
+    }
+
+    /// A model of the worker's passes over one host's `sockets` sockets, all ready all the
+    /// time, whose first visit a pass takes the host's whole share (as 128 KiB writes do),
+    /// with epoll's level-triggered ready list as Linux keeps it: a wait returns the first
+    /// `EVENTS` of the list, puts each one it returned back at the tail and leaves the rest
+    /// at the head. Every socket must be read, and none wait much longer than its turn.
+    #[test]
+    fn every_socket_of_a_host_with_more_than_a_wait_returns_is_read() {
+        const EVENTS: usize = 64;
+        for sockets in [3usize, 64, 65, 100, 128, 256] {
+            let mut p = PassShare::default();
+            let mut ready: std::collections::VecDeque<usize> = (0..sockets).collect();
+            let mut last = vec![0usize; sockets];
+            let mut longest = 0;
+            let passes = 400 * sockets;
+            for pass in 1..=passes {
+                let n = ready.len().min(EVENTS);
+                let events: Vec<usize> = ready.drain(..n).collect();
+                ready.extend(&events);
+                let start = p.begin(n);
+                let visited = events[start]; // the first visit takes the share
+                longest = longest.max(pass - last[visited]);
+                last[visited] = pass;
+            }
+            for (s, &l) in last.iter().enumerate() {
+                longest = longest.max(passes - l);
+                assert!(l > 0, "{sockets} sockets: socket {s} never read");
+            }
+            assert!(
+                longest < 30 * sockets,
+                "{sockets} sockets: a socket waited {longest} passes"
+            );
+        }
     }
 }
