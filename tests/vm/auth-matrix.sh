@@ -165,8 +165,8 @@ for c in "${COMBOS[@]}"; do
     if ! DEV=$(ns_dev) || ! io_check "$DEV"; then why="I/O"; fi
     # The host logs "qid N: authenticated with hash hmac(shaX) dhgroup Y" (6.12).
     hl=$(dmesg | tail -n +"$((mark + 1))" | grep -E 'qid [0-9]+: authenticated' || true)
-    if [ -z "$why" ] && ! echo "$hl" | grep -q "qid 0: authenticated"; then why="no 'qid 0: authenticated' in dmesg"; fi
-    if [ -z "$why" ] && echo "$hl" | grep -q "hash" && ! echo "$hl" | grep -q "hmac($h) dhgroup $g"; then
+    if [ -z "$why" ] && ! grep -q "qid 0: authenticated" <<<"$hl"; then why="no 'qid 0: authenticated' in dmesg"; fi
+    if [ -z "$why" ] && grep -q "hash" <<<"$hl" && ! grep -q "hmac($h) dhgroup $g" <<<"$hl"; then
       why="dmesg: $(echo "$hl" | head -1)"
     fi
     nvme disconnect -n "$NQN" >/dev/null 2>&1

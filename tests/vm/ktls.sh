@@ -145,7 +145,7 @@ grep 'NVMe/TCP TLS established' "$WORK/target.log" | tail -n 1
 [ "$n" = "$queues" ] && [ "$k" = "$n" ] ||
   fail "target: $k of $n connections through kTLS, the hosts made $queues"
 for c in TLS_AES_128_GCM_SHA256 TLS_AES_256_GCM_SHA384; do
-  grep 'NVMe/TCP TLS established' "$WORK/target.log" | grep -q "$c" || fail "target: no $c connection"
+  grep 'NVMe/TCP TLS established' "$WORK/target.log" | grep "$c" >/dev/null || fail "target: no $c connection"
 done
 "$CTL" -s "$WORK/ctl.sock" status --json > "$WORK/status.json" || fail "rdmablk-ctl status"
 python3 - "$WORK/status.json" "$queues" <<'PY' || fail "rdmablk-ctl status: tls_connections"

@@ -190,7 +190,7 @@ TPID=
 [ "$RC" = 0 ] || fail "target exited with status $RC"
 LAST=$(sed 's/\x1b\[[0-9;]*m//g' "$WORK/target.log" | grep 'arena usage' | tail -n 1)
 say "last arena line: $LAST"
-echo "$LAST" | grep -q 'arena_bytes_in_use=0' || fail "arena not idle after the host left"
+grep -q 'arena_bytes_in_use=0' <<<"$LAST" || fail "arena not idle after the host left"
 losetup -d "$LOOPDEV" 2>/dev/null
 dmesg | grep -iE "nvme|rdma" | tail -n 12 | sed 's/^/  dmesg: /'
 echo "RESULT: PASS (Linux nvme-$TRTYPE host <-> rdmablk-target over $TRTYPE: discover, connect, fio crc32c verify, admin set, discard/write zeroes/flush, ext4 with fstrim and fsck, reset and target restart under fio, connect-all, a namespace added and removed live, lifecycle and queue options, block and null backends, disconnect, clean exit)"

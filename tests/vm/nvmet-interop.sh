@@ -52,7 +52,7 @@ modprobe "nvmet-$TR" || fail "modprobe nvmet-$TR"
 mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config \
   || fail "mount configfs"
 [ -d "$CFG" ] || fail "$CFG missing after modprobe"
-ibv_devices 2>/dev/null | grep -q rxe0 || echo "warning: rxe0 not listed by ibv_devices"
+ibv_devices 2>/dev/null | grep rxe0 >/dev/null || echo "warning: rxe0 not listed by ibv_devices"
 
 cleanup() {
   rm -f "$CFG/ports/1/subsystems/$NQN" 2>/dev/null
@@ -90,7 +90,7 @@ echo "$IP" > "$P/addr_traddr"
 echo "$PORT" > "$P/addr_trsvcid"
 ln -s "$S" "$P/subsystems/$NQN" || fail "link subsystem to port (dmesg: $(dmesg | tail -3))"
 # nvmet enables the port inside the link (it listens when ln returns) and says so in dmesg.
-for _ in $(seq 1 100); do dmesg | grep -q "enabling port 1" && break; sleep 0.1; done
+for _ in $(seq 1 100); do dmesg | grep "enabling port 1" >/dev/null && break; sleep 0.1; done
 dmesg | grep -i nvmet | tail -3
 
 rc=0
@@ -104,7 +104,7 @@ fi
 step "a refused connection names its cause (unknown subsystem NQN)"
 out=$(timeout 120 "$BIN" "$TR://$IP:$PORT/nqn.2024-01.io.rdmablk:no-such-subsys" 2>&1)
 echo "$out" | tail -1
-echo "$out" | grep -q "unknown subsystem NQN" || fail "unknown-NQN refusal not reported as such"
+grep -q "unknown subsystem NQN" <<<"$out" || fail "unknown-NQN refusal not reported as such"
 
 step "the target's backing store holds what the initiator wrote (last pass: 64 KiB at 0)"
 sync
@@ -133,7 +133,7 @@ perf_ok "$out.json" || fail "rdmablk-perf through discovery: bad report"
 step "keep-alive: idle 12 s with kato_ms=2000 (nvmet drops a controller silent for KATO)"
 out=$(timeout 120 "$IDLE" "$TR://$IP:$PORT/$NQN?kato_ms=2000" 12 2>&1)
 echo "$out" | tail -n 3
-echo "$out" | grep -q '^PASS' || fail "the idle controller did not survive 6 KATOs"
+grep -q '^PASS' <<<"$out" || fail "the idle controller did not survive 6 KATOs"
 ka=$(echo "$out" | sed -n 's/^keep-alives \([0-9]*\) .*/\1/p')
 [ "${ka:-0}" -ge 4 ] || fail "only ${ka:-0} keep-alives in 12 s at KATO 2 s"
 

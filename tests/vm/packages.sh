@@ -71,7 +71,7 @@ for p in "${PKGS[@]}"; do
   files+=("${f[0]}")
 done
 for p in "${PKGS[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" &&
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep "ok installed" >/dev/null &&
     fail "$p is installed already (this test installs and purges it)"
 done
 [ -e /var/lib/rdmablk ] && fail "/var/lib/rdmablk exists already"
@@ -91,19 +91,19 @@ unit=/lib/systemd/system/rdmablk-target.service
 [ -f "$unit" ] || [ -f "/usr$unit" ] || fail "no rdmablk-target.service in /lib/systemd/system"
 ls /etc/systemd/system/*.wants/rdmablk-target.service >/dev/null 2>&1 &&
   fail "the unit was enabled at install (it must wait for the operator's configuration)"
-dpkg-query -W -f='${Conffiles}\n' rdmablk-target | grep -q " $CONF " ||
+dpkg-query -W -f='${Conffiles}\n' rdmablk-target | grep " $CONF " >/dev/null ||
   fail "$CONF is not a conffile of rdmablk-target"
 for m in man8/rdmablk-target.8.gz man8/rdmablk-ctl.8.gz man1/rdmablk-perf.1.gz; do
   [ -f "/usr/share/man/$m" ] || fail "no /usr/share/man/$m"
 done
-zcat /usr/share/man/man8/rdmablk-target.8.gz | grep -q '^\.SH CONFIGURATION' ||
+zcat /usr/share/man/man8/rdmablk-target.8.gz | grep '^\.SH CONFIGURATION' >/dev/null ||
   fail "rdmablk-target(8) has no CONFIGURATION section"
 for c in bash-completion/completions/rdmablk-ctl zsh/vendor-completions/_rdmablk-target \
   fish/vendor_completions.d/rdmablk-perf.fish; do
   [ -f "/usr/share/$c" ] || fail "no /usr/share/$c"
 done
 bash -n /usr/share/bash-completion/completions/rdmablk-target || fail "bash completion syntax"
-ldconfig -p | grep -q 'librdmablk_c\.so\.0 ' || fail "librdmablk_c.so.0 is not in ldconfig's cache"
+ldconfig -p | grep 'librdmablk_c\.so\.0 ' >/dev/null || fail "librdmablk_c.so.0 is not in ldconfig's cache"
 [ "$(pkg-config --modversion rdmablk)" = 0.1.0 ] || fail "pkg-config rdmablk: $(pkg-config --modversion rdmablk 2>&1)"
 say "installed: $(dpkg-query -W -f='${Package} ${Version}, ' "${PKGS[@]}")"
 
@@ -176,7 +176,7 @@ step c-api
 # shellcheck disable=SC2046 # pkg-config's flags are words
 gcc -Wall -o "$WORK/example" "$ROOT/initiator/examples/c/rdmablk_example.c" \
   $(pkg-config --cflags --libs rdmablk) || fail "building the C example with pkg-config rdmablk"
-ldd "$WORK/example" | grep -q '/librdmablk_c\.so\.0 ' || fail "the example does not load the installed library"
+ldd "$WORK/example" | grep '/librdmablk_c\.so\.0 ' >/dev/null || fail "the example does not load the installed library"
 "$WORK/example" "$URL" >"$WORK/example.out" 2>&1 || fail "the C example: $(tail -3 "$WORK/example.out")"
 grep -q '^rdmablk_example: ok' "$WORK/example.out" || fail "the C example did not say ok"
 say "$(tail -1 "$WORK/example.out")"
@@ -206,7 +206,7 @@ for f in "${owned[@]}"; do [ -e "$f" ] || [ -L "$f" ] && left+=("$f"); done
 [ ${#left[@]} = 0 ] || fail "left after the purge: ${left[*]}"
 [ -e /etc/rdmablk ] && fail "/etc/rdmablk is left after the purge: $(ls -A /etc/rdmablk)"
 for p in "${PKGS[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" && fail "$p still installed"
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep "ok installed" >/dev/null && fail "$p still installed"
 done
 [ -f /var/lib/rdmablk/disk1.img ] || fail "the purge removed the namespace's data"
 say "purged: ${#owned[@]} files gone, /etc/rdmablk gone, /var/lib/rdmablk/disk1.img kept"

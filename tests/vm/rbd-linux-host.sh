@@ -177,7 +177,7 @@ RC=$?
 TPID=
 [ "$RC" = 0 ] || fail "target exited with status $RC"
 LAST=$(sed 's/\x1b\[[0-9;]*m//g' "$WORK/target.log" | grep 'arena usage' | tail -n 1)
-echo "$LAST" | grep -q 'arena_bytes_in_use=0' || fail "arena not idle after the host left ($LAST)"
+grep -q 'arena_bytes_in_use=0' <<<"$LAST" || fail "arena not idle after the host left ($LAST)"
 "$ROOT/tools/ceph-dev" stop >/dev/null 2>&1
 echo "RESULT: PASS (Linux nvme-rdma host <-> rdmablk-target <-> Ceph RBD in the VM: connect, size, fio crc32c verify, data found in the image by rbd export, discard, gateway SIGKILLed and restarted under fio with no error, disconnect, clean exit)"
 rm -rf "$WORK"

@@ -252,7 +252,7 @@ linux_refused() {
   from=$(($(wc -l <"$WORK/target.log") + 1))
   if connect "$@"; then bad "$name" "connected"; disconnect; return; fi
   sleep 1
-  if tail -n +"$from" "$WORK/target.log" | grep -q "$why"; then ok "$name"
+  if tail -n +"$from" "$WORK/target.log" | grep "$why" >/dev/null; then ok "$name"
   else bad "$name" "refused, but the target did not log '$why': $(tail -n 2 "$WORK/target.log")"; fi
 }
 
