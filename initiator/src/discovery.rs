@@ -139,7 +139,7 @@ pub fn discover_with(url: &str, mut opts: ConnectOptions) -> Result<Vec<Discover
         opts.connect_timeout(),
         stats.clone(),
     )?;
-    admin.set_poll_spin(opts.poll_spin());
+    admin.set_poll_spin(opts.poll_spin(url.transport));
     setup.fabrics_connect(&mut admin, 0, ADMIN_ENTRIES - 1, fabrics::CNTLID_DYNAMIC, 0)?;
     let cap = Cap(setup.prop_get(&mut admin, props::CAP)?);
     setup.enable(&mut admin, cap)?;

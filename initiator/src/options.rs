@@ -12,9 +12,11 @@ use rdmablk::nvme::Nqn;
 use crate::error::{Error, Result};
 use crate::transport::tcp_tls::TlsKey;
 
-/// [`ConnectOptions::poll_spin_us`] by default: long enough for the next 128 KiB of a
-/// transfer or the answer to a write's data on a real CPU (100 us lost 0.94x of 128K
-/// writes' IOPS to wake-ups, 200 us none; `docs/benchmarks.md`, 2026-12-07).
+/// [`ConnectOptions::poll_spin_us`] by default over NVMe/TCP: long enough for the next 128
+/// KiB of a transfer or the answer to a write's data on a real CPU (100 us lost 0.94x of 128K
+/// writes' IOPS to wake-ups, 200 us none; `docs/benchmarks.md`, 2026-12-07). Over NVMe/RDMA
+/// the default is 0: on the soft provider, whose work shares the host's CPUs, 200 us cost
+/// 0.65-0.75x of 4K randwrite QD32's IOPS (`tools/bench/soft-vs-local`, 2026-12-07).
 pub const DEFAULT_POLL_SPIN_US: u32 = 200;
 /// The most [`ConnectOptions::poll_spin_us`] takes.
 pub const MAX_POLL_SPIN_US: u32 = 1_000_000;
@@ -40,9 +42,10 @@ pub struct ConnectOptions {
     /// A queue waiting for completions polls this long after its last progress (a
     /// completion, or a poll that read or wrote bytes) before it sleeps: spinning catches
     /// what is on its way without a wake-up, at the price of CPU while I/O is in flight.
-    /// Default 200 us; 0: only 64 polls (~30 us of NVMe/TCP polls on a real CPU). Not the
-    /// target's `target.poll_spin_us`.
-    pub poll_spin_us: u32,
+    /// `None` (the default): the transport's own, 200 us over NVMe/TCP
+    /// ([`DEFAULT_POLL_SPIN_US`]), 0 over NVMe/RDMA and loop; 0: only 64 polls (~30 us of
+    /// NVMe/TCP polls on a real CPU). Not the target's `target.poll_spin_us`.
+    pub poll_spin_us: Option<u32>,
     /// Timeout of each connect step (address resolution, CM connect, controller ready).
     pub connect_timeout_ms: u32,
     /// Ask the target for push writes (rdmablk extension). Default true.
@@ -108,7 +111,7 @@ impl Default for ConnectOptions {
             queue_size: 128,
             kato_ms: 5_000,
             io_timeout_ms: 30_000,
-            poll_spin_us: DEFAULT_POLL_SPIN_US,
+            poll_spin_us: None,
             connect_timeout_ms: 5_000,
             push_writes: true,
             max_io_bytes: 128 << 10,
@@ -136,8 +139,12 @@ impl ConnectOptions {
         Duration::from_millis(u64::from(self.io_timeout_ms))
     }
 
-    pub fn poll_spin(&self) -> Duration {
-        Duration::from_micros(u64::from(self.poll_spin_us))
+    /// How long a waiting queue of `t` polls before it sleeps (the option, or `t`'s default).
+    pub fn poll_spin(&self, t: crate::transport::Transport) -> Duration {
+        let us = self
+            .poll_spin_us
+            .unwrap_or_else(|| t.default_poll_spin_us());
+        Duration::from_micros(u64::from(us))
     }
 
     pub fn connect_timeout(&self) -> Duration {
@@ -192,13 +199,12 @@ impl ConnectOptions {
         if self.io_timeout_ms < 10 || self.connect_timeout_ms < 10 {
             return bad("io_timeout_ms", "timeouts below 10 ms".into());
         }
-        if self.poll_spin_us > MAX_POLL_SPIN_US {
+        if let Some(us) = self.poll_spin_us.filter(|&us| us > MAX_POLL_SPIN_US) {
             return bad(
                 "poll_spin_us",
                 format!(
-                    "{} is above {MAX_POLL_SPIN_US} (1 s): a queue would poll that long before \
-                     it sleeps",
-                    self.poll_spin_us
+                    "{us} is above {MAX_POLL_SPIN_US} (1 s): a queue would poll that long before \
+                     it sleeps"
                 ),
             );
         }
@@ -235,7 +241,7 @@ impl ConnectOptions {
             "queue_size" => self.queue_size = num("queue_size", value)?,
             "kato_ms" => self.kato_ms = num("kato_ms", value)?,
             "io_timeout_ms" => self.io_timeout_ms = num("io_timeout_ms", value)?,
-            "poll_spin_us" => self.poll_spin_us = num("poll_spin_us", value)?,
+            "poll_spin_us" => self.poll_spin_us = Some(num("poll_spin_us", value)?),
             "connect_timeout_ms" => self.connect_timeout_ms = num("connect_timeout_ms", value)?,
             "push" | "push_writes" => self.push_writes = flag("push_writes", value)?,
             "max_io_bytes" => self.max_io_bytes = num("max_io_bytes", value)?,
@@ -375,10 +381,23 @@ mod tests {
 
     #[test]
     fn poll_spin_us_is_set_by_name_and_checked() {
+        use crate::transport::Transport;
+        let tcp = Transport::from_scheme("tcp").unwrap();
         let mut o = ConnectOptions::default();
-        assert_eq!(o.poll_spin(), Duration::from_micros(200));
+        assert_eq!(o.poll_spin(tcp), Duration::from_micros(200));
+        for rdma in ["rdma", "soft", "loop"] {
+            let t = Transport::from_scheme(rdma).unwrap();
+            assert_eq!(o.poll_spin(t), Duration::ZERO, "{rdma}'s default");
+        }
+        o.set("poll_spin_us", "50").unwrap();
+        let soft = Transport::from_scheme("soft").unwrap();
+        assert_eq!(
+            o.poll_spin(soft),
+            Duration::from_micros(50),
+            "set: every transport"
+        );
         o.set("poll_spin_us", "0").unwrap();
-        assert_eq!(o.poll_spin(), Duration::ZERO);
+        assert_eq!(o.poll_spin(tcp), Duration::ZERO);
         o.validate().unwrap();
         o.set("poll_spin_us", "1000000").unwrap();
         o.validate().unwrap();

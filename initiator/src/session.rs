@@ -88,7 +88,7 @@ impl Setup<'_> {
             o.connect_timeout(),
             self.stats.clone(),
         )?;
-        admin.set_poll_spin(o.poll_spin());
+        admin.set_poll_spin(o.poll_spin(self.url.transport));
         let cntlid = self.fabrics_connect(
             &mut admin,
             0,
@@ -141,7 +141,7 @@ impl Setup<'_> {
             self.fabrics_connect(&mut q, qid, queue_size - 1, cntlid, 0)?;
             q.set_in_capsule_bytes(in_capsule_bytes);
             q.set_cmd_timeout(o.io_timeout());
-            q.set_poll_spin(o.poll_spin());
+            q.set_poll_spin(o.poll_spin(self.url.transport));
             io.push(q);
         }
         let ana = if id.cmic & cmic::ANA != 0 {

@@ -57,6 +57,12 @@ pub(crate) trait TransportOps: Sync {
         None
     }
 
+    /// How long a waiting queue of it polls after its last progress before it sleeps when
+    /// [`ConnectOptions::poll_spin_us`] does not say (us; 0: only its 64 polls).
+    fn default_poll_spin_us(&self) -> u32 {
+        0
+    }
+
     /// A buffer pool of `bytes` that queues of `t` to `addr` can reach: NVMe/RDMA registers
     /// it on a protection domain of the device that reaches `addr`; plain memory by default.
     fn open_pool(
@@ -109,6 +115,12 @@ impl Transport {
     /// The fabric provider of an NVMe/RDMA transport (`None` for the others).
     pub fn provider(self) -> Option<ProviderKind> {
         self.ops.provider(self.scheme)
+    }
+
+    /// Its waiting queues' spin when the options do not set one (us): NVMe/TCP
+    /// [`crate::options::DEFAULT_POLL_SPIN_US`], the others 0.
+    pub fn default_poll_spin_us(self) -> u32 {
+        self.ops.default_poll_spin_us()
     }
 
     /// The transport of a discovery log entry of type `trtype`, listed by a controller

@@ -116,6 +116,11 @@ impl TransportOps for Tcp {
         trtype::TCP
     }
 
+    /// Measured over NVMe/TCP (`crate::options::DEFAULT_POLL_SPIN_US`).
+    fn default_poll_spin_us(&self) -> u32 {
+        crate::options::DEFAULT_POLL_SPIN_US
+    }
+
     fn open(
         &self,
         _: Transport,
