@@ -264,7 +264,7 @@ pub fn run<'a>(cfg: &'a Config, plan: Plan) -> RunReport<'a> {
         .filter(|_| {
             matches!(
                 cfg.target,
-                Target::Embedded(args::EmbeddedTransport::Loop, _)
+                Target::Embedded(args::EmbeddedTransport::Loop, ..)
             )
         })
         .map(|(_, spin)| spin);

@@ -462,4 +462,26 @@ fn embedded_loop_and_tcp_verify_and_report_the_target_cpu() {
     assert_exit(&r, 0);
     let v: serde_json::Value = serde_json::from_slice(&r.stdout).expect("JSON");
     assert_eq!(v["total"]["read"]["total_ios"], 1024);
+    // The embedded target's poll mode goes into its config (a value the target refused
+    // would fail its start) and is named in the report.
+    for mode in ["interrupt", "busy"] {
+        let r = perf(&[
+            "--embedded=loop",
+            "--embedded-ns",
+            "null",
+            "--embedded-poll-mode",
+            mode,
+            "--rw",
+            "randwrite",
+            "--size",
+            "4m",
+            "--json",
+            "-q",
+        ]);
+        assert_exit(&r, 0);
+        let v: serde_json::Value = serde_json::from_slice(&r.stdout).expect("JSON");
+        assert_eq!(v["total"]["write"]["total_ios"], 1024, "{mode}");
+        let target = v["global options"]["target"].as_str().unwrap();
+        assert!(target.contains(&format!("poll_mode {mode}")), "{target}");
+    }
 }

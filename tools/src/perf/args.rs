@@ -14,7 +14,9 @@ mod validate;
 use clap::{Parser, ValueEnum};
 
 pub use size::{format_size, BsRange, ByteSize, SizeError};
-pub use target::{parse_target, EmbeddedNs, EmbeddedTransport, Target, DISCOVERY_NQN};
+pub use target::{
+    parse_target, EmbeddedNs, EmbeddedPoll, EmbeddedTransport, Target, DISCOVERY_NQN,
+};
 pub use validate::Config;
 
 /// The most I/Os one job keeps in flight. Both the io_uring ring and the in-flight table are
@@ -61,6 +63,13 @@ pub struct Args {
     /// the NVMe-oF code costs alone).
     #[arg(long, value_enum, default_value_t = EmbeddedNs::Ram, value_name = "KIND")]
     pub embedded_ns: EmbeddedNs,
+
+    /// How the embedded target's worker waits for work (its `target.poll_mode`): `adaptive`
+    /// (the target's default: poll 50 us after the last work, then sleep), `busy` (spin) or
+    /// `interrupt` (sleep whenever idle: its CPU per I/O is then work and wake-ups, no
+    /// polling).
+    #[arg(long, value_enum, default_value_t = EmbeddedPoll::Adaptive, value_name = "MODE")]
+    pub embedded_poll_mode: EmbeddedPoll,
 
     /// I/O pattern.
     #[arg(long, value_enum, default_value_t = RwMode::Read)]

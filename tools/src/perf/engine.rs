@@ -280,8 +280,8 @@ pub fn open(target: &Target, opts: &OpenOptions) -> Result<Box<dyn Engine>, Engi
             None,
         )?)),
         Target::Multipath { urls } => Ok(Box::new(nvmf::NvmfEngine::connect_paths(urls, opts)?)),
-        Target::Embedded(transport, ns) => {
-            let target = embedded::EmbeddedTarget::get(*transport, *ns, opts)?;
+        Target::Embedded(transport, ns, poll) => {
+            let target = embedded::EmbeddedTarget::get(*transport, *ns, *poll, opts)?;
             let url = target.url().to_string();
             Ok(Box::new(nvmf::NvmfEngine::connect(
                 &url,

@@ -37,6 +37,30 @@ pub enum EmbeddedNs {
     Null,
 }
 
+/// How the embedded target's worker waits for work (its `target.poll_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum EmbeddedPoll {
+    /// Poll a while after the last work, then sleep (the target's default).
+    #[default]
+    Adaptive,
+    /// Spin: one core at 100 %.
+    Busy,
+    /// Sleep whenever idle: each wake-up is part of the target's CPU per I/O, and no polling
+    /// between batches is (what `tools/bench/core-loop` measures).
+    Interrupt,
+}
+
+impl EmbeddedPoll {
+    /// The value of the target's `poll_mode` key.
+    pub fn as_config(self) -> &'static str {
+        match self {
+            Self::Adaptive => "adaptive",
+            Self::Busy => "busy",
+            Self::Interrupt => "interrupt",
+        }
+    }
+}
+
 /// Where the I/O goes, from the positional argument (or `--embedded`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
@@ -63,8 +87,9 @@ pub enum Target {
         /// Subsystem NQN.
         nqn: String,
     },
-    /// An in-process target over the transport given, with a namespace of that kind.
-    Embedded(EmbeddedTransport, EmbeddedNs),
+    /// An in-process target over the transport given, with a namespace of that kind, its
+    /// worker polling so.
+    Embedded(EmbeddedTransport, EmbeddedNs, EmbeddedPoll),
     /// One subsystem through several paths (full `rdma://` or `soft://` URLs, one provider).
     Multipath {
         /// The paths' URLs.
@@ -79,7 +104,15 @@ impl fmt::Display for Target {
             Self::Rdma { addr, nqn } => write!(f, "rdma://{addr}/{nqn}"),
             Self::Soft { addr, nqn } => write!(f, "soft://{addr}/{nqn}"),
             Self::Tcp { addr, nqn } => write!(f, "tcp://{addr}/{nqn}"),
-            Self::Embedded(t, ns) => write!(f, "embedded ({}, {ns:?})", t.scheme()),
+            Self::Embedded(t, ns, EmbeddedPoll::Adaptive) => {
+                write!(f, "embedded ({}, {ns:?})", t.scheme())
+            }
+            Self::Embedded(t, ns, poll) => write!(
+                f,
+                "embedded ({}, {ns:?}, poll_mode {})",
+                t.scheme(),
+                poll.as_config()
+            ),
             Self::Multipath { urls } => f.write_str(&urls.join(",")),
         }
     }

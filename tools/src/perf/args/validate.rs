@@ -60,7 +60,7 @@ impl Args {
                      soft://HOST:PORT/NQN) or --embedded",
                 ))
             }
-            (None, Some(t)) => Target::Embedded(t, self.embedded_ns),
+            (None, Some(t)) => Target::Embedded(t, self.embedded_ns, self.embedded_poll_mode),
             (Some(t), None) => parse_target(t)?,
         };
         if !(MIN_BS_BYTES..=MAX_BS_BYTES).contains(&self.bs.min)
@@ -261,15 +261,35 @@ mod tests {
         }
         assert!(matches!(
             parse(&["--embedded"]).unwrap().target,
-            Target::Embedded(EmbeddedTransport::Soft, EmbeddedNs::Ram)
+            Target::Embedded(
+                EmbeddedTransport::Soft,
+                EmbeddedNs::Ram,
+                EmbeddedPoll::Adaptive
+            )
         ));
         assert!(matches!(
             parse(&["--embedded=loop"]).unwrap().target,
-            Target::Embedded(EmbeddedTransport::Loop, EmbeddedNs::Ram)
+            Target::Embedded(EmbeddedTransport::Loop, EmbeddedNs::Ram, _)
+        ));
+        assert!(matches!(
+            parse(&[
+                "--embedded=loop",
+                "--embedded-ns",
+                "null",
+                "--embedded-poll-mode",
+                "interrupt"
+            ])
+            .unwrap()
+            .target,
+            Target::Embedded(
+                EmbeddedTransport::Loop,
+                EmbeddedNs::Null,
+                EmbeddedPoll::Interrupt
+            )
         ));
         assert!(matches!(
             parse(&["--embedded=tcp"]).unwrap().target,
-            Target::Embedded(EmbeddedTransport::Tcp, EmbeddedNs::Ram)
+            Target::Embedded(EmbeddedTransport::Tcp, EmbeddedNs::Ram, _)
         ));
     }
 }

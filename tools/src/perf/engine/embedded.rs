@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, Weak};
 use rdmablk_target::Target;
 
 use super::{EngineError, OpenOptions};
-use crate::perf::args::{EmbeddedNs, EmbeddedTransport};
+use crate::perf::args::{EmbeddedNs, EmbeddedPoll, EmbeddedTransport};
 
 /// The name prefix of the target's worker threads.
 const WORKER_THREAD: &str = "rdmablk-w";
@@ -94,13 +94,14 @@ impl EmbeddedTarget {
     pub fn get(
         transport: EmbeddedTransport,
         ns: EmbeddedNs,
+        poll: EmbeddedPoll,
         opts: &OpenOptions,
     ) -> Result<Arc<EmbeddedTarget>, EngineError> {
         let mut running = RUNNING.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(t) = running.upgrade() {
             return Ok(t);
         }
-        let t = Arc::new(Self::start(transport, ns, opts)?);
+        let t = Arc::new(Self::start(transport, ns, poll, opts)?);
         *running = Arc::downgrade(&t);
         Ok(t)
     }
@@ -108,6 +109,7 @@ impl EmbeddedTarget {
     fn start(
         transport: EmbeddedTransport,
         ns: EmbeddedNs,
+        poll: EmbeddedPoll,
         opts: &OpenOptions,
     ) -> Result<EmbeddedTarget, EngineError> {
         let fail = |err: Box<dyn std::error::Error + Send + Sync>| EngineError::Connect {
@@ -129,6 +131,7 @@ impl EmbeddedTarget {
             EmbeddedNs::Ram => "ram",
             EmbeddedNs::Null => "null",
         };
+        let poll_mode = poll.as_config();
         let toml = |port: u16| {
             format!(
                 r#"
@@ -139,6 +142,7 @@ port = {port}
 
 [target]
 worker_threads = 1
+poll_mode = "{poll_mode}"
 
 [arena]
 bytes = {arena_bytes}
