@@ -164,7 +164,7 @@ impl Args {
 mod tests {
     use clap::Parser;
 
-    use super::super::{EmbeddedNs, EmbeddedTransport, DEFAULT_SEED};
+    use super::super::{EmbeddedNs, EmbeddedPoll, EmbeddedTransport, DEFAULT_SEED};
     use super::*;
 
     fn parse(argv: &[&str]) -> Result<Config, String> {
