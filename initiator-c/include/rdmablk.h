@@ -161,7 +161,8 @@ struct rdmablk_opts *rdmablk_opts_new(void);
 
 // Sets one option by name, as in a URL query: `hostnqn`, `hostid`, `io_queues`,
 // `queue_size`, `kato_ms` (keep-alive timeout, 0 disables), `push` (1/0), `io_timeout_ms`,
-// `poll_spin_us` (how long a waiting queue polls before it sleeps, default 200 over NVMe/TCP, 0 over RDMA),
+// `poll_spin_us` (how long a waiting queue polls before it sleeps, default 200 over NVMe/TCP,
+// 0 over NVMe/RDMA and loop),
 // `connect_timeout_ms`, `max_io_bytes`, `buffer_pool_bytes`, `reconnect_attempts`,
 // `ctrl_loss_tmo_ms`, `reconnect_delay_ms`, `reconnect_max_delay_ms`, `retry_writes`;
 // NVMe/TCP: `hdr_digest`, `data_digest`, and TLS 1.3 with a PSK: `psk_file` (a file holding
@@ -171,9 +172,7 @@ struct rdmablk_opts *rdmablk_opts_new(void);
 //
 // # Safety
 // `opts` comes from [`rdmablk_opts_new`]; `name` and `value` are NUL-terminated strings.
-int rdmablk_opts_set(struct rdmablk_opts *opts,
-                     const char *name,
-                     const char *value);
+int rdmablk_opts_set(struct rdmablk_opts *opts, const char *name, const char *value);
 
 // Frees connect options (NULL is fine).
 //
