@@ -19,8 +19,10 @@
 //! The pool is the worker's own (no lock): the worker's poll groups reach it through
 //! [`crate::nvmf::request_flow::Ctx`].
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
+use std::sync::{Arc, OnceLock};
 
 use super::{Arena, ArenaError, Extent, Region, PAGE_BYTES};
 
@@ -88,13 +90,36 @@ pub fn order_for(bytes: u32) -> Option<u8> {
 }
 
 /// The key a host's share is kept under: its host NQN once its queue is connected, its
-/// network address before.
+/// network address before. A keyed hash whose keys are drawn once a process, so a peer cannot
+/// choose names whose keys collide in [`DataPool`]'s map, which then uses them as they are
+/// ([`HostKeyHasher`]: no second hash per command).
 pub fn host_key(id: &[u8]) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::hash::DefaultHasher::new();
-    id.hash(&mut h);
-    h.finish()
+    static KEYS: OnceLock<std::collections::hash_map::RandomState> = OnceLock::new();
+    KEYS.get_or_init(Default::default).hash_one(id)
 }
+
+/// The hasher of maps keyed by [`host_key`]: the key is already a keyed hash, taken as it is.
+#[derive(Default)]
+struct HostKeyHasher(u64);
+
+impl Hasher for HostKeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only u64 keys are hashed here; anything else is folded in, never lost.
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, key: u64) {
+        self.0 = key;
+    }
+}
+
+type HostMap<V> = HashMap<u64, V, BuildHasherDefault<HostKeyHasher>>;
 
 /// A command waiting for a buffer: which poll group, queue and request it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -141,7 +166,7 @@ pub struct DataPool {
     _extent: ArenaExtent,
     base: u64,
     buddy: Buddy,
-    hosts: HashMap<u64, HostShare>,
+    hosts: HostMap<HostShare>,
     /// Hosts with waiters, in the order they are served.
     turn: VecDeque<u64>,
     waiting: u32,
@@ -168,7 +193,7 @@ impl DataPool {
             base: arena.as_ptr() as u64 + extent.extent.offset as u64,
             _extent: extent,
             buddy: Buddy::new(pages),
-            hosts: HashMap::new(),
+            hosts: HostMap::default(),
             turn: VecDeque::new(),
             waiting: 0,
             waited: 0,
@@ -180,9 +205,11 @@ impl DataPool {
     /// [`DataPool::next_ready`] hands it one.
     pub fn take(&mut self, host: u64, w: Waiter) -> Option<DataBuf> {
         let total = self.buddy.pages;
-        let active = self.hosts.len() as u32 + u32::from(!self.hosts.contains_key(&host));
+        let known = self.hosts.len() as u32;
         let free = total - self.buddy.used;
-        let share = self.hosts.entry(host).or_default();
+        let entry = self.hosts.entry(host);
+        let active = known + u32::from(matches!(entry, Entry::Vacant(_)));
+        let share = entry.or_default();
         if share.waiters.is_empty() && may_take(share, w.order, total, free, active) {
             if let Some(page) = self.buddy.alloc(w.order) {
                 share.held_pages += 1 << w.order;
@@ -549,5 +576,24 @@ mod tests {
         // Host 1 first (it waited first), then host 2, then host 1's others.
         assert_eq!(order[..2], [1, 10]);
         assert_eq!(order.len(), 4);
+    }
+
+    #[test]
+    fn host_keys_name_hosts_and_the_map_keeps_them_apart() {
+        assert_eq!(host_key(b"nqn.a"), host_key(b"nqn.a"), "one key a name");
+        assert_ne!(host_key(b"nqn.a"), host_key(b"nqn.b"));
+        // Keys alike in their low bits (the map's hasher takes keys as they are) stay
+        // distinct hosts with their own shares.
+        let mut p = pool(64 * PAGE_BYTES);
+        let keys: Vec<u64> = (0..16u64).map(|i| (i << 40) | 7).collect();
+        let bufs: Vec<DataBuf> = keys
+            .iter()
+            .map(|&k| p.take(k, w(k as u32, 0)).expect("room"))
+            .collect();
+        assert_eq!(p.hosts.len(), keys.len());
+        for b in bufs {
+            p.give(b);
+        }
+        assert!(p.hosts.is_empty(), "a host holding nothing is forgotten");
     }
 }

@@ -86,13 +86,12 @@ fn start_request<X: QueueTransport>(
     // A push queue's command uses its own slot (its data is pushed there, or moves by RDMA
     // READ/WRITE through it) unless its SGL names more than a slot holds (the push budget
     // makes slots smaller than `max_io_size`): that one takes a pool buffer like any other.
+    let sgl = rdmablk::nvme::Sgl::decode(&sqe.dptr);
     let slot_bytes = q.parcel.layout().data_slot_bytes as u64;
-    let in_slot = push_slot.filter(|_| {
-        rdmablk::nvme::Sgl::decode(&sqe.dptr).map_or(true, |s| u64::from(s.len()) <= slot_bytes)
-    });
+    let in_slot = push_slot.filter(|_| sgl.map_or(true, |s| u64::from(s.len()) <= slot_bytes));
     if let Some(ps) = in_slot {
         q.reqs[slot as usize].data = DataBuf::outside(q.parcel.data_slot(ps));
-    } else if let Some(order) = buffer_order(&sqe, ctx.shared) {
+    } else if let Some(order) = sgl.ok().and_then(|s| buffer_order(s.len(), ctx.shared)) {
         let w = Waiter {
             group: ctx.group,
             queue: q.key,
@@ -109,10 +108,7 @@ fn start_request<X: QueueTransport>(
                 if let Some(c) = &q.ctrl {
                     c.note_pool_wait();
                 }
-                let in_capsule = matches!(
-                    rdmablk::nvme::Sgl::decode(&sqe.dptr),
-                    Ok(rdmablk::nvme::Sgl::InCapsule(_))
-                );
+                let in_capsule = matches!(sgl, Ok(rdmablk::nvme::Sgl::InCapsule(_)));
                 if X::RELEASE_BEFORE_POOL_WAIT && !in_capsule {
                     give_back_capsule(q, slot, recv, ctx.shared);
                 }
@@ -123,11 +119,10 @@ fn start_request<X: QueueTransport>(
     prepare_request(q, slot, recv, ctx);
 }
 
-/// The buffer a command's data needs: as long as its SGL says, when that is within
+/// The buffer a command's data needs: as long as its SGL says (`len`), when that is within
 /// `limits.max_io_size` (a longer or undecodable one is refused by the data phase, before any
 /// data moves, and needs none).
-fn buffer_order(sqe: &rdmablk::nvme::Sqe, shared: &Shared) -> Option<u8> {
-    let len = rdmablk::nvme::Sgl::decode(&sqe.dptr).ok()?.len();
+fn buffer_order(len: u32, shared: &Shared) -> Option<u8> {
     if len > shared.fixed.limits.max_io_size {
         return None;
     }
