@@ -588,7 +588,8 @@ mod tests {
         let keys: Vec<u64> = (0..16u64).map(|i| (i << 40) | 7).collect();
         let bufs: Vec<DataBuf> = keys
             .iter()
-            .map(|&k| p.take(k, w(k as u32, 0)).expect("room"))
+            .enumerate()
+            .map(|(i, &k)| p.take(k, w(i as u32, 0)).expect("room"))
             .collect();
         assert_eq!(p.hosts.len(), keys.len());
         for b in bufs {

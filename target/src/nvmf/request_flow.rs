@@ -120,8 +120,8 @@ fn start_request<X: QueueTransport>(
 }
 
 /// The buffer a command's data needs: as long as its SGL says (`len`), when that is within
-/// `limits.max_io_size` (a longer or undecodable one is refused by the data phase, before any
-/// data moves, and needs none).
+/// `limits.max_io_size` (a longer one is refused by the data phase, before any data moves, and
+/// needs none; so does one whose SGL does not decode, which never gets here).
 fn buffer_order(len: u32, shared: &Shared) -> Option<u8> {
     if len > shared.fixed.limits.max_io_size {
         return None;
