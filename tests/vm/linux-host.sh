@@ -127,7 +127,7 @@ CFG
 source "$ROOT/tests/vm/lib.sh"
 
 STEP=setup
-step() { STEP=$1; say "--- step $STEP"; }
+step() { STEP=$1; say "--- step $STEP (at ${SECONDS}s)"; }
 # check COND-CMD...: fails the current step with the command line when it fails.
 check() { "$@" || fail "$STEP: $*"; }
 

@@ -81,7 +81,7 @@ CFG
 
 source "$ROOT/tests/vm/lib.sh"
 STEP=setup
-step() { STEP=$1; say "--- step $STEP"; }
+step() { STEP=$1; say "--- step $STEP (at ${SECONDS}s)"; }
 status() { "$CTL" --socket "$SOCK" status --json; }
 
 start_target

@@ -57,7 +57,7 @@ cleanup() {
   PID=()
 }
 STEP=setup
-step() { STEP=$1; say "--- step $STEP"; }
+step() { STEP=$1; say "--- step $STEP (at ${SECONDS}s)"; }
 
 [ -x "$BIN" ] || fail "no target binary at $BIN (cargo build -p rdmablk-target)"
 command -v nvme >/dev/null || fail "nvme-cli is missing"

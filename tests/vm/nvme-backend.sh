@@ -63,7 +63,7 @@ fail() {
   exit 1
 }
 STEP=setup
-step() { STEP=$1; say "--- step $STEP"; }
+step() { STEP=$1; say "--- step $STEP (at ${SECONDS}s)"; }
 # hung WHAT: the evidence of a hang (I/O stuck in the kernel cannot be killed: this prints
 # where it waits instead), then fails the step.
 hung() {

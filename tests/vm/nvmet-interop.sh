@@ -37,7 +37,7 @@ IMG=/tmp/rdmablk-nvmet-ns.img
 LOOP=  # set below; cleanup must not take a LOOP from the environment
 
 fail() { echo "FAIL: $*"; exit 1; }
-step() { echo "== $*"; }
+step() { echo "== $* (at ${SECONDS}s)"; }
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"  # perf_ok
 
 [ -x "$BIN" ] || fail "$BIN missing: cargo build -p rdmablk-initiator --example verify"

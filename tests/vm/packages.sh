@@ -62,7 +62,7 @@ cleanup() {
   [ "$MADE_RUN" = 1 ] && rm -rf /run/rdmablk
 }
 STEP=setup
-step() { STEP=$1; say "--- step $STEP"; }
+step() { STEP=$1; say "--- step $STEP (at ${SECONDS}s)"; }
 
 files=()
 for p in "${PKGS[@]}"; do

@@ -58,7 +58,7 @@ fail() {
 }
 
 STEP=setup
-step() { STEP=$1; say "--- step $STEP"; }
+step() { STEP=$1; say "--- step $STEP (at ${SECONDS}s)"; }
 
 [ -x "$BIN" ] || fail "no target binary at $BIN (cargo build -p rdmablk-target)"
 for t in nvme fio ceph-mon rbd; do command -v $t >/dev/null || fail "$t is missing"; done

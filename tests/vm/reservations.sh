@@ -99,7 +99,7 @@ nvmet_down() {
   LOOP=
 }
 STEP=setup
-step() { STEP=$1; say "--- step $STEP"; }
+step() { STEP=$1; say "--- step $STEP (at ${SECONDS}s)"; }
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"  # start_target, ns_dev, connect_as, ctrl_of_host
 
 [ "$RESV_TARGET" = nvmet ] || [ -x "$BIN" ] || fail "no target binary at $BIN (cargo build -p rdmablk-target)"

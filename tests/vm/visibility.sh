@@ -45,7 +45,7 @@ fail() {
   exit 1
 }
 STEP=setup
-step() { STEP=$1; say "--- step $STEP"; }
+step() { STEP=$1; say "--- step $STEP (at ${SECONDS}s)"; }
 check() { "$@" >"$WORK/cmd.out" 2>&1 || fail "$STEP: $* failed: $(tail -n 5 "$WORK/cmd.out")"; }
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"  # start_target, ns_dev, connect_as, ctrl_of_host
 
