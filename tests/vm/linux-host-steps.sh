@@ -185,10 +185,16 @@ check umount "$MNT"
 
 # ---------------------------------------------------------------- resets under fio
 # fio_bg NAME DEVICE: fio write+verify in the background (pid in FIO_PID), long enough to be
-# in flight across what the step does to the controller.
+# in flight across what the step does to the controller. fio ignores SIGPIPE: Linux 6.1's
+# nvme-tcp host may send a request's PDU from the submitting process itself (when its queue is
+# idle), and a send into the connection the restarted target closed ("nvme0: failed to send
+# request -32" in dmesg) then signals SIGPIPE to that process: fio died of it once in a CI run
+# (2026-12-07, target-restart over tcp; "fio: pid=N, got signal=13"), while the host requeued
+# the request and completed it after its reconnect. The host's behaviour, not the target's: a
+# process writing to an nvme-tcp namespace of a target that restarts can get SIGPIPE.
 fio_bg() {
   FIO_DEV=$2 FIO_BASE=$(dev_written "$2")
-  (cd "$WORK" && fio --name="$1" --filename="$2" --direct=1 --ioengine=libaio --iodepth=16 \
+  (trap '' PIPE; cd "$WORK" && exec fio --name="$1" --filename="$2" --direct=1 --ioengine=libaio --iodepth=16 \
     --bsrange=4k-64k --rw=randwrite --size=24m --randrepeat=1 --randseed=7 --verify=crc32c \
     --verify_fatal=1 --do_verify=1 --loops=3 --output="$WORK/$1.txt") &
   FIO_PID=$!
