@@ -59,7 +59,6 @@ RXE_NO_PACKAGES             refuse    tools/test-rxe, guest-steps.sh: skips the 
 RXE_NO_AUTH                 refuse    tools/test-rxe: skips the 6.12 VM start (auth, ktls, the tcp-6.12 steps)
 RXE_NO_MANY_QUEUES          refuse    tools/test-rxe: skips the 32-vCPU VM start (the Linux host's 32 queues on a default target)
 RXE_TCP_WALKS_6_12          allow     tools/test-rxe: 1 adds the NVMe/TCP walk and nvmet-tcp interop on 6.12 (more steps, none fewer)
-RXE_SERIAL                  allow     tools/test-rxe: 1 runs every VM start one after the other (longer, nothing fewer)
 RXE_FULL                    allow     tools/test-rxe: 1 adds what tools/test leaves out for time (nvmet's blktests runs, multipath-6.12, the 6.12 TCP walks, the full auth matrix): more steps, none fewer
 RXE_NO_BLKTESTS             refuse    tools/test-rxe: skips blktests' quick set (rdma and tcp)
 RXE_NO_POWERCUT             refuse    tools/test-rxe: skips the power cuts and their negative control
