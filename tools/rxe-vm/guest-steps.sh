@@ -72,7 +72,7 @@ fi
 RXE_VM_IP=$RXE_ADDR STEP_TIMEOUT=900 run_step rbd-linux-host bash "$ROOT/tests/vm/rbd-linux-host.sh"
 # The nvme backend on the emulated NVMe drive (tools/test-rxe attaches it): polled over
 # NVMe/TCP, interrupts over RDMA; the step unbinds the drive again when it is done.
-RXE_VM_IP=$RXE_ADDR STEP_TIMEOUT=600 run_step nvme-backend bash "$ROOT/tests/vm/nvme-backend.sh"
+RXE_VM_IP=$RXE_ADDR run_step nvme-backend bash "$ROOT/tests/vm/nvme-backend.sh"
 # Whole-VM stalls of 2 s (the host side SIGSTOPs qemu: tools/rxe-vm/stall-watcher.sh, which
 # tools/test-rxe runs beside this VM) under the Linux host's default keep-alive.
 RXE_VM_IP=$RXE_ADDR STALL_DIR=$OUT run_step keepalive-stall bash "$ROOT/tests/vm/keepalive-stall.sh"
